@@ -1,0 +1,107 @@
+"""Notebook sources: each chapter is a jupytext percent-format ``.py`` file
+(the one source of truth, reviewable as plain Python) paired with the
+``.ipynb`` that learners open, which carries outputs from a real run.
+
+Commands (``make notebooks`` runs ``build``)::
+
+    python -m helpers.authoring build [05_mlp_mnist ...]   # .py -> executed .ipynb
+    python -m helpers.authoring check                       # are all pairs in sync?
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import jupytext
+import nbformat
+from nbclient import NotebookClient
+
+from .paths import ROOT
+
+NOTEBOOKS = ROOT / "notebooks"
+#: The Jupyter kernel that ``make setup`` registers inside .venv.
+KERNEL_NAME = "pytorch-course"
+KERNELSPEC = {"name": KERNEL_NAME, "display_name": "PyTorch course (.venv)", "language": "python"}
+
+
+def sources() -> list[Path]:
+    """Every chapter source ``notebooks/NN_topic.py``, sorted."""
+    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+
+
+def _cells(nb) -> list[tuple[str, str, tuple[str, ...]]]:
+    return [
+        (c.cell_type, c.source.strip(), tuple(sorted(c.get("metadata", {}).get("tags", []))))
+        for c in nb.cells
+    ]
+
+
+def out_of_sync(py: Path) -> str | None:
+    """Why ``py`` and its ``.ipynb`` differ, or ``None`` when their cells match."""
+    ipynb = py.with_suffix(".ipynb")
+    if not ipynb.exists():
+        return f"{ipynb.name} is missing: run `make notebooks`"
+    want = _cells(jupytext.read(py, fmt="py:percent"))
+    have = _cells(nbformat.read(ipynb, as_version=4))
+    if len(want) != len(have):
+        return f"{py.name} has {len(want)} cells but {ipynb.name} has {len(have)}"
+    for i, (w, h) in enumerate(zip(want, have)):
+        if w != h:
+            return f"cell {i} differs between {py.name} and {ipynb.name} (first line: {w[1][:60]!r})"
+    return None
+
+
+def build(py: Path, timeout: int = 1200) -> float:
+    """Execute ``py`` top to bottom in the course kernel and write the paired ``.ipynb``.
+
+    Returns the wall seconds. Raises ``nbclient`` errors if a cell fails and
+    ``RuntimeError`` if a cell wrote to stderr (nbval discards stderr, and the
+    hygiene check refuses stored stderr).
+    """
+    nb = jupytext.read(py, fmt="py:percent")
+    nb.metadata["kernelspec"] = KERNELSPEC
+    nb.metadata["language_info"] = {"name": "python"}
+    nb.metadata["jupytext"] = {"formats": "ipynb,py:percent"}
+    start = time.perf_counter()
+    NotebookClient(nb, kernel_name=KERNEL_NAME, timeout=timeout, resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    seconds = time.perf_counter() - start
+    noisy = []
+    for i, cell in enumerate(nb.cells):
+        cell.metadata.pop("execution", None)  # per-cell timestamps: noise in diffs
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                noisy.append(f"cell {i}: {out.get('text', '')[:200]!r}")
+    if noisy:
+        raise RuntimeError(f"{py.name} wrote to stderr; silence or capture it:\n" + "\n".join(noisy))
+    nb.metadata.get("language_info", {}).pop("version", None)
+    nbformat.write(nb, py.with_suffix(".ipynb"))
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m helpers.authoring")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="execute sources and write .ipynb with outputs")
+    b.add_argument("names", nargs="*", help="notebook stems or prefixes (default: all)")
+    sub.add_parser("check", help="exit 1 if any .py/.ipynb pair is out of sync")
+    args = parser.parse_args(argv)
+
+    if args.cmd == "check":
+        problems = [p for p in (out_of_sync(py) for py in sources()) if p]
+        print("\n".join(problems) or f"{len(sources())} notebook pairs in sync")
+        return 1 if problems else 0
+    chosen = [py for py in sources() if not args.names or any(py.stem.startswith(n) for n in args.names)]
+    if not chosen:
+        print(f"no notebook source matches {args.names}", file=sys.stderr)
+        return 1
+    for py in chosen:
+        print(f"building {py.stem} ...", flush=True)
+        print(f"  {build(py):.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

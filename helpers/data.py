@@ -1,0 +1,466 @@
+"""Offline-first datasets and weights, every file md5-checked.
+
+Each dataset is a :class:`DatasetSpec`: the files the course needs (paths
+relative to ``data/``), the md5 each must have, where the same file sits in the
+offline mirror, and how to download it. :func:`ensure` resolves a dataset in
+this order (``COURSE_DESIGN.md``, "Data"):
+
+1. ``data/`` (or ``$COURSE_DATA_DIR``): used if the md5 matches;
+2. ``$COURSE_DATA_MIRROR``: copied, or gunzipped for ``.gz``, into ``data/``
+   through a temporary file that is md5-checked before an atomic rename;
+3. a download (torchvision's own for MNIST and Fashion-MNIST), skipped when
+   ``COURSE_OFFLINE=1``.
+
+A file whose md5 is wrong is reported with a :class:`CorruptFileWarning` naming
+it, deleted and replaced; it is never used. When every source fails,
+:class:`DataUnavailableError` says which dataset, where it looked and how to
+fix it.
+
+Checksums are the published ones: MNIST (LeCun et al.) and Fashion-MNIST
+(Xiao et al. 2017) as torchvision 0.29 lists them for the uncompressed files;
+the rest from ``shared/datasets/MANIFEST.md``.
+
+Command line (``make data``)::
+
+    python -m helpers.data fetch --all     # or: fetch mnist fashion-mnist
+    python -m helpers.data list
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .paths import data_dir, mirror_dir, rel
+
+__all__ = [
+    "ChecksumError",
+    "CorruptFileWarning",
+    "DataUnavailableError",
+    "DatasetSpec",
+    "FileSpec",
+    "REGISTRY",
+    "ensure",
+    "fashion_mnist",
+    "md5sum",
+    "mnist",
+    "status",
+]
+
+
+class DataUnavailableError(RuntimeError):
+    """No source could provide a dataset; the message lists where we looked and the fixes."""
+
+
+class ChecksumError(RuntimeError):
+    """A file's md5 differs from the published one."""
+
+
+class CorruptFileWarning(UserWarning):
+    """A file on disk failed its md5 check and is being replaced (it is never used)."""
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    """One file of a dataset.
+
+    Attributes:
+        path: where the file must end up, relative to ``data/``.
+        md5: hex md5 of that final (uncompressed) file.
+        mirror: its path inside ``$COURSE_DATA_MIRROR``; a name ending in
+            ``.gz`` is decompressed on the way.
+        url: optional direct download address (used when the dataset has no
+            torchvision downloader).
+    """
+
+    path: str
+    md5: str
+    mirror: str
+    url: str | None = None
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A named dataset (or weight file set) and how to obtain it."""
+
+    name: str
+    description: str
+    files: tuple[FileSpec, ...]
+    #: Fetches the files into a given data folder, or ``None`` to fetch each
+    #: :attr:`FileSpec.url` directly.
+    download: Callable[[Path], None] | None = field(default=None, compare=False)
+
+
+# --------------------------------------------------------------------------
+# Checksums and atomic writes
+# --------------------------------------------------------------------------
+
+
+def md5sum(path: Path | str, chunk_bytes: int = 1 << 20) -> str:
+    """Hex md5 digest of a file, read in ``chunk_bytes`` chunks.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+    """
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk_bytes):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_atomically(dest: Path, fill: Callable[[Path], None], md5: str) -> None:
+    """Write ``dest`` through a temporary sibling that must match ``md5`` first.
+
+    ``fill(tmp_path)`` writes the content. A reader never sees a partial file:
+    the temporary file is renamed over ``dest`` with :func:`os.replace` (atomic
+    on POSIX and Windows) only after its md5 matched.
+
+    Raises:
+        ChecksumError: the written content has the wrong md5 (``dest`` is untouched).
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        fill(tmp)
+        got = md5sum(tmp)
+        if got != md5:
+            raise ChecksumError(f"{dest.name}: md5 {got}, expected {md5}")
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _copy_from_mirror(src: Path, dest: Path, md5: str) -> None:
+    def fill(tmp: Path) -> None:
+        opener = gzip.open if src.suffix == ".gz" else open
+        with opener(src, "rb") as fin, open(tmp, "wb") as fout:
+            shutil.copyfileobj(fin, fout, length=1 << 20)
+
+    _write_atomically(dest, fill, md5)
+
+
+def _download_url(url: str, dest: Path, md5: str) -> None:
+    from torch.hub import download_url_to_file
+
+    _write_atomically(dest, lambda tmp: download_url_to_file(url, str(tmp), progress=False), md5)
+
+
+def _is_valid(target: Path, spec: FileSpec) -> bool:
+    """True if ``target`` exists with the right md5; a corrupt file is warned about and deleted."""
+    if not target.is_file():
+        return False
+    got = md5sum(target)
+    if got == spec.md5:
+        return True
+    warnings.warn(
+        f"corrupt file {rel(target)}: md5 {got}, expected {spec.md5}; "
+        "deleting it and fetching a fresh copy",
+        CorruptFileWarning,
+        stacklevel=3,
+    )
+    target.unlink()
+    return False
+
+
+# --------------------------------------------------------------------------
+# The registry
+# --------------------------------------------------------------------------
+
+
+def _torchvision_download(cls_name: str) -> Callable[[Path], None]:
+    def download(root: Path) -> None:
+        import torchvision.datasets as tvd
+
+        cls = getattr(tvd, cls_name)
+        for train in (True, False):
+            cls(root=str(root), train=train, download=True)
+
+    return download
+
+
+def _idx_files(folder: str, md5s: dict[str, str]) -> tuple[FileSpec, ...]:
+    return tuple(
+        FileSpec(path=f"{folder}/raw/{name}", md5=md5, mirror=f"{folder}/raw/{name}.gz")
+        for name, md5 in md5s.items()
+    )
+
+
+_CIFAR_SUBSET_MD5 = {
+    "batches.meta": "c7887b21c2c9cf6b57156fab3ae51020",
+    "data_batch_1": "980d0519e9539144d244d7349fc74431",
+    "data_batch_2": "f7e2cab15e40e2e375cef429f4d9f24b",
+    "data_batch_3": "b7f8c2afd79992c063422b56aeb36086",
+    "data_batch_4": "1cf5bbf7ea04d600fd15fd53be1dbc31",
+    "data_batch_5": "8f3a5e9f2889edca7e38fa0a5353e2e9",
+    "test_batch": "9822ba4685d4c0c891b02bb582f30df5",
+}
+_RESNET_MD5 = {
+    "resnet20-12fca82f.th": "1f38c81cdebd6bcce9b03d082161a36c",
+    "resnet32-d509ac18.th": "1b290d0b1aad139b0f2be36cf1fa4846",
+    "resnet44-014dd654.th": "953c35969bce8e16eba14f6de91ef262",
+    "resnet56-4bfd9763.th": "48a2383e717f38f02934658ab8d4d9a2",
+}
+# Published by Yerlan Idelbayev (BSD-2-Clause), github.com/akamaster/pytorch_resnet_cifar10.
+_RESNET_URL = "https://github.com/akamaster/pytorch_resnet_cifar10/raw/master/pretrained_models/"
+
+REGISTRY: dict[str, DatasetSpec] = {
+    spec.name: spec
+    for spec in (
+        DatasetSpec(
+            "mnist",
+            "MNIST handwritten digits, 60,000 train + 10,000 test, 28x28 grey",
+            _idx_files(
+                "MNIST",
+                {
+                    "train-images-idx3-ubyte": "6bbc9ace898e44ae57da46a324031adb",
+                    "train-labels-idx1-ubyte": "a25bea736e30d166cdddb491f175f624",
+                    "t10k-images-idx3-ubyte": "2646ac647ad5339dbf082846283269ea",
+                    "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637",
+                },
+            ),
+            _torchvision_download("MNIST"),
+        ),
+        DatasetSpec(
+            "fashion-mnist",
+            "Fashion-MNIST clothing images, 60,000 train + 10,000 test, 28x28 grey",
+            _idx_files(
+                "FashionMNIST",
+                {
+                    "train-images-idx3-ubyte": "f4a8712d7a061bf5bd6d2ca38dc4d50a",
+                    "train-labels-idx1-ubyte": "9018921c3c673c538a1fc5bad174d6f9",
+                    "t10k-images-idx3-ubyte": "8181f5470baa50b63fa0f6fddb340f0a",
+                    "t10k-labels-idx1-ubyte": "15d484375f8d13e6eb1aabb0c3f46965",
+                },
+            ),
+            _torchvision_download("FashionMNIST"),
+        ),
+        DatasetSpec(
+            "cifar10-subset",
+            "CIFAR-10 offline subset: 4,000 train + 1,000 test images, 32x32 RGB (mirror only)",
+            tuple(
+                FileSpec(
+                    path=f"CIFAR10-subset/cifar-10-batches-py/{name}",
+                    md5=md5,
+                    mirror=f"CIFAR10-subset/cifar-10-batches-py/{name}",
+                )
+                for name, md5 in _CIFAR_SUBSET_MD5.items()
+            ),
+        ),
+        DatasetSpec(
+            "resnet-cifar10",
+            "ResNet-20/32/44/56 CIFAR-10 weights (He et al. 2016, option A), BSD-2-Clause",
+            tuple(
+                FileSpec(
+                    path=f"weights/resnet-cifar10/{name}",
+                    md5=md5,
+                    mirror=f"weights/resnet-cifar10/{name}",
+                    url=_RESNET_URL + name,
+                )
+                for name, md5 in _RESNET_MD5.items()
+            ),
+        ),
+        DatasetSpec(
+            "tinyshakespeare",
+            "Tiny Shakespeare, 1,115,394 characters of plain text",
+            (
+                FileSpec(
+                    path="text/tinyshakespeare.txt",
+                    md5="6fb458f1232090904fb40fe944165e91",
+                    mirror="text/tinyshakespeare.txt",
+                    url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+                ),
+            ),
+        ),
+    )
+}
+
+
+def _spec(name: str) -> DatasetSpec:
+    key = name.lower().replace("_", "-")
+    if key not in REGISTRY:
+        raise KeyError(f"unknown dataset {name!r}; known datasets: {', '.join(REGISTRY)}")
+    return REGISTRY[key]
+
+
+def _offline() -> bool:
+    return os.environ.get("COURSE_OFFLINE", "").strip().lower() in {"1", "true", "yes"}
+
+
+# --------------------------------------------------------------------------
+# Resolution
+# --------------------------------------------------------------------------
+
+
+def ensure(name: str, *, quiet: bool = True) -> Path:
+    """Make every file of dataset ``name`` present and md5-valid under ``data/``.
+
+    Args:
+        name: a key of :data:`REGISTRY`, e.g. ``"mnist"`` or ``"fashion-mnist"``.
+        quiet: if False, print one line per file copied or downloaded.
+
+    Returns:
+        The data folder (pass it as ``root=`` to torchvision datasets).
+
+    Raises:
+        KeyError: ``name`` is not a known dataset.
+        DataUnavailableError: neither ``data/``, the mirror nor a download
+            could provide a valid copy. The message names the dataset, the
+            places tried and the two fixes.
+
+    Warns:
+        CorruptFileWarning: for each file on disk whose md5 was wrong
+            (it is deleted and replaced, never used).
+    """
+    spec = _spec(name)
+    root = data_dir()
+    missing = [f for f in spec.files if not _is_valid(root / f.path, f)]
+    if not missing:
+        return root
+
+    notes: list[str] = [f"data folder {root}: missing {', '.join(Path(f.path).name for f in missing)}"]
+    mirror = mirror_dir()
+    if mirror is None:
+        notes.append("mirror: COURSE_DATA_MIRROR is not set")
+    else:
+        still = []
+        for f in missing:
+            src = mirror / f.mirror
+            try:
+                if not src.is_file():
+                    raise FileNotFoundError(f"{f.mirror} not found")
+                _copy_from_mirror(src, root / f.path, f.md5)
+                if not quiet:
+                    print(f"copied {f.mirror} from the mirror")
+            except (OSError, ChecksumError, EOFError) as exc:
+                still.append(f)
+                notes.append(f"mirror {mirror}: {exc}")
+        missing = still
+        if not missing:
+            return root
+
+    if _offline():
+        notes.append("download: skipped because COURSE_OFFLINE=1")
+    else:
+        try:
+            if spec.download is not None:
+                spec.download(root)
+            else:
+                for f in missing:
+                    if f.url is None:
+                        raise RuntimeError(f"{f.path} has no download address (mirror only)")
+                    _download_url(f.url, root / f.path, f.md5)
+                    if not quiet:
+                        print(f"downloaded {Path(f.path).name}")
+            missing = [f for f in missing if not _is_valid(root / f.path, f)]
+            if not missing:
+                return root
+            notes.append("download: finished but files are still missing or corrupt")
+        except Exception as exc:  # network errors come in many types
+            notes.append(f"download: failed ({type(exc).__name__}: {exc})")
+
+    looked = "\n".join(f"  - {n}" for n in notes)
+    raise DataUnavailableError(
+        f"Dataset {spec.name!r} ({spec.description}) is not available.\n"
+        f"Looked in:\n{looked}\n"
+        "How to fix (either one):\n"
+        "  1. with a network, run `make data` once (it downloads every dataset into data/);\n"
+        "  2. offline, point COURSE_DATA_MIRROR at a copy of the course mirror, e.g.\n"
+        "     `export COURSE_DATA_MIRROR=../shared/datasets`, then re-run."
+    )
+
+
+def status(name: str) -> str:
+    """Where dataset ``name`` would come from, without copying anything.
+
+    Returns:
+        ``"ready"`` (all files in ``data/``; md5 not re-checked here),
+        ``"mirror"`` (copyable from ``$COURSE_DATA_MIRROR``),
+        ``"download"`` (needs a network) or ``"offline"`` (nowhere, and
+        ``COURSE_OFFLINE=1``).
+    """
+    spec = _spec(name)
+    root, mirror = data_dir(), mirror_dir()
+    if all((root / f.path).is_file() for f in spec.files):
+        return "ready"
+    if mirror is not None and all((mirror / f.mirror).is_file() for f in spec.files):
+        return "mirror"
+    return "offline" if _offline() else "download"
+
+
+# --------------------------------------------------------------------------
+# Datasets as torchvision objects
+# --------------------------------------------------------------------------
+
+
+def mnist(train: bool = True, transform=None, target_transform=None):
+    """Real MNIST as a ``torchvision.datasets.MNIST`` (resolved offline-first).
+
+    Items are ``(PIL.Image 28x28 mode "L", int label 0-9)`` unless
+    ``transform`` converts them. ``.data`` is a uint8 tensor ``[N, 28, 28]``
+    and ``.targets`` an int64 tensor ``[N]`` (N = 60,000 or 10,000).
+
+    Raises:
+        DataUnavailableError: see :func:`ensure`.
+    """
+    from torchvision.datasets import MNIST
+
+    root = ensure("mnist")
+    return MNIST(str(root), train=train, transform=transform, target_transform=target_transform)
+
+
+def fashion_mnist(train: bool = True, transform=None, target_transform=None):
+    """Real Fashion-MNIST as a ``torchvision.datasets.FashionMNIST``; like :func:`mnist`.
+
+    Raises:
+        DataUnavailableError: see :func:`ensure`.
+    """
+    from torchvision.datasets import FashionMNIST
+
+    root = ensure("fashion-mnist")
+    return FashionMNIST(str(root), train=train, transform=transform, target_transform=target_transform)
+
+
+# --------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m helpers.data", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    fetch = sub.add_parser("fetch", help="copy or download datasets into data/")
+    fetch.add_argument("names", nargs="*", help=f"any of: {', '.join(REGISTRY)}")
+    fetch.add_argument("--all", action="store_true", help="every dataset")
+    sub.add_parser("list", help="show each dataset and where it would come from")
+    args = parser.parse_args(argv)
+
+    if args.cmd == "list":
+        for name, spec in REGISTRY.items():
+            print(f"{name:16s} {status(name):9s} {spec.description}")
+        return 0
+    names = list(REGISTRY) if args.all or not args.names else args.names
+    failed = 0
+    for name in names:
+        try:
+            root = ensure(name, quiet=False)
+            print(f"{name}: ok ({rel(root)})")
+        except (DataUnavailableError, KeyError) as exc:
+            failed += 1
+            print(f"{name}: FAILED\n{exc}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Exercise checkers.
+
+Every exercise in a chapter has a stub that raises ``NotImplementedError`` and
+a checker cell such as ``check("01.pairwise_sq_dists", pairwise_sq_dists)``.
+A checker never stops the notebook: it returns an :class:`ExerciseResult`
+whose status is ``"passed"``, ``"failed"`` (with a hint) or
+``"not attempted"``. Reference solutions live next to the checkers, one module
+per chapter (``helpers/exercises/chNN.py``), and pytest checks each against its
+checker, along with wrong answers that must fail.
+"""
+
+from __future__ import annotations
+
+import pkgutil
+import re
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import import_module
+
+__all__ = ["EXERCISES", "Exercise", "ExerciseResult", "check", "exercise", "solution"]
+
+
+@dataclass
+class ExerciseResult:
+    """Outcome of one check: ``status`` is "passed", "failed" or "not attempted"."""
+
+    name: str
+    status: str
+    message: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def __str__(self) -> str:
+        mark = {"passed": "PASSED", "failed": "NOT YET", "not attempted": "TODO"}[self.status]
+        return f"[{mark}] exercise {self.name}: {self.message}"
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(str(self))
+
+
+@dataclass
+class Exercise:
+    name: str
+    task: str
+    test: Callable[[Callable], None]  # raises AssertionError(hint) when the answer is wrong
+    reference: Callable
+
+
+#: All exercises by name, e.g. ``"01.pairwise_sq_dists"``.
+EXERCISES: dict[str, Exercise] = {}
+
+
+
+def exercise(name: str, task: str, reference: Callable):
+    """Decorator registering ``test`` as the checker of exercise ``name``.
+
+    ``test(candidate)`` must raise ``AssertionError`` with a helpful hint when
+    ``candidate`` is wrong, and return normally when it is right.
+    """
+
+    def register(test: Callable[[Callable], None]) -> Callable[[Callable], None]:
+        if name in EXERCISES:
+            raise ValueError(f"exercise {name!r} registered twice")
+        EXERCISES[name] = Exercise(name, task, test, reference)
+        return test
+
+    return register
+
+
+def _load_all() -> None:
+    """Import every ``chNN`` module beside this file, which registers its exercises."""
+    for info in pkgutil.iter_modules(__path__):
+        if re.fullmatch(r"ch\d\d", info.name):
+            import_module(f"{__name__}.{info.name}")
+
+
+def _get(name: str) -> Exercise:
+    _load_all()
+    if name not in EXERCISES:
+        raise KeyError(f"unknown exercise {name!r}; known: {', '.join(sorted(EXERCISES))}")
+    return EXERCISES[name]
+
+
+def check(name: str, candidate: Callable, *, show: bool = True) -> ExerciseResult:
+    """Check a learner's answer to exercise ``name``.
+
+    Args:
+        name: e.g. ``"02.second_derivative"``.
+        candidate: the learner's function (or class).
+        show: print the result line (the notebook's feedback).
+
+    Returns:
+        An :class:`ExerciseResult`; it never raises for a wrong answer.
+
+    Raises:
+        KeyError: ``name`` is not a known exercise.
+    """
+    ex = _get(name)
+    try:
+        ex.test(candidate)
+        result = ExerciseResult(name, "passed", "well done.")
+    except NotImplementedError:
+        result = ExerciseResult(name, "not attempted", f"not attempted yet. Task: {ex.task}")
+    except AssertionError as exc:
+        result = ExerciseResult(name, "failed", f"not quite. Hint: {exc}")
+    except Exception as exc:  # the learner's code crashed: show where
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        result = ExerciseResult(
+            name, "failed", f"your code raised {type(exc).__name__}: {exc} (line {frame.lineno} of {frame.name})"
+        )
+    if show:
+        print(result)
+    return result
+
+
+def solution(name: str) -> Callable:
+    """The reference solution of exercise ``name`` (try the exercise first!)."""
+    return _get(name).reference

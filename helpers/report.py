@@ -1,0 +1,94 @@
+"""Recording a chapter's headline figures for ``build/report.md``.
+
+A notebook creates one :class:`ChapterReport` near the top, calls
+:meth:`ChapterReport.record` for each figure the chapter claims (accuracy,
+speed-up, bytes saved), and :meth:`ChapterReport.finish` in its last cell.
+Each call rewrites ``build/figures/<chapter>.json`` atomically, so the
+``make run`` driver (:mod:`helpers.runner`) can read what a notebook
+measured, and tell a notebook that really finished from one that stopped early.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from .paths import build_dir
+
+__all__ = ["ChapterReport", "figures_path", "read_figures"]
+
+
+def figures_path(chapter: str) -> Path:
+    """``build/figures/<chapter>.json`` (honours ``$COURSE_BUILD_DIR``)."""
+    return build_dir() / "figures" / f"{chapter}.json"
+
+
+def _write_json_atomically(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh, indent=2)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+class ChapterReport:
+    """The headline figures of one chapter run.
+
+    Args:
+        chapter: the notebook's stem, e.g. ``"05_mlp_mnist"``.
+
+    Creating it starts a fresh record (stale figures from an earlier run are
+    dropped) and a wall clock.
+    """
+
+    def __init__(self, chapter: str) -> None:
+        if not chapter or "/" in chapter:
+            raise ValueError(f"chapter must be a notebook stem like '05_mlp_mnist', got {chapter!r}")
+        self.chapter = chapter
+        self.path = figures_path(chapter)
+        self._start = time.perf_counter()
+        self._data = {"chapter": chapter, "figures": {}, "complete": False, "seconds": None}
+        _write_json_atomically(self.path, self._data)
+
+    def record(self, name: str, value: float | int | str, unit: str = "", digits: int = 4):
+        """Store one figure and return ``value`` unchanged.
+
+        Args:
+            name: short label, e.g. ``"test accuracy"``.
+            value: a number (rounded to ``digits`` significant decimals) or a short string.
+            unit: e.g. ``"%"``, ``"s"``, ``"x"``, ``"MB"``.
+
+        Raises:
+            TypeError: ``value`` is not a number or string (e.g. a tensor: call ``.item()``).
+        """
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise TypeError(f"record {name!r}: value must be int, float or str, got {type(value).__name__}; use .item() for tensors")
+        stored = round(value, digits) if isinstance(value, float) else value
+        self._data["figures"][name] = {"value": stored, "unit": unit}
+        _write_json_atomically(self.path, self._data)
+        return value
+
+    def finish(self) -> dict:
+        """Mark the chapter complete (its last cell ran) and return the record."""
+        self._data["complete"] = True
+        self._data["seconds"] = round(time.perf_counter() - self._start, 1)
+        _write_json_atomically(self.path, self._data)
+        return self._data
+
+    def __repr__(self) -> str:
+        parts = [f"{k} = {v['value']}{v['unit']}" for k, v in self._data["figures"].items()]
+        return f"ChapterReport({self.chapter}: {'; '.join(parts) or 'no figures yet'})"
+
+
+def read_figures(chapter: str) -> dict | None:
+    """The stored record of ``chapter``, or ``None`` if it never started."""
+    path = figures_path(chapter)
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
