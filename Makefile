@@ -9,6 +9,10 @@ KERNEL := pytorch-course
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/build/torch_extensions
 export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/build/inductor_cache
 export MPLCONFIGDIR := $(CURDIR)/build/matplotlib
+# The offline mirror beside the checkout, when there is one (CI's layout).
+ifneq ($(wildcard ../shared/datasets/MANIFEST.md),)
+export COURSE_DATA_MIRROR ?= $(abspath ../shared/datasets)
+endif
 export PYTHONWARNINGS := ignore::DeprecationWarning:jupyter_client.connect
 # Test workers: 2 by default (the CI machine has 2 cores); `make test WORKERS=1`.
 WORKERS ?= 2

@@ -1,0 +1,191 @@
+"""``make run``: execute every chapter with papermill and write the course report.
+
+Each notebook in ``notebooks/chapters.yaml`` order is executed into
+``build/executed/``; then ``build/report.md`` and ``build/report.json`` get a
+row per chapter with its status, wall seconds and the headline figures the
+notebook recorded through :class:`helpers.report.ChapterReport`.
+
+A chapter is OK only if papermill raised nothing, every non-empty code cell
+really executed, and the notebook reached ``report.finish()``. A failure
+names the cell (its execution count) and the error.
+
+Usage::
+
+    python -m helpers.runner                 # every chapter, default parameters
+    python -m helpers.runner 05 07           # chapters whose stem starts with these
+    python -m helpers.runner --smoke         # the tiny smoke parameters from chapters.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import nbformat
+import yaml
+
+from .authoring import KERNEL_NAME, NOTEBOOKS
+from .paths import build_dir, rel
+from .report import figures_path, read_figures
+
+CHAPTERS_FILE = NOTEBOOKS / "chapters.yaml"
+
+
+def chapters() -> dict[str, dict]:
+    """The chapter table (``notebooks/chapters.yaml``), in course order.
+
+    Raises:
+        ValueError: an entry lacks ``title`` or has a malformed ``smoke`` table.
+    """
+    table = yaml.safe_load(CHAPTERS_FILE.read_text(encoding="utf-8")) or {}
+    for stem, meta in table.items():
+        if not isinstance(meta, dict) or "title" not in meta:
+            raise ValueError(f"{rel(CHAPTERS_FILE)}: entry {stem!r} needs a title")
+        if not isinstance(meta.setdefault("smoke", {}) or {}, dict):
+            raise ValueError(f"{rel(CHAPTERS_FILE)}: smoke of {stem!r} must be a mapping")
+        meta["smoke"] = meta["smoke"] or {}
+    return table
+
+
+def unexecuted_cells(nb_path: Path) -> list[int]:
+    """Indices of non-empty code cells that have no execution count (did not run)."""
+    nb = nbformat.read(nb_path, as_version=4)
+    return [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and c.source.strip() and c.get("execution_count") is None
+    ]
+
+
+@dataclass
+class ChapterResult:
+    chapter: str
+    title: str
+    status: str  # "OK" or "FAILED"
+    seconds: float
+    figures: dict = field(default_factory=dict)
+    error: str = ""
+
+
+def run_chapter(stem: str, *, smoke: bool = False, out_dir: Path | None = None, timeout: int = 1800) -> ChapterResult:
+    """Execute ``notebooks/<stem>.ipynb`` with papermill and judge the run.
+
+    Args:
+        stem: e.g. ``"05_mlp_mnist"``.
+        smoke: pass the chapter's smoke parameters instead of the defaults.
+        out_dir: where the executed notebook goes (default ``build/executed``).
+        timeout: seconds allowed per cell.
+
+    Returns:
+        A :class:`ChapterResult`; ``status`` is ``"OK"`` only if the notebook
+        ran every code cell without error and reached ``report.finish()``.
+    """
+    import papermill as pm
+    from papermill.exceptions import PapermillExecutionError
+
+    meta = chapters()[stem]
+    out_dir = out_dir or build_dir() / "executed"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    output = out_dir / f"{stem}.ipynb"
+    figures_path(stem).unlink(missing_ok=True)  # a stale record must not pass for this run
+    error = ""
+    start = time.perf_counter()
+    try:
+        pm.execute_notebook(
+            str(NOTEBOOKS / f"{stem}.ipynb"),
+            str(output),
+            parameters=meta["smoke"] if smoke else {},
+            kernel_name=KERNEL_NAME,
+            cwd=str(NOTEBOOKS),
+            progress_bar=False,
+            log_output=False,
+            execution_timeout=timeout,
+        )
+    except PapermillExecutionError as exc:
+        error = f"cell [{exc.exec_count}] raised {exc.ename}: {exc.evalue}"
+    except Exception as exc:  # kernel died, timeout, missing kernel ...
+        error = f"{type(exc).__name__}: {exc}"
+    seconds = time.perf_counter() - start
+
+    record = read_figures(stem) or {}
+    if not error:
+        skipped = unexecuted_cells(output)
+        if skipped:
+            error = f"{len(skipped)} code cells did not run (first: cell {skipped[0]})"
+        elif not record.get("complete"):
+            error = "the notebook never reached report.finish() (did it really run?)"
+    return ChapterResult(
+        chapter=stem,
+        title=meta["title"],
+        status="FAILED" if error else "OK",
+        seconds=round(seconds, 1),
+        figures=record.get("figures", {}),
+        error=error,
+    )
+
+
+def _format_figures(figures: dict) -> str:
+    return "; ".join(f"{name} {f['value']}{f['unit']}" for name, f in figures.items())
+
+
+def write_report(results: list[ChapterResult], folder: Path, *, smoke: bool = False) -> Path:
+    """Write ``report.md`` and ``report.json`` into ``folder`` atomically; return the .md path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    total = sum(r.seconds for r in results)
+    ok = sum(r.status == "OK" for r in results)
+    lines = [
+        "# Course report",
+        "",
+        f"{ok} of {len(results)} chapters OK, {total:.0f} s in all"
+        + (" (smoke parameters)" if smoke else " (default parameters)") + ".",
+        "",
+        "| chapter | title | status | seconds | headline figures |",
+        "| --- | --- | --- | ---: | --- |",
+    ]
+    for r in results:
+        figs = _format_figures(r.figures) or "-"
+        status = r.status if r.status == "OK" else f"**FAILED**: {r.error}"
+        lines.append(f"| {r.chapter} | {r.title} | {status} | {r.seconds:.1f} | {figs} |")
+    payload = {"smoke": smoke, "total_seconds": round(total, 1), "chapters": [asdict(r) for r in results]}
+    for name, text in (("report.md", "\n".join(lines) + "\n"), ("report.json", json.dumps(payload, indent=2))):
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, folder / name)
+    return folder / "report.md"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m helpers.runner", description="Run every chapter and write build/report.md.")
+    parser.add_argument("names", nargs="*", help="chapter stems or prefixes (default: all)")
+    parser.add_argument("--smoke", action="store_true", help="use the smoke parameters from chapters.yaml")
+    args = parser.parse_args(argv)
+
+    table = chapters()
+    chosen = [s for s in table if not args.names or any(s.startswith(n) for n in args.names)]
+    if not chosen:
+        print(f"no chapter matches {args.names}; chapters: {', '.join(table)}", file=sys.stderr)
+        return 2
+    results = []
+    for i, stem in enumerate(chosen, 1):
+        print(f"[{i}/{len(chosen)}] {stem} ...", end=" ", flush=True)
+        result = run_chapter(stem, smoke=args.smoke)
+        results.append(result)
+        print(f"{result.status} in {result.seconds:.1f} s", (f"- {result.error}" if result.error else f"- {_format_figures(result.figures)}"), flush=True)
+        write_report(results, build_dir(), smoke=args.smoke)
+    report = write_report(results, build_dir(), smoke=args.smoke)
+    failed = [r for r in results if r.status != "OK"]
+    print(f"report: {rel(report)} ({len(results) - len(failed)}/{len(results)} OK)")
+    for r in failed:
+        print(f"FAILED {r.chapter}: {r.error} (executed copy: {rel(build_dir() / 'executed' / (r.chapter + '.ipynb'))})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""helpers.data: resolution order, md5 checks, atomic writes, the offline error."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from helpers import data
+from helpers.paths import data_dir
+
+from .conftest import shared_mirror
+
+
+def test_copies_and_decompresses_from_the_mirror(toy_dataset, monkeypatch):
+    spec, mirror, contents = toy_dataset
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(mirror))
+    root = data.ensure("toy")
+    assert root == data_dir()
+    for relpath, blob in contents.items():
+        assert (root / relpath).read_bytes() == blob
+    assert not list(root.rglob("*.part")), "temporary files must not be left behind"
+
+
+def test_second_call_uses_data_folder_without_the_mirror(toy_dataset, monkeypatch):
+    spec, mirror, contents = toy_dataset
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(mirror))
+    data.ensure("toy")
+    monkeypatch.delenv("COURSE_DATA_MIRROR")
+    assert data.status("toy") == "ready"
+    assert (data.ensure("toy") / "toy/b.txt").read_bytes() == contents["toy/b.txt"]
+
+
+def test_corrupt_local_file_is_reported_by_name_and_replaced(toy_dataset, monkeypatch):
+    spec, mirror, contents = toy_dataset
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(mirror))
+    root = data.ensure("toy")
+    (root / "toy/a.bin").write_bytes(b"truncated")
+    with pytest.warns(data.CorruptFileWarning, match=r"toy/a\.bin"):
+        data.ensure("toy")
+    assert (root / "toy/a.bin").read_bytes() == contents["toy/a.bin"]
+
+
+def test_corrupt_file_is_never_used_when_no_source_can_replace_it(toy_dataset, monkeypatch):
+    spec, mirror, contents = toy_dataset
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(mirror))
+    root = data.ensure("toy")
+    (root / "toy/b.txt").write_bytes(b"garbage")
+    monkeypatch.delenv("COURSE_DATA_MIRROR")
+    with pytest.warns(data.CorruptFileWarning), pytest.raises(data.DataUnavailableError):
+        data.ensure("toy")
+    assert not (root / "toy/b.txt").exists(), "the corrupt file must be removed, not kept"
+
+
+def test_corrupt_mirror_file_is_rejected_and_not_written(toy_dataset, monkeypatch):
+    spec, mirror, contents = toy_dataset
+    (mirror / "toy" / "b.txt").write_bytes(b"not what the md5 says")
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(mirror))
+    with pytest.raises(data.DataUnavailableError, match=r"b\.txt: md5"):
+        data.ensure("toy")
+    assert not (data_dir() / "toy/b.txt").exists()
+    assert not list(data_dir().rglob("*.part"))
+
+
+def test_offline_error_names_dataset_places_and_fixes(toy_dataset):
+    with pytest.raises(data.DataUnavailableError) as info:
+        data.ensure("toy")
+    msg = str(info.value)
+    assert "'toy'" in msg
+    assert str(data_dir()) in msg
+    assert "COURSE_DATA_MIRROR is not set" in msg
+    assert "COURSE_OFFLINE=1" in msg
+    assert "make data" in msg and "export COURSE_DATA_MIRROR" in msg
+
+
+def test_download_is_the_last_resort(toy_dataset, monkeypatch):
+    spec, mirror, contents = toy_dataset
+    monkeypatch.delenv("COURSE_OFFLINE")
+
+    def fake_download(root: Path) -> None:
+        for relpath, blob in contents.items():
+            (root / relpath).parent.mkdir(parents=True, exist_ok=True)
+            (root / relpath).write_bytes(blob)
+
+    monkeypatch.setitem(data.REGISTRY, "toy", dataclasses.replace(spec, download=fake_download))
+    assert (data.ensure("toy") / "toy/a.bin").read_bytes() == contents["toy/a.bin"]
+
+
+def test_failed_download_is_explained(toy_dataset, monkeypatch):
+    spec, _, _ = toy_dataset
+    monkeypatch.delenv("COURSE_OFFLINE")
+
+    def no_network(root: Path) -> None:
+        raise OSError("Name or service not known")
+
+    monkeypatch.setitem(data.REGISTRY, "toy", dataclasses.replace(spec, download=no_network))
+    with pytest.raises(data.DataUnavailableError, match="download: failed .*Name or service not known"):
+        data.ensure("toy")
+
+
+def test_atomic_write_leaves_destination_untouched_on_bad_md5(tmp_path):
+    dest = tmp_path / "file.bin"
+    dest.write_bytes(b"old content")
+    with pytest.raises(data.ChecksumError):
+        data._write_atomically(dest, lambda tmp: tmp.write_bytes(b"new content"), md5="0" * 32)
+    assert dest.read_bytes() == b"old content"
+    assert [p.name for p in tmp_path.iterdir()] == ["file.bin"]
+
+
+def test_unknown_dataset_lists_known_ones(isolated_dirs):
+    with pytest.raises(KeyError, match="mnist"):
+        data.ensure("imagenet")
+
+
+def test_status_reports_each_source(toy_dataset, monkeypatch):
+    spec, mirror, _ = toy_dataset
+    assert data.status("toy") == "offline"
+    monkeypatch.delenv("COURSE_OFFLINE")
+    assert data.status("toy") == "download"
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(mirror))
+    assert data.status("toy") == "mirror"
+
+
+def test_every_registered_file_has_an_md5_and_a_source():
+    for spec in data.REGISTRY.values():
+        assert spec.files, spec.name
+        for f in spec.files:
+            assert len(f.md5) == 32 and int(f.md5, 16) >= 0, f.path
+            assert f.mirror
+
+
+@pytest.mark.skipif(shared_mirror() is None, reason="the course mirror ../shared/datasets is not beside this checkout")
+@pytest.mark.parametrize("name, cls, n_train", [("mnist", "mnist", 60_000), ("fashion-mnist", "fashion_mnist", 60_000)])
+def test_real_mnist_family_from_the_shared_mirror(isolated_dirs, monkeypatch, name, cls, n_train):
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(shared_mirror()))
+    train = getattr(data, cls)(train=True)
+    test = getattr(data, cls)(train=False)
+    assert len(train) == n_train and len(test) == 10_000
+    assert tuple(train.data.shape[1:]) == (28, 28)
+    assert set(train.targets.unique().tolist()) == set(range(10))
+    # every produced file matches the manifest
+    for f in data.REGISTRY[name].files:
+        assert data.md5sum(data_dir() / f.path) == f.md5

@@ -1,0 +1,55 @@
+"""Every exercise: its reference passes, a stub reads "not attempted", a crash is reported.
+
+Wrong answers that each checker must reject are in tests/test_exercises_chNN*.py.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from helpers.authoring import sources
+from helpers.exercises import EXERCISES, _load_all, check, solution
+
+_load_all()
+NAMES = sorted(EXERCISES)
+
+
+def _stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_solution_passes(name):
+    result = check(name, solution(name), show=False)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stub_is_not_attempted(name):
+    assert check(name, _stub, show=False).status == "not attempted"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_crashing_answer_fails_with_its_error(name):
+    def crash(*args, **kwargs):
+        raise ZeroDivisionError("boom")
+
+    result = check(name, crash, show=False)
+    assert result.status == "failed" and "ZeroDivisionError: boom" in result.message
+
+
+def test_unknown_exercise():
+    with pytest.raises(KeyError, match="unknown exercise"):
+        check("99.nothing", _stub)
+
+
+@pytest.mark.parametrize("py", sources(), ids=lambda p: p.stem)
+def test_each_chapter_has_two_checked_exercises(py):
+    chapter = py.stem[:2]
+    mine = [n for n in NAMES if n.startswith(chapter + ".")]
+    assert len(mine) >= 2, f"{py.stem} has {len(mine)} exercises; the anatomy asks for at least two"
+    text = py.read_text(encoding="utf-8")
+    for name in mine:
+        assert re.search(rf'check\(\s*"{re.escape(name)}"', text), f"{py.name} never checks exercise {name}"

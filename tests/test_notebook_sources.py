@@ -1,0 +1,51 @@
+"""The notebooks as files: pairs in sync, anatomy present, smoke parameters valid, hygiene."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+
+import jupytext
+import pytest
+
+from helpers.authoring import NOTEBOOKS, out_of_sync, sources
+from helpers.runner import chapters
+
+from .conftest import SHARED_MIRROR
+
+SOURCES = sources()
+
+
+def test_every_chapter_has_a_source_and_vice_versa():
+    assert [p.stem for p in SOURCES] == list(chapters())
+
+
+@pytest.mark.parametrize("py", SOURCES, ids=lambda p: p.stem)
+def test_pair_in_sync(py):
+    problem = out_of_sync(py)
+    assert problem is None, f"{problem}; run `make notebooks NB={py.stem[:2]}`"
+
+
+@pytest.mark.parametrize("py", SOURCES, ids=lambda p: p.stem)
+def test_anatomy(py):
+    nb = jupytext.read(py, fmt="py:percent")
+    first = nb.cells[0]
+    assert first.cell_type == "markdown" and first.source.lstrip().startswith("# "), "starts with a title"
+    header = first.source.lower()
+    for part in ("what you will learn", "prerequisites", "estimated time"):
+        assert part in header, f"the header lacks '{part}'"
+    params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1, "exactly one cell tagged 'parameters'"
+    assert "summary" in "\n".join(c.source.lower() for c in nb.cells[-3:] if c.cell_type == "markdown")
+    assert nb.cells[-1].cell_type == "code" and "report.finish()" in nb.cells[-1].source
+    names = {t.id for node in ast.walk(ast.parse(params[0].source)) if isinstance(node, ast.Assign) for t in node.targets}
+    unknown = set(chapters()[py.stem]["smoke"]) - names
+    assert not unknown, f"smoke parameters {unknown} are not defined in the parameters cell"
+
+
+@pytest.mark.skipif(not (SHARED_MIRROR.parent / "tools" / "check_notebooks.py").is_file(), reason="shared tools not beside the checkout")
+def test_hygiene_check_passes():
+    tool = SHARED_MIRROR.parent / "tools" / "check_notebooks.py"
+    out = subprocess.run([sys.executable, str(tool), str(NOTEBOOKS)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

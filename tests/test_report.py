@@ -1,0 +1,55 @@
+"""helpers.report and the runner's report writer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from helpers.report import ChapterReport, read_figures
+from helpers.runner import ChapterResult, chapters, write_report
+
+
+def test_record_and_finish_write_json(isolated_dirs):
+    rep = ChapterReport("05_demo")
+    assert read_figures("05_demo") == {"chapter": "05_demo", "figures": {}, "complete": False, "seconds": None}
+    assert rep.record("test accuracy", 98.123456, "%") == 98.123456
+    rep.record("device", "cpu")
+    stored = read_figures("05_demo")
+    assert stored["figures"]["test accuracy"] == {"value": 98.1235, "unit": "%"}
+    assert stored["complete"] is False
+    rep.finish()
+    assert read_figures("05_demo")["complete"] is True
+
+
+def test_a_new_run_drops_stale_figures(isolated_dirs):
+    ChapterReport("05_demo").record("old", 1)
+    ChapterReport("05_demo")
+    assert read_figures("05_demo")["figures"] == {}
+
+
+def test_tensors_are_refused_with_a_hint(isolated_dirs):
+    with pytest.raises(TypeError, match=r"\.item\(\)"):
+        ChapterReport("05_demo").record("acc", torch.tensor(0.9))
+
+
+def test_report_lists_failures_with_their_cell(tmp_path):
+    results = [
+        ChapterResult("00_a", "A", "OK", 3.0, {"device": {"value": "cpu", "unit": ""}}),
+        ChapterResult("01_b", "B", "FAILED", 1.5, {}, "cell [7] raised ValueError: boom"),
+    ]
+    md = write_report(results, tmp_path).read_text()
+    assert "1 of 2 chapters OK" in md
+    assert "| 00_a | A | OK | 3.0 | device cpu |" in md
+    assert "**FAILED**: cell [7] raised ValueError: boom" in md
+    payload = json.loads((tmp_path / "report.json").read_text())
+    assert [c["status"] for c in payload["chapters"]] == ["OK", "FAILED"]
+
+
+def test_chapter_table_is_well_formed():
+    table = chapters()
+    assert list(table) == sorted(table), "chapters.yaml must list chapters in course order"
+    for stem, meta in table.items():
+        assert meta["accelerator"] in ("none", "cuda"), stem
+        assert isinstance(meta["smoke"], dict), stem
