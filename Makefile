@@ -17,7 +17,7 @@ export PYTHONWARNINGS := ignore::DeprecationWarning:jupyter_client.connect
 # Test workers: 2 by default (the CI machine has 2 cores); `make test WORKERS=1`.
 WORKERS ?= 2
 
-.PHONY: help setup run test lab data doctor notebooks check clean distclean
+.PHONY: help setup run test lab data doctor notebooks check lint clean distclean
 
 help:
 	@echo "make run      execute every notebook and write build/report.md (the main job)"
@@ -26,15 +26,16 @@ help:
 	@echo "make data     fetch or copy every dataset into data/ (for offline workshops)"
 	@echo "make doctor   preflight check of this machine"
 	@echo "make notebooks  re-execute the .py sources into .ipynb with fresh outputs (authors)"
+	@echo "make check    authors: sources in sync, lint, notebook hygiene"
 	@echo "make clean    remove build/ (reports, caches, stale extension locks)"
 
 setup: $(STAMP)
 
 # Re-runs only when the pins or the package metadata change.
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade "pip>=24"
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -c constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "PyTorch course (.venv)" >/dev/null
 	@touch $(STAMP)
@@ -58,9 +59,12 @@ doctor: setup
 notebooks: setup
 	$(PY) -m helpers.authoring build $(NB)
 
-check: setup
+check: lint
 	$(PY) -m helpers.authoring check
-	$(PY) ../shared/tools/check_notebooks.py notebooks
+	@if [ -f ../shared/tools/check_notebooks.py ]; then $(PY) ../shared/tools/check_notebooks.py notebooks; fi
+
+lint: setup
+	$(VENV)/bin/ruff check helpers tests conftest.py notebooks/*.py
 
 clean:
 	rm -rf build
