@@ -55,5 +55,14 @@ class MLP(nn.Module):
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
-    """Number of scalar parameters (buffers such as BatchNorm statistics excluded)."""
+    """Number of scalar parameters (elements, not tensors) of ``model``.
+
+    Buffers such as BatchNorm's running statistics are not parameters and are
+    excluded. A parameter shared by two layers (tied weights) is counted once,
+    because ``model.parameters()`` yields each tensor once.
+
+    Args:
+        model: any ``nn.Module``.
+        trainable_only: count only parameters with ``requires_grad=True``.
+    """
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

@@ -63,15 +63,19 @@ def image_grid(
     return fig
 
 
-def plot_history(history, title: str = "training curves"):
-    """Loss and accuracy per epoch from :class:`helpers.training.History`; returns the figure."""
+def plot_history(history, title: str = "training curves", val_label: str = "validation"):
+    """Loss and accuracy per epoch from :class:`helpers.training.History`; returns the figure.
+
+    ``val_label`` names the held-out curve ("validation", or "test" when the
+    loader passed to ``fit`` was the test set).
+    """
     epochs = range(1, len(history.train_loss) + 1)
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(9, 3.2))
     ax_loss.plot(epochs, history.train_loss, "o-", label="train")
     ax_acc.plot(epochs, [100 * a for a in history.train_acc], "o-", label="train")
     if history.val_loss:
-        ax_loss.plot(epochs, history.val_loss, "s-", label="test")
-        ax_acc.plot(epochs, [100 * a for a in history.val_acc], "s-", label="test")
+        ax_loss.plot(epochs, history.val_loss, "s-", label=val_label)
+        ax_acc.plot(epochs, [100 * a for a in history.val_acc], "s-", label=val_label)
     ax_loss.set(xlabel="epoch", ylabel="cross-entropy per sample", title="loss")
     ax_acc.set(xlabel="epoch", ylabel="accuracy (%)", title="accuracy")
     for ax in (ax_loss, ax_acc):

@@ -74,12 +74,12 @@ class ChapterReport:
         _write_json_atomically(self.path, self._data)
         return value
 
-    def finish(self) -> dict:
-        """Mark the chapter complete (its last cell ran) and return the record."""
+    def finish(self) -> None:
+        """Mark the chapter complete (its last cell ran) and print its figures in one line."""
         self._data["complete"] = True
         self._data["seconds"] = round(time.perf_counter() - self._start, 1)
         _write_json_atomically(self.path, self._data)
-        return self._data
+        print(f"{self!r} finished in {self._data['seconds']} s")
 
     def __repr__(self) -> str:
         parts = [f"{k} = {v['value']}{v['unit']}" for k, v in self._data["figures"].items()]

@@ -76,6 +76,9 @@ def evaluate(
 ) -> tuple[float, float]:
     """Mean loss per sample and accuracy over ``loader``, in ``eval()`` mode without gradients.
 
+    ``loss_fn`` may be a function or a module (``nn.CrossEntropyLoss()``); it
+    must return the batch mean (the default reduction).
+
     Raises:
         ValueError: the loader yielded no batches.
     """
@@ -84,7 +87,7 @@ def evaluate(
     for x, y in loader:
         x, y = x.to(device), y.to(device)
         logits = model(x)
-        total_loss += loss_fn(logits, y, reduction="sum").item()
+        total_loss += loss_fn(logits, y).item() * y.shape[0]  # loss_fn returns a batch mean
         correct += (logits.argmax(dim=1) == y).sum().item()
         seen += y.shape[0]
     if seen == 0:
@@ -124,13 +127,17 @@ def confusion_matrix(preds: torch.Tensor, targets: torch.Tensor, num_classes: in
 
 @dataclass
 class History:
-    """Per-epoch curves from :func:`fit` (losses per sample, accuracies in [0, 1], seconds)."""
+    """Per-epoch curves from :func:`fit` (losses per sample, accuracies in [0, 1], seconds).
+
+    ``lr`` is the learning rate of the first parameter group during each epoch.
+    """
 
     train_loss: list[float] = field(default_factory=list)
     train_acc: list[float] = field(default_factory=list)
     val_loss: list[float] = field(default_factory=list)
     val_acc: list[float] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
 
 
 def fit(
@@ -159,10 +166,11 @@ def fit(
     history = History()
     for epoch in range(1, epochs + 1):
         start = time.perf_counter()
+        history.lr.append(optimizer.param_groups[0]["lr"])
         tl, ta = train_one_epoch(model, train_loader, optimizer, loss_fn, device)
         history.train_loss.append(tl)
         history.train_acc.append(ta)
-        line = f"epoch {epoch}/{epochs}  train loss {tl:.4f} acc {ta:.2%}"
+        line = f"epoch {epoch}/{epochs}  lr {history.lr[-1]:.1e}  train loss {tl:.4f} acc {ta:.2%}"
         if val_loader is not None:
             vl, va = evaluate(model, val_loader, loss_fn, device)
             history.val_loss.append(vl)

@@ -53,3 +53,21 @@ def test_each_chapter_has_two_checked_exercises(py):
     text = py.read_text(encoding="utf-8")
     for name in mine:
         assert re.search(rf'check\(\s*"{re.escape(name)}"', text), f"{py.name} never checks exercise {name}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_library_not_implemented_error_is_not_mistaken_for_a_stub(name):
+    def calls_unimplemented(*args, **kwargs):
+        import torch
+
+        return torch.nn.Module()(1)  # nn.Module without forward raises NotImplementedError inside torch
+
+    result = check(name, calls_unimplemented, show=False)
+    assert result.status == "failed" and "inside a library" in result.message
+    assert "calls_unimplemented" in result.message, "the message should point at the learner's own line"
+
+
+def test_stub_class_defined_without_a_source_file_is_not_attempted():
+    namespace: dict = {}
+    exec(compile("class Stub:\n    def __init__(self, *a, **k):\n        raise NotImplementedError\n", "<cell>", "exec"), namespace)
+    assert check(NAMES[0], namespace["Stub"], show=False).status == "not attempted"

@@ -34,12 +34,25 @@ def test_fit_learns_separable_data():
     assert (preds == targets).float().mean().item() == pytest.approx(history.val_acc[-1])
 
 
-def test_fit_calls_scheduler_once_per_epoch():
+def test_fit_calls_scheduler_once_per_epoch_and_records_lr():
     model = MLP(in_features=2, hidden=(4,), num_classes=3)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
-    fit(model, DataLoader(blobs(32), batch_size=16), None, opt, epochs=3, scheduler=sched, log=None)
+    lines = []
+    history = fit(model, DataLoader(blobs(32), batch_size=16), None, opt, epochs=3, scheduler=sched, log=lines.append)
     assert opt.param_groups[0]["lr"] == pytest.approx(0.125)
+    assert history.lr == pytest.approx([1.0, 0.5, 0.25])
+    assert "lr 5.0e-01" in lines[1]
+
+
+def test_evaluate_accepts_a_loss_module_and_weights_batches_by_size():
+    model = MLP(in_features=2, hidden=(4,), num_classes=3)
+    ds = blobs(50)
+    uneven = DataLoader(ds, batch_size=16)  # batches of 16, 16, 16 and 2
+    whole = DataLoader(ds, batch_size=50)
+    loss_mod, acc_mod = evaluate(model, uneven, loss_fn=torch.nn.CrossEntropyLoss())
+    loss_fn, acc_fn = evaluate(model, whole)
+    assert loss_mod == pytest.approx(loss_fn, rel=1e-5) and acc_mod == acc_fn
 
 
 def test_fit_rejects_zero_epochs_and_empty_loaders():

@@ -11,12 +11,14 @@ checker, along with wrong answers that must fail.
 
 from __future__ import annotations
 
+import inspect
 import pkgutil
 import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
+from pathlib import Path
 
 __all__ = ["EXERCISES", "Exercise", "ExerciseResult", "check", "exercise", "solution"]
 
@@ -84,6 +86,43 @@ def _get(name: str) -> Exercise:
     return EXERCISES[name]
 
 
+def _learner_frames(exc: BaseException) -> list[traceback.FrameSummary]:
+    """Traceback frames outside installed libraries and outside this package."""
+    here = str(Path(__file__).resolve().parent)
+    return [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if "site-packages" not in f.filename and not str(Path(f.filename).resolve()).startswith(here)
+    ]
+
+
+def _where(exc: BaseException) -> str:
+    frames = _learner_frames(exc)
+    return f" (in {frames[-1].name}, line {frames[-1].lineno})" if frames else ""
+
+
+def _defined_in(candidate) -> str | None:
+    """File (or notebook cell) where ``candidate`` was written, if it can be told."""
+    code = getattr(candidate, "__code__", None)
+    if code is None and isinstance(candidate, type):  # a class: look at its methods
+        code = next((v.__code__ for v in vars(candidate).values() if hasattr(v, "__code__")), None)
+    if code is not None:
+        return code.co_filename
+    try:
+        return inspect.getfile(candidate)
+    except (TypeError, OSError):
+        return None
+
+
+def _raised_by_learner(exc: NotImplementedError, candidate: Callable) -> bool:
+    """True when the NotImplementedError comes straight from the learner's own code (the stub)."""
+    last = traceback.extract_tb(exc.__traceback__)[-1].filename
+    defined_in = _defined_in(candidate)
+    if defined_in is None:
+        return "site-packages" not in last
+    return last == defined_in or Path(last).resolve() == Path(defined_in).resolve()
+
+
 def check(name: str, candidate: Callable, *, show: bool = True) -> ExerciseResult:
     """Check a learner's answer to exercise ``name``.
 
@@ -94,6 +133,11 @@ def check(name: str, candidate: Callable, *, show: bool = True) -> ExerciseResul
 
     Returns:
         An :class:`ExerciseResult`; it never raises for a wrong answer.
+        In a notebook write ``result = check(...)``: the line is printed
+        already, so a bare call would show it twice.
+
+    A ``NotImplementedError`` raised by the learner's own code (the stub)
+    means "not attempted"; one raised inside a library counts as a failure.
 
     Raises:
         KeyError: ``name`` is not a known exercise.
@@ -102,15 +146,15 @@ def check(name: str, candidate: Callable, *, show: bool = True) -> ExerciseResul
     try:
         ex.test(candidate)
         result = ExerciseResult(name, "passed", "well done.")
-    except NotImplementedError:
-        result = ExerciseResult(name, "not attempted", f"not attempted yet. Task: {ex.task}")
+    except NotImplementedError as exc:
+        if _raised_by_learner(exc, candidate):
+            result = ExerciseResult(name, "not attempted", f"not attempted yet. Task: {ex.task}")
+        else:  # e.g. an operator this device does not implement
+            result = ExerciseResult(name, "failed", f"your code hit NotImplementedError inside a library: {exc}{_where(exc)}")
     except AssertionError as exc:
         result = ExerciseResult(name, "failed", f"not quite. Hint: {exc}")
     except Exception as exc:  # the learner's code crashed: show where
-        frame = traceback.extract_tb(exc.__traceback__)[-1]
-        result = ExerciseResult(
-            name, "failed", f"your code raised {type(exc).__name__}: {exc} (line {frame.lineno} of {frame.name})"
-        )
+        result = ExerciseResult(name, "failed", f"your code raised {type(exc).__name__}: {exc}{_where(exc)}")
     if show:
         print(result)
     return result

@@ -131,9 +131,41 @@ def _compare(got, want, where: str, device: torch.device) -> None:
         for i, (g, w) in enumerate(zip(got, want)):
             _compare(g, w, f"{where}[{i}]", device)
         return
+    got_text = repr(got) if type(got) is type(want) else f"a {type(got).__name__}"
     assert got is want, (
-        f"{where} is {want!r}, not a tensor, and should come back untouched (the same object), got {got!r}."
+        f"{where} is {want!r}, not a tensor, and should come back untouched (the same object), got {got_text}. "
+        "Return anything that is not a tensor, dict, list or tuple as it is (a str is a sequence too: "
+        "do not loop over it)."
     )
+
+
+def _snapshot(obj):
+    """The same nesting of new containers around the very same leaves."""
+    if isinstance(obj, dict):
+        return {key: _snapshot(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_snapshot(item) for item in obj)
+    return obj
+
+
+def _unchanged(now, before, where: str) -> None:
+    """Raise if the learner's function modified its input ``before`` in place."""
+    hint = (
+        f"your function changed its input in place ({where}): build and return new containers "
+        "instead, because the caller may still need the CPU batch."
+    )
+    if isinstance(before, dict):
+        assert isinstance(now, dict) and list(now) == list(before), hint
+        for key in before:
+            _unchanged(now[key], before[key], f"{where}[{key!r}]")
+    elif isinstance(before, (list, tuple)):
+        assert type(now) is type(before) and len(now) == len(before), hint
+        for i, (n, b) in enumerate(zip(now, before)):
+            _unchanged(n, b, f"{where}[{i}]")
+    else:
+        assert now is before, hint
+        if isinstance(before, torch.Tensor):
+            assert before.device.type == "cpu", hint
 
 
 @exercise(
@@ -148,17 +180,12 @@ def _test_to_device(to_device: Callable) -> None:
     meta = torch.device("meta")
     single = torch.arange(3)
     moved = to_device(single, meta)
-    _compare(moved, single, "to_device(tensor)", meta)
+    assert moved is not None, "to_device returned None: return the moved tensor or batch."
+    _compare(moved, single, "to_device(tensor, device)", meta)
 
     batch = _example_batch()
-    originals = {"image": batch["image"], "extras": list(batch["extras"])}
+    before = _snapshot(batch)
     result = to_device(batch, meta)
     assert result is not None, "to_device returned None: return the moved batch."
-    _compare(result, _example_batch(), "batch", meta)
-    assert batch["image"] is originals["image"] and batch["image"].device.type == "cpu", (
-        "the input batch was changed in place: build and return new containers instead "
-        "(the caller may still need the CPU batch)."
-    )
-    assert batch["extras"] == originals["extras"] or all(
-        a is b for a, b in zip(batch["extras"], originals["extras"])
-    ), "the input list batch['extras'] was changed in place: build a new list."
+    _compare(result, before, "batch", meta)
+    _unchanged(batch, before, "batch")
