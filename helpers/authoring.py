@@ -66,7 +66,13 @@ def build(py: Path, timeout: int = 1200) -> float:
     nb.metadata["language_info"] = {"name": "python"}
     nb.metadata["jupytext"] = {"formats": "ipynb,py:percent"}
     start = time.perf_counter()
-    NotebookClient(nb, kernel_name=KERNEL_NAME, timeout=timeout, resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    NotebookClient(
+        nb,
+        kernel_name=KERNEL_NAME,
+        timeout=timeout,
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],
+    ).execute()
     seconds = time.perf_counter() - start
     noisy = []
     for i, cell in enumerate(nb.cells):

@@ -86,11 +86,25 @@ def run_chapter(stem: str, *, smoke: bool = False, out_dir: Path | None = None, 
         A :class:`ChapterResult`; ``status`` is ``"OK"`` only if the notebook
         ran every code cell without error and reached ``report.finish()``.
     """
+    meta = chapters()[stem]
+    return run_notebook(
+        NOTEBOOKS / f"{stem}.ipynb",
+        title=meta["title"],
+        parameters=meta["smoke"] if smoke else {},
+        out_dir=out_dir or build_dir() / "executed",
+        timeout=timeout,
+    )
+
+
+def run_notebook(notebook: Path, *, title: str, parameters: dict, out_dir: Path, timeout: int = 1800) -> ChapterResult:
+    """Execute one notebook (cwd ``notebooks/``) into ``out_dir`` and judge the run; see :func:`run_chapter`.
+
+    The notebook's stem is the chapter name its ``ChapterReport`` must use.
+    """
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
-    meta = chapters()[stem]
-    out_dir = out_dir or build_dir() / "executed"
+    stem = notebook.stem
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / f"{stem}.ipynb"
     figures_path(stem).unlink(missing_ok=True)  # a stale record must not pass for this run
@@ -98,17 +112,20 @@ def run_chapter(stem: str, *, smoke: bool = False, out_dir: Path | None = None, 
     start = time.perf_counter()
     try:
         pm.execute_notebook(
-            str(NOTEBOOKS / f"{stem}.ipynb"),
+            str(notebook),
             str(output),
-            parameters=meta["smoke"] if smoke else {},
+            parameters=parameters,
             kernel_name=KERNEL_NAME,
             cwd=str(NOTEBOOKS),
             progress_bar=False,
             log_output=False,
             execution_timeout=timeout,
+            # keeps the kernel's start-up notice off the progress lines
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],
         )
     except PapermillExecutionError as exc:
-        error = f"cell [{exc.exec_count}] raised {exc.ename}: {exc.evalue}"
+        first_line = next((ln for ln in (exc.source or "").splitlines() if ln.strip()), "")
+        error = f"cell [{exc.exec_count}] raised {exc.ename}: {exc.evalue} (cell starts: {first_line[:60]!r})"
     except Exception as exc:  # kernel died, timeout, missing kernel ...
         error = f"{type(exc).__name__}: {exc}"
     seconds = time.perf_counter() - start
@@ -122,7 +139,7 @@ def run_chapter(stem: str, *, smoke: bool = False, out_dir: Path | None = None, 
             error = "the notebook never reached report.finish() (did it really run?)"
     return ChapterResult(
         chapter=stem,
-        title=meta["title"],
+        title=title,
         status="FAILED" if error else "OK",
         seconds=round(seconds, 1),
         figures=record.get("figures", {}),

@@ -28,3 +28,36 @@ def test_notebook_runs_with_smoke_parameters(stem, tmp_path, monkeypatch):
     result = run_chapter(stem, smoke=True, out_dir=tmp_path)
     assert result.status == "OK", result.error
     assert result.figures, f"{stem} recorded no headline figure"
+
+
+def _notebook(path, *cells):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "pytorch-course", "language": "python", "display_name": "course"}
+    nb.cells = [nbformat.v4.new_code_cell("N = 1", metadata={"tags": ["parameters"]})]
+    nb.cells += [nbformat.v4.new_code_cell(src) for src in cells]
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "cells, expected",
+    [
+        (("from helpers.report import ChapterReport", "r = ChapterReport('98_probe')", "r.record('n', N)", "r.finish()"), None),
+        (("from helpers.report import ChapterReport", "r = ChapterReport('98_probe')", "raise ValueError('boom')", "r.finish()"), "cell [5] raised ValueError: boom (cell starts: \"raise ValueError('boom')\")"),
+        (("from helpers.report import ChapterReport", "r = ChapterReport('98_probe')", "r.record('n', N)"), "never reached report.finish()"),
+    ],
+    ids=["ok", "error-names-the-cell", "did-not-finish"],  # [5]: 2 parameter cells, then 3 more
+)
+def test_runner_judges_a_run(tmp_path, monkeypatch, cells, expected):
+    from helpers.runner import run_notebook
+
+    monkeypatch.setenv("COURSE_BUILD_DIR", str(tmp_path / "build"))
+    result = run_notebook(_notebook(tmp_path / "98_probe.ipynb", *cells), title="probe", parameters={"N": 7}, out_dir=tmp_path / "out")
+    if expected is None:
+        assert result.status == "OK", result.error
+        assert result.figures == {"n": {"value": 7, "unit": ""}}, "the injected parameter must reach the notebook"
+    else:
+        assert result.status == "FAILED" and expected in result.error
