@@ -32,6 +32,7 @@ import argparse
 import gzip
 import hashlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -54,6 +55,11 @@ __all__ = [
     "md5sum",
     "mnist",
     "status",
+    "CIFAR10_CLASSES",
+    "CifarBatches",
+    "cifar10",
+    "resnet_cifar_checkpoint",
+    "tiny_shakespeare",
 ]
 
 
@@ -98,6 +104,9 @@ class DatasetSpec:
     #: Fetches the files into a given data folder, or ``None`` to fetch each
     #: :attr:`FileSpec.url` directly.
     download: Callable[[Path], None] | None = field(default=None, compare=False)
+    #: True when the course works without it (something else stands in,
+    #: e.g. the CIFAR-10 subset for the full set).
+    optional: bool = False
 
 
 # --------------------------------------------------------------------------
@@ -215,6 +224,17 @@ _RESNET_MD5 = {
 # Published by Yerlan Idelbayev (BSD-2-Clause), github.com/akamaster/pytorch_resnet_cifar10.
 _RESNET_URL = "https://github.com/akamaster/pytorch_resnet_cifar10/raw/master/pretrained_models/"
 
+# torchvision 0.29's CIFAR10.train_list / test_list / meta.
+_CIFAR_FULL_MD5 = {
+    "batches.meta": "5ff9c542aee3614f3951f8cda6e48888",
+    "data_batch_1": "c99cafc152244af753f735de768cd75f",
+    "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+    "data_batch_4": "634d18415352ddfa80567beed471001a",
+    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+    "test_batch": "40351d587109b95175f43aff81a1287e",
+}
+
 REGISTRY: dict[str, DatasetSpec] = {
     spec.name: spec
     for spec in (
@@ -245,6 +265,16 @@ REGISTRY: dict[str, DatasetSpec] = {
                 },
             ),
             _torchvision_download("FashionMNIST"),
+        ),
+        DatasetSpec(
+            "cifar10",
+            "CIFAR-10, full: 50,000 train + 10,000 test images, 32x32 RGB (170 MB download)",
+            tuple(
+                FileSpec(path=f"cifar-10-batches-py/{name}", md5=md5, mirror=f"cifar-10-batches-py/{name}")
+                for name, md5 in _CIFAR_FULL_MD5.items()
+            ),
+            _torchvision_download("CIFAR10"),
+            optional=True,
         ),
         DatasetSpec(
             "cifar10-subset",
@@ -432,6 +462,119 @@ def fashion_mnist(train: bool = True, transform=None, target_transform=None):
     return FashionMNIST(str(root), train=train, transform=transform, target_transform=target_transform)
 
 
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
+
+class CifarBatches:
+    """CIFAR-10 read from its python pickle batches: a map-style dataset.
+
+    torchvision's ``CIFAR10`` insists on the md5s of the full set, so the
+    offline subset needs this small reader of the same layout: each batch
+    file is a pickled dict with ``data`` (uint8 ``[n, 3072]``, the red plane,
+    then green, then blue, each 32x32 row-major) and ``labels`` (n ints).
+
+    Attributes:
+        data: uint8 numpy array ``[N, 32, 32, 3]`` (HWC, like torchvision's).
+        targets: list of N ints in 0..9.
+        classes: the 10 class names.
+
+    Items are ``(PIL.Image RGB 32x32, int label)`` before ``transform``.
+
+    Raises:
+        FileNotFoundError: a batch file is missing.
+        ValueError: a batch does not have the expected layout.
+    """
+
+    def __init__(self, folder: Path, files: list[str], transform=None, target_transform=None) -> None:
+        import pickle
+
+        import numpy as np
+
+        arrays, labels = [], []
+        for name in files:
+            with open(folder / name, "rb") as fh:
+                batch = pickle.load(fh, encoding="latin1")  # md5-checked before we get here
+            data = np.asarray(batch["data"], dtype=np.uint8)
+            if data.ndim != 2 or data.shape[1] != 3072 or len(batch["labels"]) != len(data):
+                raise ValueError(f"{name}: expected data [n, 3072] and n labels, got {data.shape} and {len(batch['labels'])}")
+            arrays.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+            labels.extend(int(v) for v in batch["labels"])
+        self.data = np.concatenate(arrays)
+        self.targets = labels
+        self.classes = list(CIFAR10_CLASSES)
+        self.transform = transform
+        self.target_transform = target_transform
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int):
+        from PIL import Image
+
+        img, target = Image.fromarray(self.data[index]), self.targets[index]
+        if self.transform is not None:
+            img = self.transform(img)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return img, target
+
+    def __repr__(self) -> str:
+        return f"CifarBatches({len(self)} images, 32x32 RGB, 10 classes)"
+
+
+def cifar10(train: bool = True, transform=None, target_transform=None, *, allow_subset: bool = True):
+    """CIFAR-10: the full set where it is on disk or downloadable, else the offline subset.
+
+    Order: the full set in ``data/cifar-10-batches-py`` (md5-checked); a
+    download of the full set (skipped when ``COURSE_OFFLINE=1``); the mirror's
+    subset (4,000 train / 1,000 test images, Krizhevsky 2009 pixels). Full
+    data is never replaced by the subset.
+
+    Returns:
+        ``(dataset, which)``: a :class:`CifarBatches` and ``"full"`` or ``"subset"``.
+
+    Raises:
+        DataUnavailableError: neither the full set nor the subset is available
+            (or the full set is not and ``allow_subset`` is False).
+    """
+    try:
+        root = ensure("cifar10")
+        which, folder = "full", root / "cifar-10-batches-py"
+    except DataUnavailableError:
+        if not allow_subset:
+            raise
+        root = ensure("cifar10-subset")
+        which, folder = "subset", root / "CIFAR10-subset" / "cifar-10-batches-py"
+    files = [f"data_batch_{i}" for i in range(1, 6)] if train else ["test_batch"]
+    return CifarBatches(folder, files, transform, target_transform), which
+
+
+def resnet_cifar_checkpoint(depth: int = 20) -> Path:
+    """Path of the published ResNet-``depth`` CIFAR-10 weights (depth 20, 32, 44 or 56).
+
+    The file (Idelbayev, BSD-2-Clause; see ``shared/datasets/MANIFEST.md``)
+    is a dict with ``state_dict`` (keys prefixed ``module.``) and
+    ``best_prec1``; load it with ``torch.load(path, weights_only=True)``.
+
+    Raises:
+        ValueError: another depth.
+        DataUnavailableError: see :func:`ensure`.
+    """
+    names = {int(re.match(r"resnet(\d+)-", Path(f.path).name).group(1)): f.path for f in REGISTRY["resnet-cifar10"].files}
+    if depth not in names:
+        raise ValueError(f"no published weights for ResNet-{depth}; choose one of {sorted(names)}")
+    return ensure("resnet-cifar10") / names[depth]
+
+
+def tiny_shakespeare() -> str:
+    """The Tiny Shakespeare text (1,115,394 characters, md5-checked) as one string.
+
+    Raises:
+        DataUnavailableError: see :func:`ensure`.
+    """
+    return (ensure("tinyshakespeare") / "text" / "tinyshakespeare.txt").read_text(encoding="utf-8")
+
+
 # --------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------
@@ -456,9 +599,15 @@ def main(argv: list[str] | None = None) -> int:
         try:
             root = ensure(name, quiet=False)
             print(f"{name}: ok ({rel(root)})")
-        except (DataUnavailableError, KeyError) as exc:
+        except DataUnavailableError as exc:
+            if REGISTRY[name].optional:
+                print(f"{name}: skipped (optional; {REGISTRY[name].description})")
+                continue
             failed += 1
             print(f"{name}: FAILED\n{exc}", file=sys.stderr)
+        except KeyError as exc:
+            failed += 1
+            print(f"{name}: FAILED: {exc}", file=sys.stderr)
     return 1 if failed else 0
 
 

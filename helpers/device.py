@@ -268,6 +268,8 @@ def doctor(datasets: tuple[str, ...] | None = None, min_free_gb: float = 2.0) ->
             "run `make data` with a network, or set COURSE_DATA_MIRROR to the course mirror"
             + ("" if mirror is None else " (the one set lacks this dataset)")
         )
+        if status != "ok" and data.REGISTRY[name].optional:
+            status, fix = "info", "nothing needed (optional; a stand-in is used); `make data` with a network fetches it"
         checks.append(Check(f"data: {name}", status, detail, fix))
     return DoctorReport(checks)
 

@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import torch
 
 from helpers import data
 from helpers.paths import data_dir
@@ -142,3 +143,41 @@ def test_real_mnist_family_from_the_shared_mirror(isolated_dirs, monkeypatch, na
     # every produced file matches the manifest
     for f in data.REGISTRY[name].files:
         assert data.md5sum(data_dir() / f.path) == f.md5
+
+
+@pytest.mark.skipif(shared_mirror() is None, reason="the course mirror ../shared/datasets is not beside this checkout")
+def test_cifar_falls_back_to_the_subset_offline(isolated_dirs, monkeypatch):
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(shared_mirror()))
+    train, which = data.cifar10(train=True)
+    test, _ = data.cifar10(train=False)
+    assert which == "subset"
+    assert len(train) == 4000 and len(test) == 1000
+    assert train.data.shape == (4000, 32, 32, 3) and train.data.dtype.name == "uint8"
+    img, label = test[0]
+    assert img.size == (32, 32) and img.mode == "RGB" and 0 <= label < 10
+    counts = torch.bincount(torch.tensor(train.targets), minlength=10)
+    assert counts.min() > 300, "the subset's classes are roughly balanced"
+    with pytest.raises(data.DataUnavailableError):
+        data.cifar10(allow_subset=False)
+
+
+def test_cifar_reader_decodes_channel_planes(tmp_path):
+    import pickle
+
+    import numpy as np
+
+    img = np.zeros((2, 3, 32, 32), dtype=np.uint8)
+    img[0, 0] = 255  # first image pure red
+    img[1, 2] = 255  # second pure blue
+    with open(tmp_path / "b", "wb") as fh:
+        pickle.dump({"data": img.reshape(2, 3072), "labels": [3, 7]}, fh)
+    ds = data.CifarBatches(tmp_path, ["b"])
+    assert ds[0][0].getpixel((5, 5)) == (255, 0, 0) and ds[1][0].getpixel((0, 31)) == (0, 0, 255)
+    assert ds.targets == [3, 7]
+
+
+@pytest.mark.skipif(shared_mirror() is None, reason="needs the course mirror")
+def test_tiny_shakespeare(isolated_dirs, monkeypatch):
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(shared_mirror()))
+    text = data.tiny_shakespeare()
+    assert len(text) == 1_115_394 and text.startswith("First Citizen:")

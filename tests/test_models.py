@@ -1,0 +1,124 @@
+"""helpers.models: shapes, the strict ResNet weight load, the attention module against PyTorch's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from helpers.models import (
+    CharVocab,
+    DecoderLM,
+    MultiHeadSelfAttention,
+    ResNetCIFAR,
+    RNNForecaster,
+    TransformerBlock,
+    VGGNet,
+    count_parameters,
+    load_resnet_cifar,
+    sinusoidal_positional_encoding,
+)
+
+from .conftest import shared_mirror
+
+
+def test_vgg_shapes():
+    assert VGGNet()(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+    assert VGGNet(widths=(8, 16), num_classes=4)(torch.zeros(1, 3, 32, 32)).shape == (1, 4)
+
+
+@pytest.mark.parametrize("depth, params", [(20, 269_722), (56, 853_018)])
+def test_resnet_cifar_has_the_published_size(depth, params):
+    # He et al. 2016, table 6: ResNet-20 0.27M, ResNet-56 0.85M parameters
+    model = ResNetCIFAR(depth)
+    assert count_parameters(model) == params
+    assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_resnet_rejects_bad_depth():
+    with pytest.raises(ValueError, match="6n \\+ 2"):
+        ResNetCIFAR(21)
+
+
+@pytest.mark.skipif(shared_mirror() is None, reason="needs the course mirror for the weights")
+def test_published_weights_load_strictly(isolated_dirs, monkeypatch):
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(shared_mirror()))
+    model = load_resnet_cifar(20)
+    assert not model.training
+    # a model with one layer renamed must be refused by the strict load
+    bad = ResNetCIFAR(20)
+    bad.fc = bad.linear
+    del bad.linear
+    state = {k: v for k, v in model.state_dict().items()}
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        bad.load_state_dict(state, strict=True)
+    with pytest.raises(ValueError, match="ResNet-21"):
+        load_resnet_cifar(21)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_rnn_forecaster(cell):
+    model = RNNForecaster(cell, hidden_size=8, horizon=3)
+    assert model(torch.zeros(5, 12, 1)).shape == (5, 3)
+    with pytest.raises(ValueError, match="lstm"):
+        RNNForecaster("rnn2")
+
+
+def test_attention_matches_pytorch_multihead_attention():
+    torch.manual_seed(0)
+    d, h, T = 32, 4, 7
+    mine = MultiHeadSelfAttention(d, h)
+    ref = nn.MultiheadAttention(d, h, batch_first=True)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(mine.qkv.weight)
+        ref.in_proj_bias.copy_(mine.qkv.bias)
+        ref.out_proj.weight.copy_(mine.out.weight)
+        ref.out_proj.bias.copy_(mine.out.bias)
+    x = torch.randn(3, T, d)
+    pad = torch.zeros(3, T, dtype=torch.bool)
+    pad[1, -2:] = True
+    causal = nn.Transformer.generate_square_subsequent_mask(T, dtype=torch.bool)
+    torch.testing.assert_close(mine(x), ref(x, x, x, need_weights=False)[0])
+    torch.testing.assert_close(mine(x, causal=True), ref(x, x, x, attn_mask=causal, need_weights=False)[0])
+    torch.testing.assert_close(
+        mine(x, causal=True, key_padding_mask=pad),
+        ref(x, x, x, attn_mask=causal, key_padding_mask=pad, need_weights=False)[0],
+    )
+
+
+def test_transformer_block_and_decoder_shapes():
+    assert TransformerBlock(16, 2)(torch.randn(2, 5, 16)).shape == (2, 5, 16)
+    lm = DecoderLM(vocab_size=11, block_size=8, d_model=16, n_heads=2, n_layers=2)
+    assert lm(torch.zeros(3, 8, dtype=torch.long)).shape == (3, 8, 11)
+    out = lm.generate(torch.zeros(1, 2, dtype=torch.long), 10, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (1, 12) and out.max() < 11
+    with pytest.raises(ValueError, match="block_size"):
+        lm(torch.zeros(1, 9, dtype=torch.long))
+
+
+def test_decoder_is_causal():
+    torch.manual_seed(0)
+    lm = DecoderLM(vocab_size=7, block_size=6, d_model=16, n_heads=2, n_layers=1, dropout=0.0).eval()
+    a = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    b = a.clone()
+    b[0, -1] = 0  # changing the last token must not change earlier positions' logits
+    torch.testing.assert_close(lm(a)[:, :-1], lm(b)[:, :-1])
+
+
+def test_positional_encoding_values():
+    pe = sinusoidal_positional_encoding(50, 16)
+    assert pe.shape == (50, 16)
+    torch.testing.assert_close(pe[0, 0::2], torch.zeros(8))
+    torch.testing.assert_close(pe[0, 1::2], torch.ones(8))
+    assert pe[3, 0].item() == pytest.approx(torch.sin(torch.tensor(3.0)).item())
+    with pytest.raises(ValueError):
+        sinusoidal_positional_encoding(4, 5)
+
+
+def test_char_vocab_round_trip():
+    vocab = CharVocab("hello world")
+    assert len(vocab) == 8 and vocab.decode(vocab.encode("low old")) == "low old"
+    with pytest.raises(ValueError, match="'z'"):
+        vocab.encode("zebra")
+    assert F.one_hot(vocab.encode("he"), len(vocab)).shape == (2, 8)
