@@ -35,13 +35,13 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import warnings
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .paths import data_dir, mirror_dir, rel
+from .paths import atomic_write, data_dir, mirror_dir, rel
 
 __all__ = [
     "ChecksumError",
@@ -130,25 +130,18 @@ def md5sum(path: Path | str, chunk_bytes: int = 1 << 20) -> str:
 def _write_atomically(dest: Path, fill: Callable[[Path], None], md5: str) -> None:
     """Write ``dest`` through a temporary sibling that must match ``md5`` first.
 
-    ``fill(tmp_path)`` writes the content. A reader never sees a partial file:
-    the temporary file is renamed over ``dest`` with :func:`os.replace` (atomic
-    on POSIX and Windows) only after its md5 matched.
+    ``fill(tmp_path)`` writes the content; see :func:`helpers.paths.atomic_write`.
 
     Raises:
         ChecksumError: the written content has the wrong md5 (``dest`` is untouched).
     """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        fill(tmp)
+
+    def verify(tmp: Path) -> None:
         got = md5sum(tmp)
         if got != md5:
             raise ChecksumError(f"{dest.name}: md5 {got}, expected {md5}")
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    atomic_write(dest, fill, verify)
 
 
 def _copy_from_mirror(src: Path, dest: Path, md5: str) -> None:
@@ -167,20 +160,30 @@ def _download_url(url: str, dest: Path, md5: str) -> None:
 
 
 def _is_valid(target: Path, spec: FileSpec) -> bool:
-    """True if ``target`` exists with the right md5; a corrupt file is warned about and deleted."""
+    """True if ``target`` exists with the right md5; a corrupt file is reported (and later replaced)."""
     if not target.is_file():
         return False
-    got = md5sum(target)
+    try:
+        got = md5sum(target)
+    except FileNotFoundError:  # another process is replacing it right now
+        return False
     if got == spec.md5:
         return True
     warnings.warn(
-        f"corrupt file {rel(target)}: md5 {got}, expected {spec.md5}; "
-        "deleting it and fetching a fresh copy",
+        f"corrupt file {rel(target)}: md5 {got}, expected {spec.md5}; fetching a fresh copy (it will not be used)",
         CorruptFileWarning,
-        stacklevel=3,
+        stacklevel=4,
     )
-    target.unlink()
     return False
+
+
+def _remove_if_corrupt(target: Path, spec: FileSpec) -> None:
+    """Delete ``target`` unless it is (by now) valid: a corrupt file must not linger to be used."""
+    try:
+        if target.is_file() and md5sum(target) != spec.md5:
+            target.unlink(missing_ok=True)
+    except OSError:  # read-only folder, or someone else removed it first
+        pass
 
 
 # --------------------------------------------------------------------------
@@ -365,7 +368,10 @@ def ensure(name: str, *, quiet: bool = True) -> Path:
         notes.append("mirror: COURSE_DATA_MIRROR is not set")
     else:
         still = []
-        for f in missing:
+        if not mirror.is_dir():
+            notes.append(f"mirror {mirror}: no such folder")
+            still = missing
+        for f in missing if mirror.is_dir() else []:
             src = mirror / f.mirror
             try:
                 if not src.is_file():
@@ -373,9 +379,13 @@ def ensure(name: str, *, quiet: bool = True) -> Path:
                 _copy_from_mirror(src, root / f.path, f.md5)
                 if not quiet:
                     print(f"copied {f.mirror} from the mirror")
-            except (OSError, ChecksumError, EOFError) as exc:
+            except (ChecksumError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
                 still.append(f)
-                notes.append(f"mirror {mirror}: {exc}")
+                notes.append(f"mirror {mirror}: {f.mirror} is corrupt ({exc})")
+            except OSError as exc:  # unreadable mirror, or data/ not writable
+                still.append(f)
+                where = "data folder" if str(root) in str(getattr(exc, "filename", "") or "") else f"mirror {mirror}"
+                notes.append(f"{where}: {f.mirror}: {exc.strerror or exc}")
         missing = still
         if not missing:
             return root
@@ -384,6 +394,8 @@ def ensure(name: str, *, quiet: bool = True) -> Path:
         notes.append("download: skipped because COURSE_OFFLINE=1")
     else:
         try:
+            for f in missing:  # a downloader may trust any file that is present
+                _remove_if_corrupt(root / f.path, f)
             if spec.download is not None:
                 spec.download(root)
             else:
@@ -400,14 +412,24 @@ def ensure(name: str, *, quiet: bool = True) -> Path:
         except Exception as exc:  # network errors come in many types
             notes.append(f"download: failed ({type(exc).__name__}: {exc})")
 
-    looked = "\n".join(f"  - {n}" for n in notes)
+    for f in missing:
+        _remove_if_corrupt(root / f.path, f)
+    looked = "\n".join(f"  - {n}" for n in dict.fromkeys(notes))
+    mirror_fix = (
+        "point COURSE_DATA_MIRROR at a copy of the course mirror, e.g.\n"
+        "     `export COURSE_DATA_MIRROR=../shared/datasets`, then re-run."
+    )
+    if spec.download is not None or all(f.url for f in spec.files):
+        fixes = (
+            "How to fix (either one):\n"
+            "  1. with a network, run `make data` once (it downloads every dataset into data/);\n"
+            f"  2. offline, {mirror_fix}"
+        )
+    else:
+        fixes = f"How to fix: this dataset comes only from the course mirror:\n  {mirror_fix}"
     raise DataUnavailableError(
         f"Dataset {spec.name!r} ({spec.description}) is not available.\n"
-        f"Looked in:\n{looked}\n"
-        "How to fix (either one):\n"
-        "  1. with a network, run `make data` once (it downloads every dataset into data/);\n"
-        "  2. offline, point COURSE_DATA_MIRROR at a copy of the course mirror, e.g.\n"
-        "     `export COURSE_DATA_MIRROR=../shared/datasets`, then re-run."
+        f"Looked in:\n{looked}\n{fixes}"
     )
 
 
@@ -525,10 +547,12 @@ class CifarBatches:
 def cifar10(train: bool = True, transform=None, target_transform=None, *, allow_subset: bool = True):
     """CIFAR-10: the full set where it is on disk or downloadable, else the offline subset.
 
-    Order: the full set in ``data/cifar-10-batches-py`` (md5-checked); a
-    download of the full set (skipped when ``COURSE_OFFLINE=1``); the mirror's
-    subset (4,000 train / 1,000 test images, Krizhevsky 2009 pixels). Full
-    data is never replaced by the subset.
+    Order: the full set in ``data/cifar-10-batches-py`` (md5-checked); the
+    offline subset (4,000 train / 1,000 test images, Krizhevsky 2009 pixels)
+    when it is in ``data/`` or the mirror, since a mirror means "work
+    offline"; otherwise a download of the full set (skipped when
+    ``COURSE_OFFLINE=1``), falling back to the subset. ``make data`` with a
+    network fetches the full set. Full data is never replaced by the subset.
 
     Returns:
         ``(dataset, which)``: a :class:`CifarBatches` and ``"full"`` or ``"subset"``.
@@ -537,7 +561,15 @@ def cifar10(train: bool = True, transform=None, target_transform=None, *, allow_
         DataUnavailableError: neither the full set nor the subset is available
             (or the full set is not and ``allow_subset`` is False).
     """
+    full = REGISTRY["cifar10"]
+    full_on_disk = all((data_dir() / f.path).is_file() for f in full.files)
+    # A mirror (or a subset already in data/) means "work offline": do not wait on a 170 MB download.
+    offline_source = status("cifar10-subset") in ("ready", "mirror")
     try:
+        if not full_on_disk and (offline_source or not allow_subset):
+            if not allow_subset:
+                ensure("cifar10")  # raises if it cannot be had
+            raise DataUnavailableError("full CIFAR-10 not on disk; using the offline subset")
         root = ensure("cifar10")
         which, folder = "full", root / "cifar-10-batches-py"
     except DataUnavailableError:

@@ -37,7 +37,7 @@ def pick_device(prefer: str | None = None) -> torch.device:
         RuntimeError: the requested device is not available on this machine
             (the message says what is available instead).
     """
-    wanted = prefer or os.environ.get("COURSE_DEVICE", "").strip() or None
+    wanted = prefer if prefer is not None else (os.environ.get("COURSE_DEVICE", "").strip() or None)
     if wanted is None:
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -46,7 +46,7 @@ def pick_device(prefer: str | None = None) -> torch.device:
         return torch.device("cpu")
     try:
         device = torch.device(wanted)
-    except RuntimeError as exc:
+    except (RuntimeError, TypeError) as exc:
         raise ValueError(f"{wanted!r} is not a device name; use 'cpu', 'cuda', 'cuda:0' or 'mps'") from exc
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -77,8 +77,8 @@ def seed_everything(seed: int = 0) -> torch.Generator:
     Bit-identical results across runs also need deterministic kernels
     (``torch.use_deterministic_algorithms(True)``, chapter 15).
     """
-    if seed < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an int in [0, 2**63), got {seed!r}")
     random.seed(seed)
     try:
         import numpy as np
@@ -246,7 +246,9 @@ def doctor(datasets: tuple[str, ...] | None = None, min_free_gb: float = 2.0) ->
     )
 
     folder = data_dir()
-    probe = folder if folder.exists() else folder.parent
+    probe = folder
+    while not probe.exists() and probe != probe.parent:  # data/ may not exist yet
+        probe = probe.parent
     free_gb = shutil.disk_usage(probe).free / 1e9
     checks.append(
         Check("disk", "ok", f"{free_gb:.1f} GB free for data/ and build/")

@@ -7,6 +7,8 @@ Every path the notebooks write to comes from here, so a run only touches
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 #: The course checkout (the folder holding ``pyproject.toml``). ``helpers`` is
@@ -47,3 +49,43 @@ def rel(path: Path | str) -> str:
         return str(path.relative_to(ROOT))
     except ValueError:
         return str(path)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(dest: Path, fill: Callable[[Path], None], verify: Callable[[Path], None] | None = None) -> None:
+    """Create or replace ``dest`` so that no reader ever sees a partial file.
+
+    ``fill(tmp)`` writes the content into a temporary sibling of ``dest``;
+    ``verify(tmp)``, if given, may raise to reject it. Only then is the
+    temporary file renamed over ``dest`` with :func:`os.replace`, which is
+    atomic on POSIX and Windows. The temporary file is removed on any error
+    (including Ctrl-C), and gets the usual permissions (0666 minus the umask),
+    not ``mkstemp``'s private 0600, so a shared data folder stays readable.
+
+    Raises:
+        OSError: the folder is not writable, the disk is full, ...
+        Whatever ``fill`` or ``verify`` raise (``dest`` is then untouched).
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())
+        fill(tmp)
+        if verify is not None:
+            verify(tmp)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_text(dest: Path, text: str) -> None:
+    """:func:`atomic_write` for UTF-8 text."""
+    atomic_write(dest, lambda tmp: tmp.write_text(text, encoding="utf-8"))

@@ -11,12 +11,10 @@ measured, and tell a notebook that really finished from one that stopped early.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 
-from .paths import build_dir
+from .paths import atomic_write_text, build_dir
 
 __all__ = ["ChapterReport", "figures_path", "read_figures"]
 
@@ -27,14 +25,7 @@ def figures_path(chapter: str) -> Path:
 
 
 def _write_json_atomically(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh, indent=2)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    atomic_write_text(path, json.dumps(payload, indent=2))
 
 
 class ChapterReport:

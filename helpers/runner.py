@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,7 +29,7 @@ import nbformat
 import yaml
 
 from .authoring import KERNEL_NAME, NOTEBOOKS
-from .paths import build_dir, rel
+from .paths import atomic_write_text, build_dir, rel
 from .report import figures_path, read_figures
 
 CHAPTERS_FILE = NOTEBOOKS / "chapters.yaml"
@@ -134,7 +132,7 @@ def run_notebook(notebook: Path, *, title: str, parameters: dict, out_dir: Path,
     if not error:
         skipped = unexecuted_cells(output)
         if skipped:
-            error = f"{len(skipped)} code cells did not run (first: cell {skipped[0]})"
+            error = f"{len(skipped)} code cells did not run (first: cell {skipped[0] + 1} of the notebook; did one stop the kernel, e.g. with exit()?)"
         elif not record.get("complete"):
             error = "the notebook never reached report.finish() (did it really run?)"
     return ChapterResult(
@@ -167,14 +165,12 @@ def write_report(results: list[ChapterResult], folder: Path, *, smoke: bool = Fa
     ]
     for r in results:
         figs = _format_figures(r.figures) or "-"
-        status = r.status if r.status == "OK" else f"**FAILED**: {r.error}"
+        error = " ".join(r.error.split()).replace("|", "\\|")  # one table row, whatever the message
+        status = r.status if r.status == "OK" else f"**FAILED**: {error}"
         lines.append(f"| {r.chapter} | {r.title} | {status} | {r.seconds:.1f} | {figs} |")
     payload = {"smoke": smoke, "total_seconds": round(total, 1), "chapters": [asdict(r) for r in results]}
-    for name, text in (("report.md", "\n".join(lines) + "\n"), ("report.json", json.dumps(payload, indent=2))):
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, folder / name)
+    atomic_write_text(folder / "report.md", "\n".join(lines) + "\n")
+    atomic_write_text(folder / "report.json", json.dumps(payload, indent=2))
     return folder / "report.md"
 
 

@@ -107,6 +107,8 @@ def predict(model: nn.Module, loader: Iterable, device: torch.device | str = "cp
     for x, y in loader:
         preds.append(model(x.to(device)).argmax(dim=1).cpu())
         targets.append(y.cpu())
+    if not preds:
+        raise ValueError("the loader yielded no batches (is the dataset empty?)")
     return torch.cat(preds), torch.cat(targets)
 
 
@@ -154,7 +156,8 @@ def fit(
 ) -> History:
     """Train for ``epochs`` epochs, evaluating on ``val_loader`` after each.
 
-    ``scheduler`` (optional) is stepped once per epoch, after the optimizer.
+    ``scheduler`` (optional) is stepped once per epoch, after the optimizer;
+    a ``ReduceLROnPlateau`` is stepped with the validation loss.
     ``log`` receives one line per epoch (``None`` for silence).
 
     Raises:
@@ -176,7 +179,11 @@ def fit(
             history.val_loss.append(vl)
             history.val_acc.append(va)
             line += f"  |  val loss {vl:.4f} acc {va:.2%}"
-        if scheduler is not None:
+        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            if val_loader is None:
+                raise ValueError("ReduceLROnPlateau needs a val_loader: it steps on the validation loss")
+            scheduler.step(history.val_loss[-1])
+        elif scheduler is not None:
             scheduler.step()
         history.seconds.append(time.perf_counter() - start)
         if log is not None:

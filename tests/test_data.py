@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,9 @@ def test_corrupt_mirror_file_is_rejected_and_not_written(toy_dataset, monkeypatc
     assert not list(data_dir().rglob("*.part"))
 
 
-def test_offline_error_names_dataset_places_and_fixes(toy_dataset):
+def test_offline_error_names_dataset_places_and_fixes(toy_dataset, monkeypatch):
+    spec, _, _ = toy_dataset
+    monkeypatch.setitem(data.REGISTRY, "toy", dataclasses.replace(spec, download=lambda root: None))
     with pytest.raises(data.DataUnavailableError) as info:
         data.ensure("toy")
     msg = str(info.value)
@@ -73,6 +76,43 @@ def test_offline_error_names_dataset_places_and_fixes(toy_dataset):
     assert "COURSE_DATA_MIRROR is not set" in msg
     assert "COURSE_OFFLINE=1" in msg
     assert "make data" in msg and "export COURSE_DATA_MIRROR" in msg
+
+
+def test_mirror_only_dataset_does_not_suggest_a_download(toy_dataset):
+    with pytest.raises(data.DataUnavailableError) as info:
+        data.ensure("toy")
+    assert "only from the course mirror" in str(info.value) and "make data" not in str(info.value)
+
+
+def test_corrupt_gzip_in_the_mirror_is_named_not_a_crash(toy_dataset, monkeypatch):
+    spec, mirror, _ = toy_dataset
+    gz = mirror / "toy" / "a.bin.gz"
+    blob = bytearray(gz.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF  # damage the deflate stream
+    gz.write_bytes(bytes(blob))
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(mirror))
+    with pytest.raises(data.DataUnavailableError, match=r"toy/a\.bin\.gz is corrupt"):
+        data.ensure("toy")
+    assert (data_dir() / "toy/b.txt").is_file(), "the good file is still copied"
+    assert not list(data_dir().rglob("*.part"))
+
+
+def test_missing_mirror_folder_is_said_once(toy_dataset, monkeypatch, tmp_path):
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(tmp_path / "nowhere"))
+    with pytest.raises(data.DataUnavailableError) as info:
+        data.ensure("toy")
+    assert str(info.value).count("no such folder") == 1
+
+
+def test_written_files_are_not_private(toy_dataset, monkeypatch):
+    spec, mirror, _ = toy_dataset
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(mirror))
+    old = os.umask(0o022)
+    try:
+        root = data.ensure("toy")
+    finally:
+        os.umask(old)
+    assert (root / "toy/a.bin").stat().st_mode & 0o777 == 0o644
 
 
 def test_download_is_the_last_resort(toy_dataset, monkeypatch):
@@ -159,6 +199,19 @@ def test_cifar_falls_back_to_the_subset_offline(isolated_dirs, monkeypatch):
     assert counts.min() > 300, "the subset's classes are roughly balanced"
     with pytest.raises(data.DataUnavailableError):
         data.cifar10(allow_subset=False)
+
+
+def test_cifar_with_a_mirror_never_tries_the_network(isolated_dirs, monkeypatch):
+    if shared_mirror() is None:
+        pytest.skip("needs the course mirror")
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(shared_mirror()))
+    monkeypatch.delenv("COURSE_OFFLINE")
+
+    def no_download(root):
+        raise AssertionError("the full CIFAR-10 download must not be attempted when the subset is at hand")
+
+    monkeypatch.setitem(data.REGISTRY, "cifar10", dataclasses.replace(data.REGISTRY["cifar10"], download=no_download))
+    assert data.cifar10(train=False)[1] == "subset"
 
 
 def test_cifar_reader_decodes_channel_planes(tmp_path):

@@ -51,9 +51,15 @@ def test_seeding_reproduces_python_and_torch_draws():
     assert torch.equal(torch.rand(2, generator=g), torch.rand(2, generator=torch.Generator().manual_seed(8)))
 
 
-def test_negative_seed_rejected():
-    with pytest.raises(ValueError, match=">= 0"):
-        seed_everything(-1)
+@pytest.mark.parametrize("bad", [-1, 2**63, True, 1.5])
+def test_bad_seed_rejected(bad):
+    with pytest.raises(ValueError, match=r"\[0, 2\*\*63\)"):
+        seed_everything(bad)
+
+
+def test_doctor_survives_a_data_folder_that_does_not_exist_yet(isolated_dirs, monkeypatch):
+    monkeypatch.setenv("COURSE_DATA_DIR", str(isolated_dirs / "no" / "such" / "deep" / "dir"))
+    assert any(c.name == "disk" and c.status == "ok" for c in doctor(datasets=()).checks)
 
 
 def test_doctor_passes_with_data_in_reach(isolated_dirs, monkeypatch):

@@ -91,3 +91,20 @@ def test_mlp_shapes_and_parameter_count():
         MLP(dropout=1.0)
     with pytest.raises(ValueError, match="positive"):
         MLP(hidden=(0,))
+
+
+def test_fit_steps_reduce_lr_on_plateau_with_the_validation_loss():
+    model = MLP(in_features=2, hidden=(4,), num_classes=3)
+    # the optimizer holds a dummy parameter, so the model (and its loss) never changes
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.5)
+    loader = DataLoader(blobs(32), batch_size=16)
+    fit(model, loader, loader, opt, epochs=3, scheduler=sched, log=None)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="val_loader"):
+        fit(model, loader, None, opt, epochs=1, scheduler=sched, log=None)
+
+
+def test_predict_on_an_empty_loader_is_a_clear_error():
+    with pytest.raises(ValueError, match="no batches"):
+        predict(MLP(in_features=2, hidden=(4,), num_classes=3), [])
