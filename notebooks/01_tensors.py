@@ -592,8 +592,8 @@ print(f"fix: torch.rand_like(labels, dtype=torch.float32).shape -> {tuple(torch.
 #
 # **Exercise 1: `pairwise_sq_dists`.** Given `a` of shape `[N, D]` (N points in D
 # dimensions) and `b` of shape `[M, D]`, return the `[N, M]` tensor whose entry
-# `[i, j]` is the squared Euclidean distance `((a[i] - b[j]) ** 2).sum()`. Use
-# broadcasting, no Python loops. Hint: which shapes must `a` and `b` take so that
+# `[i, j]` is the squared Euclidean distance `((a[i] - b[j]) ** 2).sum()`, in
+# the same dtype as the inputs. Use broadcasting, no Python loops. Hint: which shapes must `a` and `b` take so that
 # their difference has shape `[N, M, D]`? (This is the core of k-nearest-neighbours and k-means.)
 
 # %%

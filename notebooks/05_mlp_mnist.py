@@ -629,8 +629,9 @@ result = check("05.normalization_constants", normalization_constants)
 # correct predictions) and cells with a count of 0. When it passes, the cell
 # prints the five most common mistakes of the model we trained.
 # Hint: `cm.clone().fill_diagonal_(0)`, then `flatten()` and `sort()` or
-# `topk()`; an index `i` into the flattened matrix is row `i // 10`, column
-# `i % 10`.
+# `topk()`; in a `[C, C]` matrix (C = `cm.shape[0]`: 10 for MNIST, but the
+# checker also tries smaller ones) an index `i` into the flattened matrix is
+# row `i // C`, column `i % C`.
 
 
 # %%

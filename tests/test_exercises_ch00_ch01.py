@@ -58,6 +58,16 @@ def _does_nothing(seed):
     pass
 
 
+def _drops_the_last_digits(seed):
+    torch.manual_seed(seed // 100)  # 123 and 124 (and 0, 1, 7) share a stream
+    random.seed(seed)
+
+
+def _python_side_by_parity(seed):
+    torch.manual_seed(seed)
+    random.seed(seed % 2)
+
+
 @pytest.mark.parametrize(
     ("wrong", "fragment"),
     [
@@ -65,10 +75,20 @@ def _does_nothing(seed):
         (_seeds_random_only, "torch.manual_seed"),
         (_ignores_the_seed, "fixed number"),
         (_does_nothing, "torch.manual_seed"),
+        (_drops_the_last_digits, "seed_all(123) and seed_all(124) gave the same torch.rand"),
+        (_python_side_by_parity, "gave the same random.random numbers"),
     ],
 )
 def test_seed_all_wrong_answers_fail(wrong, fragment):
     _failed("00.seed_all", wrong, fragment)
+
+
+def test_seed_all_with_a_derived_but_distinct_seed_is_accepted():
+    def shifted(seed):  # different seeds still give different streams: what the task asks
+        torch.manual_seed(2 * seed + 1)
+        random.seed(2 * seed + 1)
+
+    assert check("00.seed_all", shifted, show=False).passed
 
 
 def test_seed_all_check_leaves_the_random_streams_alone():
@@ -137,9 +157,27 @@ def _forgets_to_return(batch, device):
     _to(batch, device)
 
 
+def _always_meta(batch, device):
+    return solution("00.to_device")(batch, "meta")  # ignores the device argument
+
+
+def _casts_to_float32(batch, device):
+    if isinstance(batch, torch.Tensor):
+        return (
+            batch.to(device, dtype=torch.float32) if batch.is_floating_point() else batch.to(device)
+        )
+    if isinstance(batch, dict):
+        return {k: _casts_to_float32(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_casts_to_float32(v, device) for v in batch)
+    return batch
+
+
 @pytest.mark.parametrize(
     ("wrong", "fragment"),
     [
+        (_always_meta, "expected cpu"),
+        (_casts_to_float32, "only the device should change"),
         (_identity, "expected meta"),
         (_top_level_only, "nested"),
         (_tuples_become_lists, "a tuple stays a tuple"),
@@ -150,6 +188,13 @@ def _forgets_to_return(batch, device):
 )
 def test_to_device_wrong_answers_fail(wrong, fragment):
     _failed("00.to_device", wrong, fragment)
+
+
+def test_to_device_accepts_a_string_or_a_device():
+    def via_torch_device(batch, device):
+        return solution("00.to_device")(batch, torch.device(device))
+
+    assert check("00.to_device", via_torch_device, show=False).passed
 
 
 # ---------------------------------------------------------------- 01.pairwise_sq_dists
@@ -175,6 +220,10 @@ def _upcasts_to_float64(a, b):
     return ((a[:, None, :].double() - b[None, :, :].double()) ** 2).sum(-1)
 
 
+def _downcasts_to_float32(a, b):
+    return ((a[:, None, :].float() - b[None, :, :].float()) ** 2).sum(-1)
+
+
 @pytest.mark.parametrize(
     ("wrong", "fragment"),
     [
@@ -182,11 +231,20 @@ def _upcasts_to_float64(a, b):
         (_distances_not_squared, "square root"),
         (_sums_wrong_axis, "shape"),
         (_forgets_the_square, "off by"),
-        (_upcasts_to_float64, "float32"),
+        (_upcasts_to_float64, "same dtype as the inputs"),
+        (_downcasts_to_float32, "same dtype as the inputs"),
     ],
 )
 def test_pairwise_sq_dists_wrong_answers_fail(wrong, fragment):
     _failed("01.pairwise_sq_dists", wrong, fragment)
+
+
+def test_pairwise_sq_dists_task_states_the_dtype_rule():
+    assert "same dtype as the inputs" in check("01.pairwise_sq_dists", _stub, show=False).message
+
+
+def test_pairwise_sq_dists_with_cdist_is_accepted():
+    assert check("01.pairwise_sq_dists", lambda a, b: torch.cdist(a, b) ** 2, show=False).passed
 
 
 # ---------------------------------------------------------------- 01.one_hot
@@ -235,3 +293,17 @@ def test_one_hot_wrong_answers_fail(wrong, fragment):
 
 def test_the_float_version_of_torch_one_hot_is_accepted():
     assert check("01.one_hot", lambda labels, k: F.one_hot(labels, k).float(), show=False).passed
+
+
+# ---------------------------------------------------------------- every checker
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_checker_leaves_the_global_torch_rng_alone(name):
+    torch.manual_seed(2024)
+    expected = torch.rand(4)
+    torch.manual_seed(2024)
+    assert check(name, solution(name), show=False).passed
+    assert torch.equal(torch.rand(4), expected), (
+        f"checking {name} moved torch's global random stream"
+    )

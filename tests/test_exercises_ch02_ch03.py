@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers.exercises import check, solution
+from helpers.exercises import ch02, check, solution
 
 NAMES = [
     "02.derivative",
@@ -76,6 +76,42 @@ def derivative_finite_difference(f, x):
     return ((f(torch.tensor(x + h)) - f(torch.tensor(x - h))) / (2 * h)).item()
 
 
+def derivative_finite_difference_with_grad(f, x):
+    """Central differences on a float64 tensor that requires grad: accurate to ~1e-10, not autograd."""
+    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    h = 1e-5
+    return ((f(t + h) - f(t - h)) / (2 * h)).item()
+
+
+def derivative_catches_the_refusal(f, x):
+    """Finite differences that swallow the checker's error and fall back to a guess."""
+    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    h = 1e-5
+    try:
+        return ((f(t + h) - f(t - h)) / (2 * h)).item()
+    except AssertionError:
+        (g,) = torch.autograd.grad(f(t), t)
+        return g.item()
+
+
+def second_derivative_finite_difference_with_grad(f, x):
+    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    h = 1e-4
+    return ((f(t + h) - 2 * f(t) + f(t - h)) / h**2).item()
+
+
+def second_derivative_of_autograd_by_differences(f, x):
+    """Autograd for f', then a finite difference of f' for f''."""
+
+    def first(at):
+        t = torch.tensor(at, dtype=torch.float64, requires_grad=True)
+        (g,) = torch.autograd.grad(f(t), t)
+        return g.item()
+
+    h = 1e-5
+    return (first(x + h) - first(x - h)) / (2 * h)
+
+
 def second_derivative_is_first(f, x):
     """Prints 108 for x**4 at 3, which is right there, and 32 at x = 2, which is not."""
     t = torch.tensor(x, requires_grad=True)
@@ -103,6 +139,18 @@ def jacobian_accumulating(f, x):
     return torch.stack(rows)
 
 
+def jacobian_finite_differences(f, x):
+    """Column j from (f(x + h e_j) - f(x - h e_j)) / 2h, in float64."""
+    x = x.detach().to(torch.float64)
+    h = 1e-6
+    columns = []
+    for j in range(x.shape[0]):
+        e = torch.zeros_like(x)
+        e[j] = h
+        columns.append((f(x + e) - f(x - e)) / (2 * h))
+    return torch.stack(columns, dim=1)
+
+
 def jacobian_transposed(f, x):
     return solution("02.jacobian")(f, x).T
 
@@ -117,6 +165,36 @@ def count_ignoring_requires_grad(model, trainable_only=False):
 
 def count_tensors(model, trainable_only=False):
     return len([p for p in model.parameters() if p.requires_grad or not trainable_only])
+
+
+def count_module_by_module(model, trainable_only=False):
+    """Each module's own parameters: a weight shared by two modules is counted twice."""
+    return sum(
+        p.numel()
+        for m in model.modules()
+        for p in m.parameters(recurse=False)
+        if p.requires_grad or not trainable_only
+    )
+
+
+def count_with_duplicates(model, trainable_only=False):
+    return sum(
+        p.numel()
+        for _, p in model.named_parameters(remove_duplicate=False)
+        if p.requires_grad or not trainable_only
+    )
+
+
+def count_as_float(model, trainable_only=False):
+    return float(
+        sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+    )
+
+
+def count_as_tensor(model, trainable_only=False):
+    return torch.tensor(
+        sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+    )
 
 
 class _ListMLP(nn.Module):
@@ -147,6 +225,38 @@ def mlp_no_activation(sizes):
     return nn.Sequential(*[nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:])])
 
 
+def mlp_leaky(sizes):
+    """LeakyReLU with a slope so small that the outputs agree with ReLU's to 1e-6."""
+    layers = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(a, b), nn.LeakyReLU(1e-9)]
+    return nn.Sequential(*layers[:-1])
+
+
+def mlp_with_dropout_in_eval_mode(sizes):
+    layers = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU(), nn.Dropout(0.5)]
+    return nn.Sequential(*layers[:-2]).eval()
+
+
+class _FunctionalLeakyMLP(nn.Module):
+    def __init__(self, sizes):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i < len(self.layers) - 1:
+                x = torch.nn.functional.leaky_relu(x, 1e-9)
+        return x
+
+
+def mlp_functional_leaky(sizes):
+    return _FunctionalLeakyMLP(sizes)
+
+
 class StandardizeWithParameters(nn.Module):
     def __init__(self, mean, std):
         super().__init__()
@@ -167,20 +277,44 @@ class StandardizePlainAttributes(nn.Module):
         return (x - self.mean) / self.std
 
 
+class StandardizeEpsParameter(nn.Module):
+    def __init__(self, mean, std):
+        super().__init__()
+        self.register_buffer("mean", mean.clone())
+        self.register_buffer("std", std.clone())
+        self.eps = nn.Parameter(torch.tensor(0.0))
+
+    def forward(self, x):
+        return (x - self.mean) / (self.std + self.eps)
+
+
 WRONG = [
     ("02.derivative", derivative_returns_value, "not f'(x)"),
     ("02.derivative", derivative_returns_tensor, ".item()"),
     ("02.derivative", derivative_finite_difference, "does not require grad"),
+    ("02.derivative", derivative_finite_difference_with_grad, "finite differences"),
+    ("02.derivative", derivative_catches_the_refusal, "finite differences"),
+    ("02.second_derivative", second_derivative_finite_difference_with_grad, "finite differences"),
+    ("02.second_derivative", second_derivative_of_autograd_by_differences, "finite differences"),
     ("02.second_derivative", second_derivative_is_first, "FIRST derivative"),
     ("02.second_derivative", second_derivative_without_create_graph, "RuntimeError"),
     ("02.jacobian", jacobian_accumulating, "accumulates"),
     ("02.jacobian", jacobian_transposed, "transpose"),
+    ("02.jacobian", jacobian_finite_differences, "finite differences"),
     ("03.count_parameters", count_state_dict, "buffers"),
     ("03.count_parameters", count_ignoring_requires_grad, "requires_grad=False"),
     ("03.count_parameters", count_tensors, "numel"),
+    ("03.count_parameters", count_module_by_module, "shared weight twice"),
+    ("03.count_parameters", count_with_duplicates, "shared weight twice"),
+    ("03.count_parameters", count_as_float, "integer"),
+    ("03.count_parameters", count_as_tensor, "not a tensor"),
     ("03.build_mlp", mlp_plain_list, "plain Python"),
     ("03.build_mlp", mlp_trailing_relu, "ReLU after the last"),
     ("03.build_mlp", mlp_no_activation, "between consecutive"),
+    ("03.build_mlp", mlp_leaky, "LeakyReLU"),
+    ("03.build_mlp", mlp_with_dropout_in_eval_mode, "Dropout"),
+    ("03.build_mlp", mlp_functional_leaky, "exactly ReLU"),
+    ("03.standardize", StandardizeEpsParameter, "register_buffer"),
     ("03.standardize", StandardizeWithParameters, "register_buffer"),
     ("03.standardize", StandardizePlainAttributes, "state_dict"),
 ]
@@ -210,3 +344,152 @@ def test_checkers_leave_the_global_rng_alone():
     torch.manual_seed(123)
     check("03.build_mlp", solution("03.build_mlp"), show=False)
     assert torch.equal(torch.rand(3), expected)
+
+
+# --------------------------------------------------------------------------
+# Right answers written differently from the reference
+# --------------------------------------------------------------------------
+
+
+def derivative_float32(f, x):
+    t = torch.tensor(x, requires_grad=True)  # float32, the default dtype
+    f(t).backward()
+    return t.grad.item()
+
+
+def derivative_torch_func(f, x):
+    return torch.func.grad(f)(torch.tensor(x, dtype=torch.float64)).item()
+
+
+def second_derivative_float32(f, x):
+    t = torch.tensor(x, requires_grad=True)
+    (g,) = torch.autograd.grad(f(t), t, create_graph=True)
+    g.backward()
+    return t.grad.item()
+
+
+def jacobian_backward_with_reset(f, x):
+    x = x.detach().clone().requires_grad_(True)
+    y = f(x)
+    rows = []
+    for i in range(y.shape[0]):
+        x.grad = None
+        y.backward(
+            gradient=torch.nn.functional.one_hot(torch.tensor(i), y.shape[0]).to(y.dtype),
+            retain_graph=True,
+        )
+        rows.append(x.grad.clone())
+    return torch.stack(rows)
+
+
+def jacobian_float32(f, x):
+    return solution("02.jacobian")(lambda t: f(t.double()).float(), x.float())
+
+
+def count_with_numpy(model, trainable_only=False):
+    import numpy as np
+
+    return sum(
+        np.prod(p.shape) for p in model.parameters() if p.requires_grad or not trainable_only
+    )
+
+
+class _LastRegisteredFirst(nn.Module):
+    """Registers the layers from the last to the first, then runs them in the right order."""
+
+    def __init__(self, sizes):
+        super().__init__()
+        pairs = list(zip(sizes[:-1], sizes[1:]))
+        for i in reversed(range(len(pairs))):
+            self.add_module(f"layer{i}", nn.Linear(*pairs[i]))
+        self.n = len(pairs)
+
+    def forward(self, x):
+        for i in range(self.n):
+            x = getattr(self, f"layer{i}")(x)
+            if i < self.n - 1:
+                x = torch.relu(x)
+        return x
+
+
+def mlp_last_registered_first(sizes):
+    return _LastRegisteredFirst(sizes)
+
+
+def mlp_inplace_relu(sizes):
+    layers = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU(inplace=True)]
+    return nn.Sequential(*layers[:-1])
+
+
+def mlp_module_list(sizes):
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+
+        def forward(self, x):
+            for layer in self.layers[:-1]:
+                x = torch.relu(layer(x))
+            return self.layers[-1](x)
+
+    return MLP()
+
+
+class StandardizeWithEpsBuffer(nn.Module):
+    def __init__(self, mean, std):
+        super().__init__()
+        self.register_buffer("mean", mean.clone())
+        self.register_buffer("std", std.clone())
+        self.register_buffer("eps", torch.tensor(0.0))
+
+    def forward(self, x):
+        return (x - self.mean) / (self.std + self.eps)
+
+
+RIGHT = [
+    ("02.derivative", derivative_float32),
+    ("02.derivative", derivative_torch_func),
+    ("02.second_derivative", second_derivative_float32),
+    ("02.jacobian", jacobian_backward_with_reset),
+    ("02.jacobian", jacobian_float32),
+    ("02.jacobian", lambda f, x: torch.autograd.functional.jacobian(f, x)),
+    ("02.jacobian", lambda f, x: torch.func.jacrev(f)(x)),
+    ("02.jacobian", lambda f, x: torch.func.jacfwd(f)(x)),
+    ("03.count_parameters", count_with_numpy),
+    ("03.build_mlp", mlp_last_registered_first),
+    ("03.build_mlp", mlp_inplace_relu),
+    ("03.build_mlp", mlp_module_list),
+    ("03.standardize", StandardizeWithEpsBuffer),
+]
+
+
+@pytest.mark.filterwarnings(
+    "ignore:`torch.jit.script` is deprecated:FutureWarning"
+)  # inside torch.func.jacfwd
+@pytest.mark.parametrize(
+    ("name", "right"),
+    RIGHT,
+    ids=[f"{n}-{getattr(r, '__name__', 'lambda')}-{i}" for i, (n, r) in enumerate(RIGHT)],
+)
+def test_right_answer_passes(name, right):
+    result = check(name, right, show=False)
+    assert result.passed, result.message
+
+
+def test_finite_differences_are_accurate_enough_to_have_passed_a_tolerance_check():
+    """Why the checker watches where f is evaluated: the values alone would pass."""
+    for label, f, x, _, first, _ in ch02._SCALAR_CASES:
+        assert ch02._close(derivative_finite_difference_with_grad(f, x), first), label
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_checker_leaves_the_global_torch_rng_alone(name):
+    torch.manual_seed(7)
+    expected = torch.rand(4)
+    torch.manual_seed(7)
+    assert check(name, solution(name), show=False).passed
+    assert torch.equal(torch.rand(4), expected), (
+        f"checking {name} moved torch's global random stream"
+    )

@@ -101,6 +101,39 @@ def test_mse_gradients_sum_instead_of_mean_fails():
     _fails("04.mse_gradients", summed, "N times")
 
 
+def test_mse_gradients_dw_column_fails():
+    def column(w, b, x, y):
+        r = (x @ w + b - y).unsqueeze(1)  # [N, 1]
+        return 2 / x.shape[0] * (x.T @ r), 2 / x.shape[0] * r.sum()  # dw [D, 1]
+
+    _fails("04.mse_gradients", column, "shape [", "no unsqueeze")
+
+
+def test_mse_gradients_db_with_keepdim_fails():
+    def kept(w, b, x, y):
+        r = x @ w + b - y
+        column = r.unsqueeze(1)  # [N, 1]
+        return 2 / x.shape[0] * (x.T @ r), 2 / x.shape[0] * column.sum(dim=0, keepdim=True)  # db [1, 1]
+
+    _fails("04.mse_gradients", kept, "0-dim", "keepdim")
+
+
+def test_mse_gradients_db_of_shape_one_fails():
+    def one(w, b, x, y):
+        r = x @ w + b - y
+        return 2 / x.shape[0] * (x.T @ r), 2 / x.shape[0] * r.sum().reshape(1)
+
+    _fails("04.mse_gradients", one, "0-dim")
+
+
+def test_mse_gradients_db_as_python_float_is_accepted():
+    def as_float(w, b, x, y):
+        r = x @ w + b - y
+        return 2 / x.shape[0] * (x.T @ r), 2 * r.mean().item()
+
+    assert check("04.mse_gradients", as_float, show=False).passed
+
+
 def test_mse_gradients_with_autograd_inside_passes():
     def via_autograd(w, b, x, y):
         with torch.enable_grad():
@@ -192,3 +225,49 @@ def test_top_confusions_with_tensors_in_tuples_is_accepted():
         return [(i // c, i % c, n) for n, i in zip(counts, flat) if n > 0]
 
     assert check("05.top_confusions", tensors, show=False).passed
+
+
+def test_top_confusions_largest_mistake_per_row_fails():
+    def per_row(cm, k):  # only the biggest mistake of each true class
+        off = cm.clone().fill_diagonal_(0)
+        counts, predicted = off.max(dim=1)
+        rows = counts.argsort(descending=True).tolist()
+        return [(r, int(predicted[r]), int(counts[r])) for r in rows if counts[r] > 0][:k]
+
+    _fails("05.top_confusions", per_row, "[(0, 1, 9), (0, 2, 7), (3, 0, 5)]", "not only the largest mistake of each row")
+
+
+def test_top_confusions_float_counts_fail():
+    def fractional(cm, k):  # 9 -> 9.4: the checker must not round it away with int()
+        return [(t, p, n + 0.4) for t, p, n in solution("05.top_confusions")(cm, k)]
+
+    _fails("05.top_confusions", fractional, "9.4", "ints")
+
+
+def test_top_confusions_whole_float_counts_fail():
+    def from_float_matrix(cm, k):
+        return solution("05.top_confusions")(cm.float(), k)  # counts come back as 9.0, 7.0, ...
+
+    _fails("05.top_confusions", from_float_matrix, "9.0", "ints")
+
+
+def test_top_confusions_with_numpy_integers_is_accepted():
+    def with_numpy(cm, k):
+        import numpy as np
+
+        off = cm.numpy().copy()
+        np.fill_diagonal(off, 0)
+        order = np.argsort(-off, axis=None, kind="stable")
+        c = off.shape[0]
+        return [(i // c, i % c, off.flat[i]) for i in order if off.flat[i] > 0][:k]  # np.int64 values
+
+    assert check("05.top_confusions", with_numpy, show=False).passed
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_checker_leaves_the_global_torch_rng_alone(name):
+    torch.manual_seed(11)
+    expected = torch.rand(4)
+    torch.manual_seed(11)
+    assert check(name, solution(name), show=False).passed
+    assert torch.equal(torch.rand(4), expected), f"checking {name} moved torch's global random stream"

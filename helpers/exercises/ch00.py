@@ -25,6 +25,10 @@ def _draws() -> tuple[list[float], list[float]]:
     return torch.rand(3).tolist(), [random.random() for _ in range(3)]
 
 
+#: Seeds that must all give different numbers, neighbours among them.
+_DISTINCT_SEEDS = (123, 124, 7, 0, 1, 2024)
+
+
 @exercise(
     "00.seed_all",
     "write seed_all(seed) so that, after calling it, torch.rand and random.random "
@@ -42,8 +46,12 @@ def _test_seed_all(seed_all: Callable[[int], None]) -> None:
         random.random()
         seed_all(123)
         torch_b, py_b = _draws()
-        seed_all(7)
-        torch_c, py_c = _draws()
+        # Several seeds, neighbours among them: each must give its own numbers
+        # (seed // 100 or seed % 2 would map several of them to one stream).
+        draws = {}
+        for seed in _DISTINCT_SEEDS:
+            seed_all(seed)
+            draws[seed] = _draws()
     finally:
         torch.set_rng_state(torch_state)
         random.setstate(py_state)
@@ -55,14 +63,21 @@ def _test_seed_all(seed_all: Callable[[int], None]) -> None:
         "random.random gave different numbers after seed_all(123) twice: "
         "Python's random module has its own generator; seed it with random.seed(seed)."
     )
-    assert torch_a != torch_c, (
-        "seed_all(123) and seed_all(7) gave the same torch.rand numbers: "
-        "pass the seed argument on instead of a fixed number."
-    )
-    assert py_a != py_c, (
-        "seed_all(123) and seed_all(7) gave the same random.random numbers: "
-        "pass the seed argument to random.seed instead of a fixed number."
-    )
+    for index, which, call in ((0, "torch.rand", "torch.manual_seed"), (1, "random.random", "random.seed")):
+        streams: dict[tuple, list[int]] = {}
+        for seed, got in draws.items():
+            streams.setdefault(tuple(got[index]), []).append(seed)
+        if len(streams) == 1:
+            raise AssertionError(
+                f"seed_all gave the same {which} numbers for the seeds {list(_DISTINCT_SEEDS)}: "
+                f"pass the seed argument to {call} instead of a fixed number."
+            )
+        for seeds in streams.values():
+            if len(seeds) > 1:
+                raise AssertionError(
+                    f"seed_all({seeds[0]}) and seed_all({seeds[1]}) gave the same {which} numbers: every "
+                    f"seed should give its own numbers, so pass the seed on to {call} unchanged."
+                )
 
 
 # --------------------------------------------------------------------------
@@ -88,8 +103,12 @@ def _to_device_reference(batch, device):
 
 
 def _example_batch():
-    """A nested batch as a DataLoader with a custom collate_fn might yield it."""
-    image = torch.rand(2, 1, 4, 4)
+    """A nested batch as a DataLoader with a custom collate_fn might yield it.
+
+    Its numbers come from a private generator, so building it leaves torch's
+    global random stream alone.
+    """
+    image = torch.rand(2, 1, 4, 4, generator=torch.Generator().manual_seed(0))
     label = torch.tensor([3, 1])
     mask = torch.tensor([[True, False], [True, True]])
     ids = ["a-17", "b-04"]
@@ -107,8 +126,8 @@ def _compare(got, want, where: str, device: torch.device) -> None:
     if isinstance(want, torch.Tensor):
         assert isinstance(got, torch.Tensor), f"{where} should be a tensor, got {type(got).__name__}"
         assert got.device.type == device.type, (
-            f"{where} is on {got.device}, expected {device}: call .to(device) on every tensor you find, "
-            "also those nested inside lists, tuples and dicts."
+            f"{where} is on {got.device}, expected {device}: call .to(device) with the device argument "
+            "you were given on every tensor you find, also those nested inside lists, tuples and dicts."
         )
         assert got.shape == want.shape and got.dtype == want.dtype, (
             f"{where} changed from shape {tuple(want.shape)} {want.dtype} to {tuple(got.shape)} {got.dtype}: "
@@ -188,4 +207,14 @@ def _test_to_device(to_device: Callable) -> None:
     result = to_device(batch, meta)
     assert result is not None, "to_device returned None: return the moved batch."
     _compare(result, before, "batch", meta)
+    _unchanged(batch, before, "batch")
+
+    # Now to the CPU, given as a string, with float64 tensors: an answer that ignores
+    # `device` (always "meta", say) or changes the dtype cannot pass.
+    cpu = torch.device("cpu")
+    batch = {"x": torch.linspace(0, 1, 5, dtype=torch.float64), "pair": (torch.eye(2, dtype=torch.float64), "id")}
+    before = _snapshot(batch)
+    result = to_device(batch, "cpu")
+    assert result is not None, "to_device returned None: return the moved batch."
+    _compare(result, before, 'batch (to "cpu")', cpu)
     _unchanged(batch, before, "batch")

@@ -24,11 +24,20 @@ def _pairwise_sq_dists_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tens
     return (diff**2).sum(dim=-1)
 
 
+def _same_dtype(got: torch.Tensor, want: torch.dtype) -> None:
+    assert got.dtype == want, (
+        f"{want} inputs should give a {want} result (the same dtype as the inputs), got {got.dtype}. "
+        "Leave the dtype alone: no .double(), .float() or dtype= argument; arithmetic on the inputs "
+        "keeps their dtype by itself."
+    )
+
+
 @exercise(
     "01.pairwise_sq_dists",
     "write pairwise_sq_dists(a, b) that takes a [N, D] and b [M, D] and returns the [N, M] tensor "
     "whose entry [i, j] is the squared Euclidean distance between a[i] and b[j], using broadcasting "
-    "(no Python loops).",
+    "(no Python loops), with the same dtype as the inputs (float32 in, float32 out; float64 in, "
+    "float64 out).",
     _pairwise_sq_dists_reference,
 )
 def _test_pairwise_sq_dists(pairwise_sq_dists: Callable) -> None:
@@ -39,6 +48,7 @@ def _test_pairwise_sq_dists(pairwise_sq_dists: Callable) -> None:
         b = torch.randn(m, d, generator=g, dtype=torch.float64)
         got = pairwise_sq_dists(a, b)
         assert isinstance(got, torch.Tensor), f"return a tensor, got {type(got).__name__}"
+        _same_dtype(got, a.dtype)
         assert got.shape == (n, m), (
             f"for a of shape {(n, d)} and b of shape {(m, d)} the result should have shape {(n, m)}, "
             f"got {tuple(got.shape)}. Give a a new axis in the middle and b one in front: "
@@ -53,10 +63,11 @@ def _test_pairwise_sq_dists(pairwise_sq_dists: Callable) -> None:
             f"for a {tuple(a.shape)} and b {tuple(b.shape)} some entries are off by up to {worst:.3g}. "
             "Entry [i, j] should be ((a[i] - b[j]) ** 2).sum()."
         )
-    # float32 in, float32 out: no silent change of dtype.
+    # float32 in, float32 out: no silent change of dtype either way.
     a32 = torch.randn(4, 3, generator=g)
     got = pairwise_sq_dists(a32, a32[:2])
-    assert got.dtype == torch.float32, f"float32 inputs should give a float32 result, got {got.dtype}"
+    assert isinstance(got, torch.Tensor), f"return a tensor, got {type(got).__name__}"
+    _same_dtype(got, torch.float32)
     assert torch.allclose(got, torch.cdist(a32, a32[:2]) ** 2, rtol=1e-4, atol=1e-4), "wrong values for float32 inputs"
 
 

@@ -10,8 +10,10 @@ Exercises:
 
 Each checker raises ``AssertionError("hint")`` for a wrong answer (see
 :func:`helpers.exercises.check`). The test functions ``f`` it passes to the
-candidate insist on being called with a tensor that requires grad, so a
-finite-difference answer is refused with a hint rather than passed by luck.
+candidate insist on being called at the point itself (and, for the scalar
+derivatives, with a tensor that requires grad), so a finite-difference answer,
+which evaluates f at x + h and x - h, is refused with a hint rather than passed
+because it happens to be accurate enough.
 """
 
 from __future__ import annotations
@@ -89,23 +91,71 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torc
 # --------------------------------------------------------------------------
 
 
-def _autograd_only(f: Callable, label: str) -> Callable:
-    """Wrap ``f`` so that calling it with anything but a grad-requiring tensor fails with a hint."""
+def _read_point(t: torch.Tensor) -> tuple[float, ...] | None:
+    """The values of ``t`` as float64 numbers, or None when they cannot be read (e.g. inside torch.func)."""
+    try:
+        return tuple(t.detach().to(torch.float64).reshape(-1).tolist())
+    except Exception:  # a wrapped tensor we cannot inspect: do not judge it
+        return None
 
-    def watched(t):
+
+def _roundings(point) -> set[tuple[float, ...]]:
+    """``point`` as it reads after a round trip through each float dtype (x in float32 is not x in float64)."""
+    return {
+        tuple(torch.tensor(point, dtype=dtype).to(torch.float64).reshape(-1).tolist())
+        for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+    }
+
+
+def _show(values: tuple[float, ...]) -> str:
+    return f"{values[0]!r}" if len(values) == 1 else str(list(values))
+
+
+class _Watched:
+    """Wraps a test function ``f`` and refuses calls that are not autograd at ``point``.
+
+    Autograd needs ``f`` evaluated once, at the point itself; finite differences
+    evaluate it at ``x + h`` and ``x - h`` and only approximate the derivative.
+    Each call's input must therefore equal ``point`` (in some float dtype) and,
+    with ``need_grad``, require grad. The first problem is raised at once and
+    also kept in ``problem``, in case the learner's code swallows the error.
+    """
+
+    def __init__(self, f: Callable, label: str, point, need_grad: bool = True) -> None:
+        self.f, self.label, self.need_grad = f, label, need_grad
+        self.point = tuple(torch.as_tensor(point, dtype=torch.float64).reshape(-1).tolist())
+        self.allowed = _roundings(point)
+        self.problem: str | None = None
+
+    def _refuse(self, message: str):
+        self.problem = self.problem or message
+        raise AssertionError(message)
+
+    def __call__(self, t):
         if not isinstance(t, torch.Tensor):
-            raise AssertionError(
-                f"{label} was called with a {type(t).__name__}, not a tensor. Make x a tensor with "
+            self._refuse(
+                f"{self.label} was called with a {type(t).__name__}, not a tensor. Make x a tensor with "
                 "torch.tensor(x, requires_grad=True) and let autograd differentiate (no finite differences)."
             )
-        if not t.requires_grad:
-            raise AssertionError(
-                f"{label} was called with a tensor that does not require grad, so autograd cannot "
+        if self.need_grad and not t.requires_grad:
+            self._refuse(
+                f"{self.label} was called with a tensor that does not require grad, so autograd cannot "
                 "differentiate it: create it with requires_grad=True."
             )
-        return f(t)
+        values = _read_point(t)
+        if values is not None and values not in self.allowed:
+            self._refuse(
+                f"{self.label} was called at {_show(values)}, not at the point x = {_show(self.point)}: that "
+                "looks like finite differences, (f(x + h) - f(x - h)) / 2h, which only approximate the "
+                "derivative. Call f once, at x itself (a tensor with requires_grad=True), and let autograd "
+                "compute the exact derivative."
+            )
+        return self.f(t)
 
-    return watched
+    def verify(self) -> None:
+        """Raise the first refused call again (the learner's code may have caught it)."""
+        if self.problem:
+            raise AssertionError(self.problem)
 
 
 def _as_float(value, what: str) -> float:
@@ -149,7 +199,9 @@ _SCALAR_CASES = [
 )
 def _check_derivative(candidate: Callable) -> None:
     for label, f, x, value, first, _ in _SCALAR_CASES:
-        got = _as_float(candidate(_autograd_only(f, label), x), f"derivative({label}, {x})")
+        watched = _Watched(f, label, x)
+        got = _as_float(candidate(watched, x), f"derivative({label}, {x})")
+        watched.verify()
         if _close(got, first):
             continue
         if _close(got, value):
@@ -167,7 +219,9 @@ def _check_derivative(candidate: Callable) -> None:
 )
 def _check_second_derivative(candidate: Callable) -> None:
     for label, f, x, _, first, second in _SCALAR_CASES:
-        got = _as_float(candidate(_autograd_only(f, label), x), f"second_derivative({label}, {x})")
+        watched = _Watched(f, label, x)
+        got = _as_float(candidate(watched, x), f"second_derivative({label}, {x})")
+        watched.verify()
         if _close(got, second):
             continue
         if _close(got, first):
@@ -215,7 +269,10 @@ def _check_jacobian(candidate: Callable) -> None:
     for label, f, point in _JACOBIAN_CASES:
         x = torch.tensor(point, dtype=torch.float64)
         want = torch.autograd.functional.jacobian(f, x)
-        got = candidate(f, x.clone())
+        # Forward mode (torch.func.jacfwd) calls f with a tensor that does not require grad: allowed.
+        watched = _Watched(f, f"f = {label}", point, need_grad=False)
+        got = candidate(watched, x.clone())
+        watched.verify()
         if not isinstance(got, torch.Tensor):
             raise AssertionError(
                 f"jacobian returned {type(got).__name__}; return a tensor of shape [m, n]."

@@ -15,6 +15,7 @@ Each checker raises ``AssertionError("hint")`` for a wrong answer (see
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 
 import torch
@@ -94,8 +95,21 @@ class _WithBuffer(nn.Module):
         self.register_buffer("cache", torch.zeros(11), persistent=False)
 
 
+class _Tied(nn.Module):
+    """An Embedding(10, 4) and a Linear(4, 10, bias=False) sharing one [10, 4] weight (tied weights)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+        self.unembed = nn.Linear(4, 10, bias=False)
+        self.unembed.weight = self.embed.weight
+
+
 def _count_cases() -> list[tuple[str, nn.Module, int, int]]:
-    """(description, model, all parameters, trainable parameters)."""
+    """(description, model, all parameters, trainable parameters).
+
+    Building the models draws initial weights; call it inside ``fork_rng``.
+    """
     net = nn.Sequential(nn.Linear(10, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
     net[0].requires_grad_(False)  # 10*8 + 8 = 88 frozen
     # all: 88 + (8 + 8) + (8*3 + 3) = 131; trainable: 131 - 88 = 43
@@ -103,7 +117,18 @@ def _count_cases() -> list[tuple[str, nn.Module, int, int]]:
         ("Sequential(Linear(10, 8) [frozen], BatchNorm1d(8), ReLU(), Linear(8, 3))", net, 131, 43),
         ("a module with Parameters [5] and [2, 3] (frozen) and two buffers", _WithBuffer(), 11, 5),
         ("nn.ReLU()", nn.ReLU(), 0, 0),
+        (
+            "an Embedding(10, 4) and a Linear(4, 10) sharing one weight (tied weights)",
+            _Tied(),
+            40,
+            40,
+        ),
     ]
+
+
+def _is_integer(value) -> bool:
+    """A Python int or a NumPy integer (``np.prod(p.shape)`` gives one), but not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @exercise(
@@ -113,16 +138,39 @@ def _count_cases() -> list[tuple[str, nn.Module, int, int]]:
     reference=count_parameters,
 )
 def _check_count_parameters(candidate: Callable) -> None:
-    for label, model, total, trainable in _count_cases():
+    with torch.random.fork_rng(devices=[]):  # the models' initial weights use the global generator
+        cases = _count_cases()
+    for label, model, total, trainable in cases:
         n_state = sum(t.numel() for t in model.state_dict().values())
         n_tensors = len(list(model.parameters()))
+        # What counting a shared (tied) weight once per module that uses it gives.
+        all_uses = [p for _, p in model.named_parameters(remove_duplicate=False)]
+        twice = {
+            False: sum(p.numel() for p in all_uses),
+            True: sum(p.numel() for p in all_uses if p.requires_grad),
+        }
         for flag, want in ((False, total), (True, trainable)):
             got = candidate(model) if not flag else candidate(model, trainable_only=True)
-            if isinstance(got, torch.Tensor) or isinstance(got, bool) or not isinstance(got, int):
-                raise AssertionError(f"return a Python int, got {type(got).__name__}.")
+            if isinstance(got, torch.Tensor):
+                raise AssertionError(
+                    "return a Python int, not a tensor: convert with int(...) or .item()."
+                )
+            if not _is_integer(got):
+                raise AssertionError(
+                    f"return an integer (a Python int; a NumPy integer is fine too), got "
+                    f"{type(got).__name__} {got!r}: a count of scalars is a whole number, e.g. "
+                    "sum(p.numel() for p in model.parameters())."
+                )
             if got == want:
                 continue
             call = f"count_parameters(model, trainable_only={flag})"
+            if got == twice[flag] != want:
+                raise AssertionError(
+                    f"{call} for {label} gave {got}, counting the shared weight twice (expected "
+                    f"{want}). model.parameters() yields each parameter once even when two modules "
+                    "share it; looping over modules, named_parameters(remove_duplicate=False) or "
+                    "state_dict() does not."
+                )
             if got == n_state and n_state != want:
                 raise AssertionError(
                     f"{call} for {label} gave {got}, which includes buffers such as BatchNorm's "
@@ -146,13 +194,37 @@ def _check_count_parameters(candidate: Callable) -> None:
             raise AssertionError(f"{call} for {label} should be {want}, got {got}.")
 
 
+def _run_recording(model: nn.Module, linears: list[nn.Linear], x: torch.Tensor):
+    """``model(x)`` and, in call order, (layer, its input, its output) for each Linear call.
+
+    The tensors are cloned at once: an in-place ReLU would otherwise change a
+    Linear's recorded output afterwards.
+    """
+    calls: list[tuple[nn.Linear, torch.Tensor, torch.Tensor]] = []
+
+    def record(layer, inputs, output):
+        calls.append((layer, inputs[0].detach().clone(), output.detach().clone()))
+
+    handles = [layer.register_forward_hook(record) for layer in linears]
+    try:
+        with torch.no_grad():
+            out = model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return out, calls
+
+
 @exercise(
     "03.build_mlp",
     "write build_mlp(sizes) -> nn.Module: Linear(sizes[0], sizes[1]), ReLU, ..., "
-    "Linear(sizes[-2], sizes[-1]), with a ReLU between Linear layers and none after the last.",
+    "Linear(sizes[-2], sizes[-1]), with a ReLU between Linear layers and none after the last "
+    "(no other layers: no Dropout, no other activation).",
     reference=build_mlp,
 )
 def _check_build_mlp(candidate: Callable) -> None:
+    # Each size list has distinct (in, out) pairs, so every Linear is known by its shape
+    # and the checker need not depend on the order in which the layers were registered.
     for sizes in ([5, 7, 3], [4, 2], [6, 8, 8, 2]):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
@@ -176,15 +248,32 @@ def _check_build_mlp(candidate: Callable) -> None:
                 f"build_mlp({sizes}) should have {arithmetic} = {want} parameters, but has {got}."
             )
         linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+        by_shape = {(m.in_features, m.out_features): m for m in linears}
         shapes = [(m.in_features, m.out_features) for m in linears]
-        if shapes != pairs:
-            raise AssertionError(f"expected Linear layers {pairs} in this order, found {shapes}.")
-        with torch.no_grad():
-            out = model(x)
+        if len(linears) != len(pairs) or set(by_shape) != set(pairs):
+            raise AssertionError(
+                f"build_mlp({sizes}) should contain the Linear layers (in, out) = {pairs}, "
+                f"found {shapes}."
+            )
+        others = sorted(
+            {
+                type(m).__name__
+                for m in model.modules()
+                if not list(m.children()) and not isinstance(m, (nn.Linear, nn.ReLU))
+            }
+        )
+        if others:
+            raise AssertionError(
+                f"build_mlp({sizes}) contains {', '.join(others)}: the task asks for Linear layers "
+                "with nn.ReLU between them and nothing else (no Dropout, no other activation such "
+                "as LeakyReLU, even one that behaves almost like ReLU)."
+            )
+        out, calls = _run_recording(model, linears, x)
+        with torch.no_grad():  # the intended computation, layer by layer in the order of sizes
             h = x
-            for i, lin in enumerate(linears):
-                h = lin(h)
-                if i < len(linears) - 1:
+            for i, pair in enumerate(pairs):
+                h = by_shape[pair](h)
+                if i < len(pairs) - 1:
                     h = torch.relu(h)
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != (64, sizes[-1]):
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
@@ -199,14 +288,26 @@ def _check_build_mlp(candidate: Callable) -> None:
         if not torch.allclose(out, h, atol=1e-6):
             raise AssertionError(
                 f"build_mlp({sizes}) does not compute Linear -> ReLU -> ... -> Linear: check that a "
-                "ReLU (and nothing else) sits between consecutive Linear layers."
+                "ReLU (and nothing else) sits between consecutive Linear layers, in the order of sizes."
             )
+        # Exactly: what enters each Linear after the first is ReLU of what the previous one gave.
+        # (A leaky activation with a tiny slope, or a dropout, is close but not equal.)
+        if len(calls) == len(pairs):
+            for (_, _, before), (layer, given, _) in zip(calls, calls[1:]):
+                if not torch.equal(given, torch.relu(before)):
+                    raise AssertionError(
+                        f"in build_mlp({sizes}) the input of Linear({layer.in_features}, "
+                        f"{layer.out_features}) is not exactly ReLU of the previous Linear's output "
+                        f"(smallest entry {given.min().item():.3g}): use ReLU, which sets every "
+                        "negative value to exactly 0, and nothing else between the layers."
+                    )
 
 
 @exercise(
     "03.standardize",
     "write a module Standardize(mean, std) whose forward returns (x - mean) / std, keeping "
-    "mean and std as buffers named 'mean' and 'std' (register_buffer), not as Parameters.",
+    "mean and std as buffers named 'mean' and 'std' (register_buffer), not as Parameters "
+    "(other buffers are allowed, Parameters are not).",
     reference=Standardize,
 )
 def _check_standardize(candidate: Callable) -> None:
@@ -234,11 +335,13 @@ def _check_standardize(candidate: Callable) -> None:
             f"{names} are Parameters: an optimizer would train them. Statistics are state, not "
             "weights: store them with self.register_buffer('mean', mean)."
         )
+    # Extra buffers (an eps, say) are fine; mean and std must be saved buffers.
     keys = set(module.state_dict())
-    if keys != {"mean", "std"}:
+    missing = sorted({"mean", "std"} - keys)
+    if missing:
         raise AssertionError(
-            f"state_dict() has keys {sorted(keys)}, expected ['mean', 'std']: a plain tensor "
-            "attribute is neither saved in state_dict nor moved by .to(); use register_buffer "
+            f"state_dict() has keys {sorted(keys)}, without {missing}: a plain tensor attribute "
+            "is neither saved in state_dict nor moved by .to(); use register_buffer('mean', mean) "
             "(persistent, the default)."
         )
     module = module.to(torch.float64)

@@ -120,11 +120,16 @@ def _test_mse_gradients(candidate) -> None:
         except (TypeError, ValueError) as exc:
             raise AssertionError(f"return a pair (dw, db); got {type(result).__name__}") from exc
         dw, db = torch.as_tensor(dw, dtype=torch.float32), torch.as_tensor(db, dtype=torch.float32)
-        assert dw.numel() == d and db.numel() == 1, (
-            f"with D={d}, dw should have {d} element(s) (one per weight) and db one; "
-            f"got shapes {tuple(dw.shape)} and {tuple(db.shape)}"
+        # Exact shapes: a [D, 1] dw or a [1] / [1, 1] db would broadcast wrongly in w - lr * dw.
+        assert tuple(dw.shape) == (d,), (
+            f"with D={d}, dw should have shape [{d}], the shape of w (one entry per weight), but has "
+            f"shape {list(dw.shape)}. Keep the residual r = x @ w + b - y of shape [N] (no unsqueeze, "
+            "no keepdim) so that x.T @ r has shape [D]."
         )
-        dw, db = dw.reshape(d), db.reshape(())
+        assert tuple(db.shape) == (), (
+            f"db should be a 0-dim tensor (shape []), the shape of b, but has shape {list(db.shape)}: "
+            "sum all residuals with r.sum(), without dim= or keepdim=True."
+        )
         if torch.allclose(dw, want_w, atol=1e-5) and torch.allclose(db, want_b, atol=1e-5):
             continue
         if torch.allclose(dw, -want_w, atol=1e-5):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from . import exercise
@@ -91,19 +93,52 @@ def _top_confusions(cm: torch.Tensor, k: int) -> list[tuple[int, int, int]]:
     return [(i // c, i % c, n) for n, i in zip(counts.tolist(), flat.tolist()) if n > 0][:k]
 
 
+def _as_int(value) -> int | None:
+    """``value`` as a Python int when it is an integer, else None.
+
+    Accepted: Python ints, NumPy integer scalars and 0-dim torch integer tensors
+    (what iterating over an int64 tensor gives). Refused: floats of any kind, even
+    9.0, and bools.
+    """
+    if isinstance(value, torch.Tensor):
+        integer = not (value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool)
+        return int(value.item()) if value.dim() == 0 and integer else None
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    return None
+
+
+_INTS = (
+    "return a list of (true, predicted, count) tuples of ints, e.g. [(4, 9, 12), (7, 2, 9)]; Python "
+    "ints are best (.tolist() gives them), NumPy or 0-dim torch integers are accepted too, floats are not"
+)
+
+
 def _normalise_answer(result) -> list[tuple[int, int, int]]:
     try:
-        return [tuple(int(v) for v in item) for item in result]
-    except (TypeError, ValueError) as exc:
-        raise AssertionError(
-            "return a list of (true, predicted, count) tuples of ints, e.g. [(4, 9, 12), (7, 2, 9)]"
-        ) from exc
+        items = [tuple(item) for item in result]
+    except TypeError as exc:
+        raise AssertionError(f"{_INTS}; got {type(result).__name__}") from exc
+    out = []
+    for item in items:
+        if len(item) != 3:
+            raise AssertionError(f"{_INTS}; one of your items is {item!r}")
+        values = [_as_int(v) for v in item]
+        if None in values:
+            bad = item[values.index(None)]
+            raise AssertionError(
+                f"{_INTS}; your item {item!r} contains {bad!r} ({type(bad).__name__}). A count of "
+                "mistakes is a whole number: read it straight from the integer matrix, do not "
+                "compute it with floats."
+            )
+        out.append(tuple(values))
+    return out
 
 
 @exercise(
     "05.top_confusions",
     "return the k most frequent mistakes in a confusion matrix cm[true, predicted] as a list of "
-    "(true, predicted, count) tuples, largest count first, leaving out the diagonal (correct "
+    "(true, predicted, count) tuples of ints, largest count first, leaving out the diagonal (correct "
     "predictions) and zero counts.",
     reference=_top_confusions,
 )
@@ -134,3 +169,15 @@ def _test_top_confusions(candidate) -> None:
     assert got == want, (
         f"for cm = {small.tolist()} and k = 5 the answer is {want} (only non-zero mistakes), you returned {got}"
     )
+    # Two big mistakes in one row: taking only the largest mistake of each true class
+    # (the maximum of each row) misses (0, 2, 7).
+    rows = torch.tensor([[50, 9, 7, 0], [0, 40, 0, 0], [0, 0, 45, 0], [5, 0, 0, 60]])
+    got = _normalise_answer(candidate(rows.clone(), 3))
+    want = [(0, 1, 9), (0, 2, 7), (3, 0, 5)]
+    if got != want and (0, 2, 7) not in got:
+        raise AssertionError(
+            f"for cm = {rows.tolist()} and k = 3 the answer is {want}: row 0 holds the two biggest "
+            f"mistakes, but you returned {got}. Rank all off-diagonal cells together (flatten, then "
+            "sort), not only the largest mistake of each row."
+        )
+    assert got == want, f"for cm = {rows.tolist()} and k = 3 the answer is {want}, you returned {got}"
