@@ -15,7 +15,10 @@ export COURSE_DATA_MIRROR ?= $(abspath ../shared/datasets)
 endif
 export PYTHONWARNINGS := ignore::DeprecationWarning:jupyter_client.connect
 # Test workers: 2 by default (the CI machine has 2 cores); `make test WORKERS=1`.
+# Each worker's kernels use one torch thread: two workers with two threads each
+# on two cores slow small models down many times over.
 WORKERS ?= 2
+TEST_THREADS ?= 1
 
 .PHONY: help setup run test lab data doctor notebooks check lint clean distclean
 
@@ -45,7 +48,7 @@ run: setup
 	$(PY) -m helpers.runner
 
 test: setup
-	$(PY) -m pytest -n $(WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider tests notebooks
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -n $(WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider tests notebooks
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/

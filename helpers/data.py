@@ -290,6 +290,7 @@ REGISTRY: dict[str, DatasetSpec] = {
                 )
                 for name, md5 in _CIFAR_SUBSET_MD5.items()
             ),
+            optional=True,  # the full set (downloadable) stands in for it
         ),
         DatasetSpec(
             "resnet-cifar10",
@@ -439,8 +440,8 @@ def status(name: str) -> str:
     Returns:
         ``"ready"`` (all files in ``data/``; md5 not re-checked here),
         ``"mirror"`` (copyable from ``$COURSE_DATA_MIRROR``),
-        ``"download"`` (needs a network) or ``"offline"`` (nowhere, and
-        ``COURSE_OFFLINE=1``).
+        ``"download"`` (needs a network), ``"offline"`` (downloadable, but
+        ``COURSE_OFFLINE=1``) or ``"unavailable"`` (only a mirror has it).
     """
     spec = _spec(name)
     root, mirror = data_dir(), mirror_dir()
@@ -448,6 +449,8 @@ def status(name: str) -> str:
         return "ready"
     if mirror is not None and all((mirror / f.mirror).is_file() for f in spec.files):
         return "mirror"
+    if spec.download is None and not all(f.url for f in spec.files):
+        return "unavailable"
     return "offline" if _offline() else "download"
 
 

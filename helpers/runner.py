@@ -146,11 +146,19 @@ def run_notebook(notebook: Path, *, title: str, parameters: dict, out_dir: Path,
 
 
 def _format_figures(figures: dict) -> str:
-    return "; ".join(f"{name} {f['value']}{f['unit']}" for name, f in figures.items())
+    def unit(u: str) -> str:
+        return u if u in ("", "%", "x") else f" {u}"
+
+    return "; ".join(f"{name} {f['value']}{unit(f['unit'])}" for name, f in figures.items())
 
 
-def write_report(results: list[ChapterResult], folder: Path, *, smoke: bool = False) -> Path:
-    """Write ``report.md`` and ``report.json`` into ``folder`` atomically; return the .md path."""
+def write_report(results: list[ChapterResult], folder: Path, *, smoke: bool = False, planned: int | None = None) -> Path:
+    """Write ``report.md`` and ``report.json`` into ``folder`` atomically; return the .md path.
+
+    ``planned`` is how many chapters the run will execute; while fewer
+    results are in, the report says the run is still in progress (or was
+    interrupted).
+    """
     folder.mkdir(parents=True, exist_ok=True)
     total = sum(r.seconds for r in results)
     ok = sum(r.status == "OK" for r in results)
@@ -158,7 +166,8 @@ def write_report(results: list[ChapterResult], folder: Path, *, smoke: bool = Fa
         "# Course report",
         "",
         f"{ok} of {len(results)} chapters OK, {total:.0f} s in all"
-        + (" (smoke parameters)" if smoke else " (default parameters)") + ".",
+        + (" (smoke parameters)" if smoke else " (default parameters)") + "."
+        + (f" **{planned - len(results)} more still to run (or the run was interrupted).**" if planned and planned > len(results) else ""),
         "",
         "| chapter | title | status | seconds | headline figures |",
         "| --- | --- | --- | ---: | --- |",
@@ -168,7 +177,12 @@ def write_report(results: list[ChapterResult], folder: Path, *, smoke: bool = Fa
         error = " ".join(r.error.split()).replace("|", "\\|")  # one table row, whatever the message
         status = r.status if r.status == "OK" else f"**FAILED**: {error}"
         lines.append(f"| {r.chapter} | {r.title} | {status} | {r.seconds:.1f} | {figs} |")
-    payload = {"smoke": smoke, "total_seconds": round(total, 1), "chapters": [asdict(r) for r in results]}
+    payload = {
+        "smoke": smoke,
+        "planned": planned or len(results),
+        "total_seconds": round(total, 1),
+        "chapters": [asdict(r) for r in results],
+    }
     atomic_write_text(folder / "report.md", "\n".join(lines) + "\n")
     atomic_write_text(folder / "report.json", json.dumps(payload, indent=2))
     return folder / "report.md"
@@ -191,8 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run_chapter(stem, smoke=args.smoke)
         results.append(result)
         print(f"{result.status} in {result.seconds:.1f} s", (f"- {result.error}" if result.error else f"- {_format_figures(result.figures)}"), flush=True)
-        write_report(results, build_dir(), smoke=args.smoke)
-    report = write_report(results, build_dir(), smoke=args.smoke)
+        write_report(results, build_dir(), smoke=args.smoke, planned=len(chosen))
+    report = write_report(results, build_dir(), smoke=args.smoke, planned=len(chosen))
     failed = [r for r in results if r.status != "OK"]
     print(f"report: {rel(report)} ({len(results) - len(failed)}/{len(results)} OK)")
     for r in failed:

@@ -61,7 +61,7 @@ import torch
 
 import helpers.plotting  # noqa: F401  (small, 72-dpi figure defaults)
 from helpers.device import pick_device, seed_everything
-from helpers.exercises import check
+from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
 from helpers.report import ChapterReport
 
 seed_everything(SEED)
@@ -79,7 +79,7 @@ print(f"torch {torch.__version__}, device for the plotting grid: {device}")
 # tensors** (`is_leaf` is `True`, `grad_fn` is `None`); they are the inputs
 # of the graph, typically the weights of a model.
 #
-# We start with the function from the syllabus, $z = (x + y)^2$, at $x = 3$,
+# We start with a small function, $z = (x + y)^2$, at $x = 3$,
 # $y = 4$.
 
 # %%

@@ -53,7 +53,7 @@ from torch import nn
 
 import helpers.models
 from helpers.device import pick_device, seed_everything
-from helpers.exercises import check
+from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
 from helpers.models import MLP
 from helpers.report import ChapterReport
 

@@ -67,7 +67,7 @@ print(f"torch {torch.__version__}, device {device}")
 # Linear regression on a thousand points is far too small for an accelerator
 # to help: launching work on a GPU costs more than the arithmetic. This
 # chapter therefore keeps every tensor on the CPU, whatever `pick_device`
-# found. Chapter 05 is the first to use `device`.
+# found. Chapter 05 moves its model and data to `device` for training.
 
 # %% [markdown]
 # ## The data
@@ -378,7 +378,8 @@ plt.show()
 
 # %%
 assert max(tail) > 2 * autograd_losses[-1], "without zeroing, the loss should keep swinging well above the fitted loss"
-#
+
+# %% [markdown]
 # ### 2. Updating a parameter outside `torch.no_grad()`
 #
 # Writing the update as plain Python arithmetic fails straight away:

@@ -15,7 +15,7 @@
 # # 05 · An MLP on MNIST
 #
 # Chapter 04 fitted two numbers to synthetic points. Here the same training
-# loop fits about half a million parameters to real data: 70,000 photographs
+# loop fits about half a million parameters to real data: 70,000 scanned handwritten digits
 # of handwritten digits, the MNIST dataset. The model is a multi-layer
 # perceptron (MLP), a stack of `nn.Linear` layers with non-linearities in
 # between, and it reaches about 98 % test accuracy in well under a minute on

@@ -156,6 +156,8 @@ def test_unknown_dataset_lists_known_ones(isolated_dirs):
 
 def test_status_reports_each_source(toy_dataset, monkeypatch):
     spec, mirror, _ = toy_dataset
+    assert data.status("toy") == "unavailable", "no download address: only a mirror can provide it"
+    monkeypatch.setitem(data.REGISTRY, "toy", dataclasses.replace(spec, download=lambda root: None))
     assert data.status("toy") == "offline"
     monkeypatch.delenv("COURSE_OFFLINE")
     assert data.status("toy") == "download"

@@ -42,6 +42,8 @@ def test_report_lists_failures_with_their_cell(tmp_path):
     md = write_report(results, tmp_path).read_text()
     assert "1 of 2 chapters OK" in md
     assert "| 00_a | A | OK | 3.0 | device cpu |" in md
+    partial = write_report(results, tmp_path, planned=5).read_text()
+    assert "3 more still to run" in partial
     assert "**FAILED**: cell [7] raised ValueError: boom" in md
     payload = json.loads((tmp_path / "report.json").read_text())
     assert [c["status"] for c in payload["chapters"]] == ["OK", "FAILED"]
