@@ -1,0 +1,223 @@
+"""Exercises of chapter 07 (a CNN on CIFAR-10): checkers and reference solutions."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+from torch import nn
+
+from . import exercise
+
+# --------------------------------------------------------------------------
+# 07.receptive_field
+# --------------------------------------------------------------------------
+
+
+def _receptive_field(layers: list[tuple[int, int, int]]) -> int:
+    """Side length, in input pixels, of the square that one output pixel depends on.
+
+    Args:
+        layers: the stack from input to output, one ``(kernel, stride,
+            dilation)`` tuple of ints per convolution or pooling layer
+            (square kernels; padding does not change the answer).
+
+    Returns:
+        The receptive field as an int. One layer of kernel ``k`` and dilation
+        ``d`` spans ``d * (k - 1) + 1`` pixels; each later layer adds
+        ``d * (k - 1)`` steps of its input, and one step of a layer's input is
+        the product of the strides of all the layers before it. An empty
+        stack sees 1 pixel.
+    """
+    field, jump = 1, 1  # jump: input pixels between two neighbouring positions of the current layer
+    for kernel, stride, dilation in layers:
+        field += dilation * (kernel - 1) * jump
+        jump *= stride
+    return field
+
+
+def _measured_receptive_field(layers: list[tuple[int, int, int]], expected: int) -> int:
+    """The receptive field of output pixel (0, 0), measured with autograd on real layers.
+
+    Every weight is 1 and there is no padding and no non-linearity, so the
+    gradient of that one output with respect to the input is positive exactly
+    on the pixels it depends on.
+    """
+    size = 2 * expected + 8  # output (0, 0) needs `expected` pixels; the rest is margin
+    convs = []
+    for kernel, stride, dilation in layers:
+        conv = nn.Conv2d(1, 1, kernel, stride=stride, dilation=dilation, bias=False).double()
+        nn.init.ones_(conv.weight)
+        convs.append(conv)
+    x = torch.zeros(1, 1, size, size, dtype=torch.float64, requires_grad=True)
+    out = nn.Sequential(*convs)(x)
+    out[0, 0, 0, 0].backward()
+    rows = (x.grad[0, 0] != 0).any(dim=1).nonzero().squeeze(1)
+    return int(rows.max() - rows.min() + 1)
+
+
+def _as_int(value, layers) -> int:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise AssertionError(f"return one int (a side length in pixels); for {layers} you returned {value!r}")
+    return value
+
+
+@exercise(
+    "07.receptive_field",
+    "return the receptive field (side length in input pixels) of one output pixel of a stack of "
+    "convolution or pooling layers, given as a list of (kernel, stride, dilation) tuples from input to output.",
+    reference=_receptive_field,
+)
+def _test_receptive_field(candidate) -> None:
+    cases = [
+        ("one 3x3 convolution", [(3, 1, 1)]),
+        ("two stacked 3x3 convolutions", [(3, 1, 1), (3, 1, 1)]),
+        ("a dilated 3x3 convolution", [(3, 1, 2)]),
+        ("3x3 conv, 2x2 max-pool, 3x3 conv", [(3, 1, 1), (2, 2, 1), (3, 1, 1)]),
+        ("the VGG-style network of this chapter", [(3, 1, 1), (3, 1, 1), (2, 2, 1)] * 3),
+        ("a 7x7 stride-2 stem and a 3x3 stride-2 pool", [(7, 2, 1), (3, 2, 1)]),
+        ("dilated convolutions 1, 2, 4", [(3, 1, 1), (3, 1, 2), (3, 1, 4)]),
+        ("stride 2, then a dilated convolution", [(3, 2, 1), (3, 1, 2), (5, 1, 1)]),
+    ]
+    for label, layers in cases:
+        want = _measured_receptive_field(layers, _receptive_field(layers))
+        got = _as_int(candidate([tuple(layer) for layer in layers]), layers)
+        if got == want:
+            continue
+        no_stride = 1 + sum(d * (k - 1) for k, _, d in layers)
+        no_dilation = _receptive_field([(k, s, 1) for k, s, _ in layers])
+        if got == no_stride:
+            raise AssertionError(
+                f"{label} {layers}: you returned {got}, as if every stride were 1. After a layer with stride s, "
+                f"one step of the next layer covers s input pixels: multiply each (kernel - 1) by the product of "
+                f"the strides *before* it (the measured answer is {want})"
+            )
+        if got == no_dilation:
+            raise AssertionError(
+                f"{label} {layers}: you returned {got}, as if the dilation were 1. A kernel k with dilation d "
+                f"spans d * (k - 1) + 1 pixels (the measured answer is {want})"
+            )
+        if got == sum(k for k, _, _ in layers):
+            raise AssertionError(
+                f"{label} {layers}: you returned {got}, the sum of the kernel sizes. Stacking adds (kernel - 1) "
+                f"per layer to a start of 1: two 3x3 convolutions see 5 pixels, not 6 (the measured answer is {want})"
+            )
+        with_own_stride = 1
+        jump = 1
+        for k, s, d in layers:
+            jump *= s
+            with_own_stride += d * (k - 1) * jump
+        if got == with_own_stride:
+            raise AssertionError(
+                f"{label} {layers}: you returned {got}: a layer's own stride does not widen its own window, "
+                f"only the layers after it; update the product of strides after adding the layer's span "
+                f"(the measured answer is {want})"
+            )
+        raise AssertionError(
+            f"{label} {layers}: the receptive field measured with autograd is {want} pixels, you returned {got}"
+        )
+
+
+# --------------------------------------------------------------------------
+# 07.strip_prefix
+# --------------------------------------------------------------------------
+
+
+def _strip_prefix(state_dict: dict, prefix: str) -> OrderedDict:
+    """A copy of ``state_dict`` with ``prefix`` removed from the start of each key that has it.
+
+    Args:
+        state_dict: a mapping of parameter names to tensors, e.g. a checkpoint
+            saved from an ``nn.DataParallel`` model (keys ``"module.conv1.weight"``, ...).
+        prefix: e.g. ``"module."``.
+
+    Returns:
+        A new ``OrderedDict`` in the same key order. Keys that start with
+        ``prefix`` lose it, once, at the start only; other keys are kept as
+        they are. The values are the same tensor objects (no copies), and the
+        input is left unchanged.
+    """
+    return OrderedDict((key.removeprefix(prefix), value) for key, value in state_dict.items())
+
+
+@exercise(
+    "07.strip_prefix",
+    "return a new dict, in the same order, in which each key of state_dict that starts with prefix has "
+    "that prefix removed (at the start only); other keys unchanged, the values the very same tensors, "
+    "and the input dict left unchanged.",
+    reference=_strip_prefix,
+)
+def _test_strip_prefix(candidate) -> None:
+    g = torch.Generator().manual_seed(7)
+    keys = [
+        "module.conv1.weight",
+        "module.bn1.running_mean",
+        "module.mlp.submodule.weight",  # "module." also appears inside a key
+        "module.module.bias",  # a submodule really named "module": strip only once
+        "head.module.weight",  # "module." not at the start: keep
+        "mode.weight",  # made of the prefix's letters: keep
+        "lm_head.bias",
+    ]
+    original = OrderedDict((k, torch.randn(2, generator=g)) for k in keys)
+    before = list(original.items())
+    want = [
+        "conv1.weight",
+        "bn1.running_mean",
+        "mlp.submodule.weight",
+        "module.bias",
+        "head.module.weight",
+        "mode.weight",
+        "lm_head.bias",
+    ]
+    result = candidate(original, "module.")
+    if result is None:
+        raise AssertionError("return the new dict (your function returned None; did it change the input in place?)")
+    if list(original.items()) != before or any(a is not b for (_, a), (_, b) in zip(original.items(), before)):
+        raise AssertionError("leave the input unchanged: build and return a new dict instead of editing state_dict")
+    if result is original:
+        raise AssertionError("return a new dict, not the input object itself")
+    try:
+        got = list(result.keys())
+    except AttributeError as exc:
+        raise AssertionError(f"return a dict (key -> tensor); got {type(result).__name__}") from exc
+    if sorted(got) == sorted(want) and got != want:
+        raise AssertionError("keep the keys in their original order (a state_dict is ordered)")
+    for key, expected in zip(keys, want):
+        if expected in got:
+            continue
+        plain = key.replace("module.", "")
+        stripped = key.lstrip("module.")
+        if plain in got and plain != expected:
+            raise AssertionError(
+                f"{key!r} became {plain!r}: str.replace removes 'module.' everywhere in the key, also inside "
+                f"names like 'submodule.'. Remove the prefix only at the start (key.startswith / str.removeprefix)"
+            )
+        if stripped in got and stripped != expected:
+            raise AssertionError(
+                f"{key!r} became {stripped!r}: str.lstrip('module.') strips any of the characters m, o, d, u, "
+                f"l, e and '.', not the word. Use str.removeprefix(prefix) or key[len(prefix):] after startswith"
+            )
+        if key[len("module."):] in got:
+            raise AssertionError(
+                f"{key!r} became {key[len('module.'):]!r}: only keys that start with the prefix may change"
+            )
+        raise AssertionError(f"expected the keys {want}, got {got}")
+    if len(got) != len(want):
+        raise AssertionError(f"expected {len(want)} keys {want}, got {len(got)}: {got}")
+    for key, new_key in zip(keys, want):
+        if result[new_key] is not original[key]:
+            raise AssertionError(
+                f"result[{new_key!r}] is a copy of the tensor; keep the very same tensor objects "
+                "(copying doubles the memory of a large checkpoint)"
+            )
+    empty = candidate(OrderedDict(), "module.")
+    assert empty is not None and len(empty) == 0, "an empty state_dict gives an empty result"
+    other = candidate(OrderedDict(original), "_orig_mod.")
+    assert list(other.keys()) == keys, (
+        "with prefix '_orig_mod.' (what torch.compile adds) no key of this state_dict changes; "
+        "use the prefix argument, not a hard-coded 'module.'"
+    )

@@ -1,0 +1,1028 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: PyTorch course (.venv)
+#     language: python
+#     name: pytorch-course
+# ---
+
+# %% [markdown]
+# # 06 · Data loading
+#
+# Chapter 05 wrapped MNIST in a `DataLoader` and never looked inside it. This
+# chapter opens the box. A `DataLoader` is three parts that you can replace
+# one by one: a **dataset** that produces samples, a **sampler** that decides
+# which samples and in what order, and a **collate function** that glues
+# samples into a batch. Around them, optional **worker processes** prepare
+# batches in the background while your training loop runs.
+#
+# **What you will learn**
+# - map-style datasets (`__getitem__`) vs `IterableDataset` (`__iter__`), and
+#   why an `IterableDataset` must split its work between workers itself, with
+#   `torch.utils.data.get_worker_info`;
+# - a real off-by-a-remainder bug in that split, and the fix, proven with a
+#   count of every sample;
+# - rebalancing an imbalanced dataset with `WeightedRandomSampler` and with a
+#   `Sampler` of our own;
+# - batching sequences of different lengths with a `collate_fn` and
+#   `pad_sequence`;
+# - what `num_workers`, `pin_memory`, `persistent_workers` and
+#   `prefetch_factor` do, measured on this machine;
+# - seeding workers, so that random augmentations really are random, and
+#   reproducible.
+#
+# **Prerequisites:** chapters 01 to 05 (chapter 05 for MNIST and
+# `transforms.v2`).
+#
+# **Estimated time:** 50 minutes.
+
+# %% tags=["parameters"]
+STREAM_SAMPLES = 1001  # MNIST images streamed through the IterableDataset (odd on purpose)
+IMBALANCE_MAX = 2000  # images of the most common class in the imbalanced set
+IMBALANCE_RATIO = 0.05  # size of the rarest class / size of the most common class
+REBALANCED_DRAWS = 20000  # samples drawn by each rebalancing sampler
+BALANCE_TOLERANCE = 0.01  # allowed |class frequency - 1/10| after rebalancing
+THROUGHPUT_SAMPLES = 1024  # MNIST images per timed epoch in the loader benchmark
+TIMED_EPOCHS = 2  # epochs timed per loader setting
+BATCH_SIZE = 128
+SEED = 0
+
+# %% [markdown]
+# ## Setup
+#
+# Worker processes are started with `fork` where the operating system has
+# it (Linux); the section on workers explains why. `FORK` says whether this
+# machine can.
+
+# %%
+import codecs
+import contextlib
+import io
+import math
+import multiprocessing
+import os
+import sys
+import time
+import warnings
+from collections import Counter
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+from matplotlib.colors import ListedColormap
+from torch import nn
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    IterableDataset,
+    Sampler,
+    Subset,
+    TensorDataset,
+    WeightedRandomSampler,
+    get_worker_info,
+)
+from torchvision.transforms import v2
+
+from helpers.data import mnist
+from helpers.device import pick_device, seed_everything
+from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
+from helpers.report import ChapterReport
+
+generator = seed_everything(SEED)
+device = pick_device()
+report = ChapterReport("06_data_loading")
+notebook_start = time.perf_counter()
+
+FORK = sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+WORKERS = 2 if FORK else 0  # worker processes for the demonstrations
+CONTEXT = "fork" if FORK else None  # DataLoader(multiprocessing_context=...)
+print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} CPU threads")
+if FORK:
+    print("worker processes: started with 'fork' (Linux)")
+else:
+    print(f"worker processes: 'fork' is not available on {sys.platform}; "
+          "the demonstrations load in the main process (num_workers=0)")
+
+# %% [markdown]
+# ## Map-style datasets and iterable datasets
+#
+# A **map-style** dataset knows its length and returns sample `i` on request:
+# it implements `__len__` and `__getitem__`. Every torchvision dataset is one.
+# Because any sample can be fetched in any order, the `DataLoader` can
+# shuffle, and the *sampler*, running in the main process, decides which
+# indices go into which batch.
+#
+# An **iterable-style** dataset (`IterableDataset`) implements only
+# `__iter__`: it yields samples one after another, like lines read from a
+# file, rows from a database cursor or records from a network stream, where
+# "give me sample 7,391" is expensive or impossible. There is no index, so
+# there is no sampler and no `shuffle=True`; the dataset alone decides the
+# order.
+#
+# We use the first `STREAM_SAMPLES` MNIST training images for both kinds.
+# The map-style one is three lines:
+
+# %%
+train_raw = mnist(train=True)
+images = train_raw.data[:STREAM_SAMPLES].unsqueeze(1).float() / 255  # [N, 1, 28, 28] in [0, 1]
+labels = train_raw.targets[:STREAM_SAMPLES]
+
+
+class MnistMap(Dataset):
+    """Map-style: item i is (i, image i, label i)."""
+
+    def __len__(self):
+        return len(labels)
+
+    def __getitem__(self, i):
+        return i, images[i], labels[i]
+
+
+map_set = MnistMap()
+i, image, label = map_set[7]
+print(f"len(map_set) = {len(map_set)}; map_set[7] = ({i}, image {tuple(image.shape)}, label {label.item()})")
+
+# %% [markdown]
+# ## Worker processes and `get_worker_info`
+#
+# With `num_workers=2`, the `DataLoader` starts two worker processes. Each
+# gets its **own copy** of the dataset object. For a map-style dataset that
+# is harmless: the sampler in the main process hands out the batches of
+# indices, batch 0 to worker 0, batch 1 to worker 1, batch 2 to worker 0,
+# and so on, so every index is fetched exactly once:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+map_loader = DataLoader(map_set, batch_size=32, num_workers=WORKERS, multiprocessing_context=CONTEXT)
+seen = Counter(i for ids, _, _ in map_loader for i in ids.tolist())
+print(f"map-style, {WORKERS} workers: {len(seen)} distinct ids, "
+      f"each seen {set(seen.values())} time(s), {sum(seen.values())} in all")
+assert sorted(seen) == list(range(STREAM_SAMPLES)) and set(seen.values()) == {1}
+
+# %% [markdown]
+# An `IterableDataset` has no indices to hand out. Each worker simply calls
+# `iter()` on its copy of the dataset, so a stream that ignores the workers
+# is read once **per worker**. Inside a worker,
+# `torch.utils.data.get_worker_info()` returns the worker's `id`, the
+# `num_workers`, its `seed` and its copy of the `dataset`; in the main
+# process it returns `None`. The stream below uses it to split (**shard**) the
+# indices with a `shard` function that we pass in, and yields the worker's id
+# with each sample so that we can see who produced what.
+
+
+# %%
+class MnistStream(IterableDataset):
+    """Streams (index, worker id, image, label) for the images in order, like reading one file.
+
+    ``shard(n, worker_id, num_workers)`` returns the indices one worker reads;
+    ``None`` means every worker reads everything (no sharding at all).
+    """
+
+    def __init__(self, n, shard=None):
+        self.n, self.shard = n, shard
+
+    def __iter__(self):
+        info = get_worker_info()  # None in the main process
+        if info is None or self.shard is None:
+            indices, worker = range(self.n), (-1 if info is None else info.id)
+        else:
+            indices, worker = self.shard(self.n, info.id, info.num_workers), info.id
+        for i in indices:
+            yield i, worker, images[i], labels[i]
+
+
+def stream(n, shard, num_workers, batch_size=4):
+    """Run an MnistStream through a DataLoader; return {sample id: [worker ids that yielded it]}."""
+    loader = DataLoader(MnistStream(n, shard), batch_size=batch_size, num_workers=num_workers,
+                        multiprocessing_context=CONTEXT if num_workers else None)
+    yielded = {}
+    for ids, workers, _, _ in loader:
+        for i, w in zip(ids.tolist(), workers.tolist()):
+            yielded.setdefault(i, []).append(w)
+    return yielded
+
+
+print("get_worker_info() in the main process:", get_worker_info())
+
+# %% [markdown]
+# Forgetting to shard is the first mistake. Each of the two workers yields
+# all 12 samples, so the loader produces 24, every one twice, and an epoch
+# silently counts double:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+no_shard = stream(12, shard=None, num_workers=WORKERS)
+print({i: ws for i, ws in no_shard.items()})
+print("yielded", sum(len(ws) for ws in no_shard.values()), "samples for a dataset of 12")
+if FORK:
+    assert all(len(ws) == 2 for ws in no_shard.values()), "without sharding every worker yields everything"
+
+# %% [markdown]
+# ### The remainder bug
+#
+# The split that most people write first gives every worker a contiguous
+# block of `n // num_workers` samples:
+
+# %%
+def naive_shard(n, worker_id, num_workers):
+    """Contiguous blocks of n // num_workers samples. BUG: drops the last n % num_workers samples."""
+    per_worker = n // num_workers
+    start = worker_id * per_worker
+    return range(start, start + per_worker)
+
+
+# %% [markdown]
+# It looks right and it is right whenever `n` divides evenly. But `//`
+# rounds down: 10 samples for 3 workers makes blocks of 3, and sample 9
+# belongs to nobody. Nothing fails, no warning appears: the epoch is just
+# one sample short, and the samples at the end of the stream are never
+# trained on. Here are two cases, run through real `DataLoader` workers:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def missing_and_repeated(yielded, n):
+    counts = Counter({i: len(ws) for i, ws in yielded.items()})
+    return [i for i in range(n) if counts[i] == 0], [i for i in range(n) if counts[i] > 1]
+
+
+naive_cases = {}
+for n, k in [(10, 3), (11, 2)]:
+    workers = k if FORK else 0
+    with warnings.catch_warnings(record=True) as too_many_workers:  # shown below the figure
+        warnings.simplefilter("always")
+        naive_cases[n, k] = stream(n, naive_shard, num_workers=workers)
+    missing, repeated = missing_and_repeated(naive_cases[n, k], n)
+    print(f"{n} samples, {workers} workers: yielded {sum(map(len, naive_cases[n, k].values()))}, "
+          f"missing {missing}, repeated {repeated}")
+    if FORK:
+        assert missing == list(range(n - n % k, n)), "the naive split drops the last n % num_workers samples"
+
+# %% [markdown]
+# ### The fix
+#
+# Two splits cover everything. **Strided** sharding gives worker `w` the
+# indices `w, w + num_workers, w + 2·num_workers, ...`, that is
+# `range(worker_id, n, num_workers)`: every index belongs to exactly one
+# worker, whatever `n` is. **Contiguous** blocks also work if their size is
+# rounded *up* (`math.ceil(n / num_workers)`), with the last block cut at
+# `n`; they suit files that are best read front to back (exercise 1 asks for
+# a fairer version of it).
+
+# %%
+def strided_shard(n, worker_id, num_workers):
+    """Worker w reads w, w + num_workers, w + 2 * num_workers, ...: every index exactly once."""
+    return range(worker_id, n, num_workers)
+
+
+# %% [markdown]
+# The figure shows who yielded each sample for 10 samples and 3 workers:
+# one colour per worker, and white for a sample nobody yielded. (On a
+# machine with fewer than 3 cores, PyTorch also warns that 3 workers are
+# more than it suggests; we print that warning below the figure. It is
+# right, but 3 workers are the point of this small example.)
+
+# %%
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    fixed_10_3 = stream(10, strided_shard, num_workers=3 if FORK else 0)
+fig, axes = plt.subplots(2, 1, figsize=(7, 2.8))
+for ax, (name, yielded) in zip(axes, [("n // num_workers (bug)", naive_cases[10, 3]),
+                                      ("strided (fix)", fixed_10_3)]):
+    owner = np.full((1, 10), np.nan)
+    for i, ws in yielded.items():
+        owner[0, i] = ws[0]
+    ax.imshow(owner, cmap=ListedColormap(["tab:blue", "tab:orange", "tab:green"]), vmin=-0.5, vmax=2.5)
+    for i in range(10):
+        ax.text(i, 0, "?" if np.isnan(owner[0, i]) else f"w{int(owner[0, i])}",
+                ha="center", va="center", fontsize=8, color="black" if np.isnan(owner[0, i]) else "white")
+    ax.set_xticks(range(10))
+    ax.set_yticks([])
+    ax.set_title(name, fontsize=9)
+axes[1].set_xlabel("sample id (w0, w1, w2: the worker that yielded it; ?: nobody did)")
+plt.show()
+for message in sorted({str(w.message) for w in too_many_workers + caught}):
+    print(f"warning: {message}")
+
+# %% [markdown]
+# Now the proof on the real stream: all `STREAM_SAMPLES` images (an odd
+# number, so the naive split for 2 workers would drop one) through a
+# `DataLoader` with `num_workers=2`. We count how often each sample id
+# arrives, and check that the sorted ids are exactly `0, 1, ..., n-1`, each
+# once:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+naive_stream = stream(STREAM_SAMPLES, naive_shard, num_workers=WORKERS, batch_size=32)
+fixed_stream = stream(STREAM_SAMPLES, strided_shard, num_workers=WORKERS, batch_size=32)
+for name, yielded in [("naive", naive_stream), ("strided", fixed_stream)]:
+    counts = Counter({i: len(ws) for i, ws in yielded.items()})
+    missing, repeated = missing_and_repeated(yielded, STREAM_SAMPLES)
+    per_worker = Counter(w for ws in yielded.values() for w in ws)
+    print(f"{name:8s} {WORKERS} workers: {sum(counts.values())} of {STREAM_SAMPLES} samples yielded, "
+          f"per worker {dict(sorted(per_worker.items()))}, missing {missing}, repeated {repeated}")
+
+# %%
+counts = Counter({i: len(ws) for i, ws in fixed_stream.items()})
+assert sorted(counts) == list(range(STREAM_SAMPLES)), "the strided stream must yield every id"
+assert set(counts.values()) == {1}, f"some ids were yielded more than once: {counts.most_common(3)}"
+exactly_once = sum(1 for c in counts.values() if c == 1)
+report.record("samples yielded exactly once (2 workers)", exactly_once)
+print(f"{exactly_once} of {STREAM_SAMPLES} samples yielded exactly once with num_workers={WORKERS}")
+
+# %% [markdown]
+# Two more things to know about iterable datasets with workers:
+#
+# - each worker makes its **own batches** from its own shard, so the last
+#   batch of *each* worker may be short (with `drop_last=True`, each worker
+#   may drop one);
+# - by default the `DataLoader` returns batches in a fixed round-robin order
+#   of the workers, so a slow worker holds the others up. `in_order=False`
+#   lets whichever batch is ready first through, at the price of a
+#   non-deterministic order.
+#
+# ### Why the classes are defined in the notebook, and `fork`
+#
+# A worker process must get the dataset object from the main process. There
+# are three ways to start one (the *start method*):
+#
+# - `fork` (the default on Linux up to Python 3.13) copies the whole running
+#   main process, the notebook's classes and functions included. That is why
+#   `MnistStream` above works although it lives in the notebook;
+# - `spawn` (the default on macOS and Windows) starts a fresh Python that
+#   must **import** the dataset's class by name. A class defined in a
+#   notebook lives in `__main__`, which the fresh process cannot import, and
+#   the worker dies with an error like
+#   `AttributeError: Can't get attribute 'MnistStream' on <module '__main__'>`;
+# - `forkserver` (the Linux default from Python 3.14) behaves like `spawn`
+#   here.
+#
+# So code that runs in worker processes belongs in an importable module (a
+# `.py` file next to your notebook, or a package such as this course's
+# `helpers`). This notebook keeps its small classes in view on purpose, asks
+# for `multiprocessing_context="fork"` where it exists, and falls back to
+# `num_workers=0` elsewhere, printing a line that says so.
+#
+# ## Samplers: rebalancing an imbalanced dataset
+#
+# A **sampler** yields the indices the `DataLoader` fetches. `shuffle=True`
+# is just `RandomSampler`; `shuffle=False` is `SequentialSampler`. Writing
+# your own is the standard way to change *which* samples a model sees.
+#
+# A common reason is class imbalance. We build an imbalanced training set
+# from real MNIST: the most common digit keeps `IMBALANCE_MAX` images and
+# each following digit keeps geometrically fewer, down to
+# `IMBALANCE_MAX * IMBALANCE_RATIO` for the digit 9. (Real datasets look like
+# this: fraud is rarer than honest payments, rare diseases rarer than common
+# ones.) A model trained on it with plain shuffling would see the digit 0
+# many times more often than the digit 9, and learn that guessing 0 pays.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+keep_per_class = [round(IMBALANCE_MAX * IMBALANCE_RATIO ** (c / 9)) for c in range(10)]
+keep = torch.cat([(train_raw.targets == c).nonzero().squeeze(1)[:n] for c, n in enumerate(keep_per_class)])
+imbalanced = TensorDataset(train_raw.data[keep].unsqueeze(1), train_raw.targets[keep])  # uint8 images
+targets = train_raw.targets[keep]
+class_counts = torch.bincount(targets, minlength=10)
+print(f"{len(imbalanced)} images; per class: {class_counts.tolist()}")
+print(f"most common / rarest class: {class_counts.max().item() / class_counts.min().item():.0f}x")
+
+
+# %% [markdown]
+# **`WeightedRandomSampler`** draws `num_samples` indices, each index `i`
+# with probability proportional to `weights[i]`, with replacement. Giving
+# each sample the weight `1 / (size of its class)` makes every class's total
+# weight the same, so each draw picks each class with probability 1/10.
+# Note that the weights are **per sample** (shape `[N]`), not per class: a
+# common mistake is to pass the 10 class weights, which makes the sampler
+# draw only the indices 0 to 9.
+#
+# Our own sampler takes a different route. A `Sampler` subclass needs
+# `__iter__`, which yields indices, and usually `__len__`. This one is
+# *stratified*: each epoch it takes exactly `num_samples / 10` indices from
+# every class, cycling through a fresh random permutation of the class, so
+# that a rare image is repeated as evenly as possible rather than at random,
+# and then shuffles them all together.
+
+
+# %%
+class ClassBalancedSampler(Sampler[int]):
+    """Each epoch: exactly num_samples // C indices from each of the C classes, shuffled together.
+
+    Within a class, indices come from back-to-back random permutations, so each sample of a
+    rare class is repeated (almost) the same number of times.
+    """
+
+    def __init__(self, targets, num_samples, generator=None):
+        self.by_class = [(targets == c).nonzero().squeeze(1) for c in targets.unique()]
+        self.per_class = num_samples // len(self.by_class)
+        self.generator = generator
+
+    def __len__(self):
+        return self.per_class * len(self.by_class)
+
+    def __iter__(self):
+        chosen = []
+        for members in self.by_class:
+            rounds = math.ceil(self.per_class / len(members))
+            order = torch.cat([torch.randperm(len(members), generator=self.generator) for _ in range(rounds)])
+            chosen.append(members[order[: self.per_class]])
+        chosen = torch.cat(chosen)
+        yield from chosen[torch.randperm(len(chosen), generator=self.generator)].tolist()
+
+
+sample_weights = 1.0 / class_counts[targets].double()  # [N]: one weight per sample
+samplers = {
+    "shuffle=True (no rebalancing)": None,
+    "WeightedRandomSampler": WeightedRandomSampler(sample_weights, num_samples=REBALANCED_DRAWS,
+                                                   replacement=True, generator=generator),
+    "ClassBalancedSampler": ClassBalancedSampler(targets, REBALANCED_DRAWS, generator=generator),
+}
+frequencies, drawn = {}, {}
+for name, sampler in samplers.items():
+    loader = DataLoader(imbalanced, batch_size=256, sampler=sampler, shuffle=sampler is None, generator=generator)
+    seen_labels = torch.cat([y for _, y in loader])
+    frequencies[name] = torch.bincount(seen_labels, minlength=10).double() / len(seen_labels)
+    drawn[name] = len(seen_labels)
+    print(f"{name:30s} {drawn[name]:6d} samples; class frequencies (%): "
+          f"{[round(100 * f, 1) for f in frequencies[name].tolist()]}")
+
+# %%
+fig, ax = plt.subplots(figsize=(9, 3))
+width = 0.27
+for k, (name, freq) in enumerate(frequencies.items()):
+    ax.bar(np.arange(10) + (k - 1) * width, 100 * freq.numpy(), width, label=name)
+ax.axhline(10, color="black", linestyle="--", linewidth=1, label="uniform (10 %)")
+ax.set(xlabel="digit", ylabel="share of the samples drawn (%)", xticks=range(10),
+       title=f"class frequencies before and after rebalancing ({len(imbalanced)} images, {REBALANCED_DRAWS} draws)")
+ax.legend(fontsize=8)
+plt.show()
+
+# %%
+uniform = 1 / 10
+deviation = {name: (freq - uniform).abs().max().item() for name, freq in frequencies.items()}
+for name, dev in deviation.items():
+    print(f"{name:30s} largest |frequency - 10 %| = {100 * dev:5.2f} points")
+for name in ("WeightedRandomSampler", "ClassBalancedSampler"):
+    assert deviation[name] <= BALANCE_TOLERANCE, (
+        f"{name}: a class frequency is {100 * deviation[name]:.2f} points from 10 %, "
+        f"more than the tolerance of {100 * BALANCE_TOLERANCE:.1f}"
+    )
+assert deviation["shuffle=True (no rebalancing)"] > BALANCE_TOLERANCE, "the original set should be imbalanced"
+report.record("rebalanced max deviation from uniform", 100 * deviation["WeightedRandomSampler"], "points", digits=2)
+
+# %% [markdown]
+# `WeightedRandomSampler` is balanced only **on average**: each draw is an
+# independent coin toss, so the class counts wobble by about
+# √(N · 0.1 · 0.9) draws, a fraction of a percentage point here. The
+# stratified sampler is balanced **exactly**, by construction. Both repeat
+# the rare images many times; here is how often, and how many distinct images
+# of each class were seen at all:
+
+# %%
+for name in ("WeightedRandomSampler", "ClassBalancedSampler"):
+    indices = torch.tensor(list(samplers[name]))  # a fresh epoch of indices
+    distinct = [len(set(indices[targets[indices] == c].tolist())) for c in (0, 9)]
+    print(f"{name:22s} digit 0: {distinct[0]:4d} of {class_counts[0].item()} images seen;  "
+          f"digit 9: all {distinct[1]} of {class_counts[9].item()} seen, each about "
+          f"{(targets[indices] == 9).sum().item() / class_counts[9].item():.0f} times")
+
+# %% [markdown]
+# Oversampling does not create information: the model sees the same few
+# hundred nines over and over, and can overfit them. Random augmentation
+# (chapter 07) makes the repeats differ a little. The alternative that leaves
+# the sampler alone is to weight the *loss* instead,
+# `F.cross_entropy(logits, y, weight=class_weights)`. Which works better
+# depends on the data; samplers have the advantage that every batch contains
+# the rare classes.
+#
+# ## Collating sequences of different lengths
+#
+# After the sampler has picked a batch of indices and the dataset has
+# produced the samples, the **collate function** turns a list of samples
+# into one batch. The default, `default_collate`, stacks tensors with
+# `torch.stack`, which needs them all to have the same shape. Text, audio and
+# time series do not. Our text: the lines of "The Zen of Python" that
+# ships with every Python, encoded as one integer id per character. Id 0 is
+# kept free to mean "padding".
+
+# %%
+# NBVAL_CHECK_OUTPUT
+with contextlib.redirect_stdout(io.StringIO()):  # `import this` prints the poem; we only want the text
+    import this
+zen_lines = [line for line in codecs.decode(this.s, "rot13").splitlines() if line.strip()]
+PAD = 0
+char_to_id = {c: i + 1 for i, c in enumerate(sorted(set("".join(zen_lines))))}  # ids 1.., 0 = padding
+line_ids = [torch.tensor([char_to_id[c] for c in line]) for line in zen_lines]
+print(f"{len(zen_lines)} lines, {len(char_to_id)} distinct characters; lengths: {[len(t) for t in line_ids]}")
+print(repr(zen_lines[3]), "->", line_ids[3][:12].tolist(), "...")
+
+# %% [markdown]
+# `default_collate` fails on them with the error you will meet sooner or
+# later:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+try:
+    next(iter(DataLoader(line_ids, batch_size=4)))
+except RuntimeError as err:
+    print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
+# The fix is a collate function that **pads** every sequence to the longest
+# one in the batch with `torch.nn.utils.rnn.pad_sequence`, and returns the
+# true **lengths** as well, because the model must know which positions are
+# padding (a recurrent network through `pack_padded_sequence` in chapter 08,
+# a transformer through a padding mask in chapter 09). Note `batch_first=True`:
+# the default, `False`, returns `[max_len, batch]`, the layout of old RNN
+# code.
+
+
+# %%
+def pad_collate(batch):
+    """List of 1-D int64 tensors -> (padded [B, max_len] int64, lengths [B] int64)."""
+    lengths = torch.tensor([len(seq) for seq in batch])
+    padded = pad_sequence(batch, batch_first=True, padding_value=PAD)
+    return padded, lengths
+
+
+text_loader = DataLoader(line_ids, batch_size=4, shuffle=True, collate_fn=pad_collate, generator=generator)
+for padded, lengths in text_loader:
+    pad_share = (padded == PAD).float().mean().item()
+    print(f"padded {tuple(padded.shape)}, lengths {lengths.tolist()}, {pad_share:.0%} padding")
+
+# %% [markdown]
+# A boolean mask of the real positions comes straight from the lengths, and
+# padding back off gives the original lines:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+padded, lengths = pad_collate(line_ids[:3])
+mask = torch.arange(padded.shape[1]) < lengths.unsqueeze(1)  # [B, max_len], True = real character
+id_to_char = {i: c for c, i in char_to_id.items()}
+print("padded:", tuple(padded.shape), "lengths:", lengths.tolist(), "real positions per row:", mask.sum(1).tolist())
+print("last 6 ids of row 0:", padded[0, -6:].tolist())
+for row, n in zip(padded, lengths):
+    assert "".join(id_to_char[i] for i in row[:n].tolist()) in zen_lines
+assert torch.equal(mask, padded != PAD), "padding is exactly where the mask is False"
+
+# %% [markdown]
+# Random batches mix short and long lines, so much of each batch can be
+# padding, computed on and thrown away. Grouping lines of similar length
+# (**bucketing**) cuts the waste. A `batch_sampler` yields whole batches of
+# indices; here a simple one: sort by length, cut into batches, shuffle the
+# batches.
+
+# %%
+def padding_share(loader):
+    real = total = 0
+    for padded, lengths in loader:
+        real, total = real + lengths.sum().item(), total + padded.numel()
+    return 1 - real / total
+
+
+by_length = sorted(range(len(line_ids)), key=lambda i: len(line_ids[i]))
+buckets = [by_length[i: i + 4] for i in range(0, len(by_length), 4)]
+buckets = [buckets[i] for i in torch.randperm(len(buckets), generator=generator).tolist()]
+bucketed_loader = DataLoader(line_ids, batch_sampler=buckets, collate_fn=pad_collate)
+print(f"padding with random batches:   {padding_share(text_loader):.0%} of the positions")
+print(f"padding with length buckets:   {padding_share(bucketed_loader):.0%} of the positions")
+
+# %% [markdown]
+# ## Loader settings, measured
+#
+# Now the knobs that change *how fast* batches arrive. The pipeline is a
+# realistic one: MNIST images through a per-sample `transforms.v2` pipeline
+# with a random crop (the augmentation is random, so, unlike chapter 05, the
+# work cannot be done once up front: it must run anew every epoch). The
+# settings:
+#
+# - `num_workers`: how many worker processes prepare batches. With 0, the
+#   main process does all the work itself, between training steps;
+# - `pin_memory=True`: put each batch in page-locked ("pinned") memory, from
+#   which a copy to a CUDA GPU is faster and can run asynchronously
+#   (`.to(device, non_blocking=True)`). Without a CUDA device it does nothing
+#   (PyTorch says so in a warning, printed below);
+# - `persistent_workers=True`: keep the workers alive between epochs, instead
+#   of starting new ones each time you iterate over the loader;
+# - `prefetch_factor`: how many batches each worker prepares ahead
+#   (default 2, so 2 × `num_workers` batches are in flight).
+#
+# Each setting runs `TIMED_EPOCHS` epochs over `THROUGHPUT_SAMPLES` images,
+# timed from creating the iterator (which starts the workers) to the last
+# batch. The second column repeats the run with a training step of a small
+# CNN after each batch: that is the "own work" of the main process, the
+# situation in which workers can help by preparing the next batch
+# meanwhile. The last columns show how long the first batch of each epoch
+# took to arrive. (Timings depend on the machine and on what else runs on
+# it; the ones stored here come from a shared 2-core CPU.)
+#
+# One more choice: every worker process runs torch with a single thread
+# (the `DataLoader` calls `torch.set_num_threads(1)` in each worker, so that
+# workers do not fight over the cores). For the table we give the main
+# process one thread too. Every setting then does its per-image work the
+# same way, and on two cores the split is clear: one core for the training
+# step, the other free for a worker. (Two threads for the training step
+# *plus* workers would ask for more cores than there are.)
+
+# %%
+augment = v2.Compose([
+    v2.ToImage(),
+    v2.RandomCrop(28, padding=2),
+    v2.ToDtype(torch.float32, scale=True),
+    v2.Normalize(mean=[0.1307], std=[0.3081]),
+])
+timing_set = Subset(mnist(train=True, transform=augment), range(THROUGHPUT_SAMPLES))
+main_threads = torch.get_num_threads()
+torch.set_num_threads(1)  # restored after the table
+
+cnn = nn.Sequential(
+    nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+    nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+    nn.Flatten(), nn.Linear(32 * 7 * 7, 10),
+).to(device)
+cnn_optimizer = torch.optim.SGD(cnn.parameters(), lr=0.01)
+
+
+def train_step(x, y):
+    loss = F.cross_entropy(cnn(x), y)
+    cnn_optimizer.zero_grad()
+    loss.backward()
+    cnn_optimizer.step()
+
+
+def synchronize():
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure(settings, with_training):
+    """Samples per second over TIMED_EPOCHS epochs, and the first-batch wait of each epoch (s)."""
+    loader = DataLoader(timing_set, batch_size=BATCH_SIZE, shuffle=True, generator=generator,
+                        multiprocessing_context=CONTEXT if settings.get("num_workers") else None, **settings)
+    n, first_batch = 0, []
+    start = time.perf_counter()
+    for _ in range(TIMED_EPOCHS):
+        epoch_start = time.perf_counter()
+        for b, (x, y) in enumerate(loader):
+            if b == 0:
+                first_batch.append(time.perf_counter() - epoch_start)
+            x = x.to(device, non_blocking=loader.pin_memory)
+            y = y.to(device, non_blocking=loader.pin_memory)
+            if with_training:
+                train_step(x, y)
+            n += len(y)
+    synchronize()
+    seconds = time.perf_counter() - start
+    del loader  # shuts persistent workers down
+    return n / seconds, first_batch
+
+
+x0, y0 = next(iter(DataLoader(timing_set, batch_size=BATCH_SIZE)))
+train_step(x0.to(device), y0.to(device))  # warm-up
+synchronize()
+start = time.perf_counter()
+for _ in range(3):
+    train_step(x0.to(device), y0.to(device))
+synchronize()
+step_ms = (time.perf_counter() - start) / 3 * 1000
+print(f"one training step of the CNN on a batch of {BATCH_SIZE}: {step_ms:.0f} ms")
+
+# %%
+settings_table = [  # (label, DataLoader keyword arguments, also time it with a training step?)
+    ("num_workers=0", dict(num_workers=0), True),
+    ("num_workers=1", dict(num_workers=1), True),
+    ("num_workers=2", dict(num_workers=2), True),
+    ("2 + pin_memory", dict(num_workers=2, pin_memory=True), False),
+    ("2 + persistent_workers", dict(num_workers=2, persistent_workers=True), False),
+    ("2 + prefetch_factor=4", dict(num_workers=2, prefetch_factor=4), False),
+]
+if not FORK:
+    print(f"no 'fork' on {sys.platform}: timing num_workers=0 only")
+    settings_table = settings_table[:1]
+load_note = ""
+if hasattr(os, "getloadavg"):  # Unix: how many processes wanted a core, averaged over the last minute
+    load_note = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    print(f"before timing: {load_note}")
+results = {}
+table_start = time.perf_counter()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for label, settings, with_training in settings_table:
+        loading, first = measure(settings, with_training=False)
+        training = measure(settings, with_training=True)[0] if with_training else None
+        results[label] = (loading, training, first)
+table_seconds = time.perf_counter() - table_start
+torch.set_num_threads(main_threads)
+for message in sorted({str(w.message) for w in caught}):
+    print(f"warning: {message}")
+
+base_loading, base_training, _ = results["num_workers=0"]
+print(f"\n{'setting':24s} {'loading only':>14s} {'+ training step':>16s} {'first batch of each epoch':>26s}")
+print(f"{'':24s} {'samples/s':>14s} {'samples/s':>16s} {'ms':>26s}")
+for label, (loading, training, first) in results.items():
+    train_text = f"{training:9.0f} ({training / base_training:.2f}x)" if training else f"{'-':>16s}"
+    first_text = " / ".join(f"{1000 * s:.0f}" for s in first)
+    print(f"{label:24s} {loading:6.0f} ({loading / base_loading:.2f}x) {train_text:>16s} {first_text:>26s}")
+load_ms = 1000 * BATCH_SIZE / base_loading
+print(f"\nper batch: loading in the main process {load_ms:.0f} ms, one training step {step_ms:.0f} ms "
+      f"(table measured in {table_seconds:.1f} s)")
+if "num_workers=1" in results:
+    overlap_bound = (load_ms + step_ms) / max(load_ms, step_ms)
+    print(f"a worker that loads while the main process trains could make the '+ training step' column up to "
+          f"{overlap_bound:.2f}x faster, if a core is free for it; measured: "
+          f"{results['num_workers=1'][1] / base_training:.2f}x with num_workers=1")
+
+# %%
+labels_order = list(results)
+fig, ax = plt.subplots(figsize=(9, 3))
+ax.barh(np.arange(len(labels_order)) + 0.2, [results[k][0] for k in labels_order], 0.4, label="loading only")
+ax.barh(np.arange(len(labels_order)) - 0.2, [results[k][1] or 0 for k in labels_order], 0.4, label="+ training step")
+ax.set_yticks(range(len(labels_order)), labels_order)
+ax.invert_yaxis()
+ax.set(xlabel="samples per second (higher is better)",
+       title=f"DataLoader settings on {device.type}" + (f" ({load_note})" if load_note else ""))
+ax.legend(fontsize=8)
+plt.show()
+
+best_label = max(results, key=lambda k: results[k][0])
+loader_speedup = results[best_label][0] / base_loading
+_ = report.record("loader speed-up over num_workers=0", loader_speedup, "x", digits=2)
+if base_training and len(results) > 1:
+    training_speedup = max(r[1] for r in results.values() if r[1]) / base_training
+    _ = report.record("speed-up with a training step, best setting vs num_workers=0", training_speedup, "x", digits=2)
+print(f"best setting for loading only: {best_label}, {loader_speedup:.2f}x the samples/s of num_workers=0")
+
+# %% [markdown]
+# How to read the table. The load average printed above it says how many
+# processes were competing for the cores when it was measured: the stored
+# run comes from a 2-core CPU shared with other jobs, so its numbers are
+# noisy, and a few percent either way mean nothing. Run it on your own
+# machine and compare.
+#
+# - **`num_workers=1`, loading only**, does the same work as
+#   `num_workers=0`, just in another process, plus the cost of starting that
+#   process and sending each batch back through shared memory. On an idle
+#   machine it cannot be much faster. A worker pays off when the main process
+#   **has its own work** to overlap with: in the "+ training step" column the
+#   worker prepares batch *k + 1* while the main process trains on batch *k*,
+#   so an epoch takes about the longer of the two times instead of their sum.
+#   The last lines under the table work out that best case from the two
+#   times, next to what was measured. The best case needs a core that
+#   nobody else wants; when the load average is well above the number of
+#   cores, the worker only adds its start-up and hand-over costs.
+# - **`num_workers=2`** can load up to twice as fast, but only if two cores
+#   are idle. This machine has two cores in all, and the main process needs
+#   one too (in the second column, for the training step).
+#   When other programs keep the cores busy, as in the stored run, extra
+#   workers have nothing to gain and their start-up and hand-over costs can
+#   make them lose. A good rule: start with the number of free cores, then
+#   measure.
+# - **Worker start-up** shows in the first-batch column. Creating an
+#   iterator starts the workers, and the first batch must wait until a worker
+#   has produced it; without `persistent_workers` that happens every epoch.
+#   With `fork` the start itself is quick; with `spawn` (macOS, Windows) each
+#   new worker re-imports torch and your modules, which takes seconds, and
+#   `persistent_workers=True` saves that on every epoch after the first (its
+#   epoch-2 first batch should be the quickest of the two-worker rows).
+# - **`pin_memory`** only matters with a CUDA device. On this CPU the
+#   `DataLoader` warns (printed above the table) and ignores it, so that row
+#   differs from plain `num_workers=2` only by noise. On a GPU, pin and use
+#   `.to(device, non_blocking=True)`, as `measure` does.
+# - **`prefetch_factor`** helps when the time per batch varies (a slow disk,
+#   images of very different sizes): a deeper queue absorbs the bumps. With
+#   MNIST every batch costs the same, so the default of 2 batches per worker
+#   is already enough, and a deeper queue just holds more memory.
+#
+# ## Seeding workers
+#
+# Random augmentations need random numbers in the workers, and there is a
+# classic trap. Each worker starts as a copy of the main process, **random
+# number generator states included**. The `DataLoader` therefore re-seeds
+# the generators it knows about in every worker: `torch`'s and Python's
+# `random` with `base_seed + worker_id`, and, since PyTorch 1.9, NumPy's
+# global generator (`np.random.seed`) too. `base_seed` is drawn afresh from
+# the main process's generator (or the loader's `generator=`) every time an
+# iterator is created, so it changes every epoch. (Before 1.9, NumPy's global
+# generator was *not* re-seeded, so every worker produced the same "random"
+# augmentations; many old blog posts describe that bug.)
+#
+# A generator that **your dataset owns**, such as
+# `np.random.default_rng(seed)` created in `__init__`, is copied into every
+# worker as it is, and nobody re-seeds it. The dataset below draws a random
+# shift for each image from such a generator:
+
+
+# %%
+class RandomShift(Dataset):
+    """MNIST images rolled by a random (dy, dx) in -3..3, drawn from the dataset's own NumPy generator."""
+
+    def __init__(self, n, seed=0):
+        self.n = n
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        dy, dx = (int(v) for v in self.rng.integers(-3, 4, size=2))
+        return torch.roll(images[i], shifts=(dy, dx), dims=(1, 2)), torch.tensor([dy, dx])
+
+
+def shifts_per_batch(dataset, epochs=2, **loader_args):
+    """[epoch][batch] -> list of (dy, dx) shifts, for batches of 4 from 2 workers (or the main process)."""
+    loader = DataLoader(dataset, batch_size=4, num_workers=WORKERS, multiprocessing_context=CONTEXT, **loader_args)
+    return [[[tuple(s) for s in shifts.tolist()] for _, shifts in loader] for _ in range(epochs)]
+
+
+buggy = shifts_per_batch(RandomShift(16))
+for epoch, batches in enumerate(buggy, start=1):
+    for b, shifts in enumerate(batches):
+        print(f"epoch {epoch}, batch {b} (worker {b % 2 if FORK else 'main'}): shifts {shifts}")
+
+# %% [markdown]
+# Batch 0 comes from worker 0 and batch 1 from worker 1, and they got the
+# **same** shifts; so did batches 2 and 3. Worse, epoch 2 repeats epoch 1
+# exactly, because each epoch's new workers copy the main process's
+# generator again, still in its initial state. Half of the "random"
+# augmentations are duplicates, and none changes between epochs.
+
+# %%
+if FORK:
+    assert buggy[0][0] == buggy[0][1] and buggy[0][2] == buggy[0][3], "both workers draw the same shifts"
+    assert buggy[0] == buggy[1], "epoch 2 repeats epoch 1"
+else:
+    print("no worker processes here: the duplicated-generator bug needs them to show")
+
+# %% [markdown]
+# The fix is a `worker_init_fn`, which the `DataLoader` calls in each worker
+# as it starts, after seeding torch. There, `torch.initial_seed()` returns
+# that worker's torch seed, `base_seed + worker_id`: different for each
+# worker, different each epoch, and derived from the loader's `generator`,
+# so reproducible. We re-create the dataset's generator from it (the worker's
+# copy of the dataset is `get_worker_info().dataset`). PyTorch's
+# reproducibility notes show the same pattern for the global NumPy and
+# `random` generators, with `torch.initial_seed() % 2**32`, which older
+# versions needed.
+
+
+# %%
+def seed_worker(worker_id):
+    """worker_init_fn: give this worker's copy of the dataset its own generator."""
+    dataset = get_worker_info().dataset
+    dataset.rng = np.random.default_rng(torch.initial_seed())
+
+
+def run_seeded(seed):
+    """Two epochs of shuffled batches of shifts, from a loader whose generator is seeded with `seed`."""
+    return shifts_per_batch(RandomShift(16), shuffle=True, worker_init_fn=seed_worker,
+                            generator=torch.Generator().manual_seed(seed))
+
+
+fixed_a, fixed_b, other_seed = run_seeded(SEED), run_seeded(SEED), run_seeded(SEED + 1)
+for b, shifts in enumerate(fixed_a[0]):
+    print(f"epoch 1, batch {b}: shifts {shifts}")
+print("epoch 2, batch 0:", fixed_a[1][0])
+print("two runs with generator seed", SEED, "give identical batches:", fixed_a == fixed_b)
+print("a run with seed", SEED + 1, "gives different batches:", fixed_a != other_seed)
+
+# %%
+assert fixed_a == fixed_b, "two runs with the same generator seed must give identical batches"
+assert fixed_a != other_seed, "a different generator seed should give different batches"
+if FORK:
+    assert fixed_a[0][0] != fixed_a[0][1], "with seed_worker the two workers must draw different shifts"
+    assert fixed_a[0] != fixed_a[1], "with seed_worker each epoch must draw new shifts"
+
+# %% [markdown]
+# The `generator=` argument matters twice: it seeds the shuffling (the
+# sampler) *and* it is where `base_seed` comes from. Without it, both come
+# from the global torch generator, which any other code in your program may
+# have advanced, so two runs agree only if everything before them was
+# identical too.
+#
+# ## Pitfalls
+#
+# We met most of them above; in short:
+#
+# 1. **An `IterableDataset` without sharding** yields everything once per
+#    worker; **sharding with `n // num_workers`** silently drops the
+#    remainder. Count the ids once, as we did.
+# 2. **`default_collate` on variable-length samples** raises
+#    `RuntimeError: stack expects each tensor to be equal size`; write a
+#    `collate_fn` that pads and returns the lengths.
+# 3. **Per-class weights passed to `WeightedRandomSampler`**: it wants one
+#    weight per *sample*.
+# 4. **Notebook classes with `spawn`** (macOS, Windows, and Linux from Python
+#    3.14): move code that workers run into an importable module.
+# 5. **A generator owned by the dataset** repeats in every worker and every
+#    epoch; re-seed it in a `worker_init_fn` from `torch.initial_seed()`.
+#
+# And one more: **`shuffle=True` on an `IterableDataset`** is refused,
+# because there are no indices to shuffle. Shuffle inside the stream (for
+# example with a buffer of samples), or use a map-style dataset.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+try:
+    DataLoader(MnistStream(10, strided_shard), shuffle=True)
+except ValueError as err:
+    print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise has a stub for you to fill in, then a checker cell. The
+# checker prints **PASSED**, **NOT YET** with a hint, or **TODO** while the
+# stub still raises `NotImplementedError`; it never stops the notebook. If
+# you are stuck, `solution("06.shard_range")` returns the reference solution
+# (read it with `inspect.getsource`).
+#
+# ### Exercise 1: fair contiguous shards
+#
+# Strided sharding is correct, but a worker that reads every second record
+# of a file jumps around in it. Write `shard_range(n, worker_id, num_workers)`
+# that returns **one contiguous `range`** per worker, such that:
+#
+# - together, the workers cover `0, 1, ..., n-1`, each index exactly once;
+# - worker 0 has the first block, worker 1 the next one, and so on;
+# - no worker gets more than `ceil(n / num_workers)` indices.
+#
+# The checker tries many combinations of `n` and `num_workers`, including
+# more workers than samples. The `n // num_workers` split from this chapter
+# fails it. When it passes, the cell streams `STREAM_SAMPLES` images through
+# two workers with your function.
+
+
+# %%
+def shard_range(n, worker_id, num_workers):
+    """The contiguous block of range(n) that worker `worker_id` of `num_workers` should read."""
+    raise NotImplementedError
+
+
+# %%
+result = check("06.shard_range", shard_range)
+if result.passed:
+    yours = stream(STREAM_SAMPLES, shard_range, num_workers=WORKERS, batch_size=32)
+    print("your shards with 2 workers, (missing, repeated):", missing_and_repeated(yours, STREAM_SAMPLES))
+
+# %% [markdown]
+# ### Exercise 2: weights for `WeightedRandomSampler`
+#
+# Write `class_weights(targets, num_classes)`: given int64 labels `targets`
+# of shape `[N]` with values in `0..num_classes-1`, return a float tensor of
+# shape `[N]` with one weight per sample, inversely proportional to the size
+# of that sample's class, so that every class that occurs has the same total
+# weight. Some classes may not occur at all. When it passes, the cell feeds
+# your weights to a `WeightedRandomSampler` on the imbalanced MNIST set.
+
+
+# %%
+def class_weights(targets, num_classes):
+    """One weight per sample, 1 / (number of samples of its class): float tensor [N]."""
+    raise NotImplementedError
+
+
+# %%
+result = check("06.class_weights", class_weights)
+if result.passed:
+    sampler = WeightedRandomSampler(class_weights(targets, 10), num_samples=REBALANCED_DRAWS, generator=generator)
+    freq = torch.bincount(targets[list(sampler)], minlength=10).double() / REBALANCED_DRAWS
+    print("class frequencies with your weights (%):", [round(100 * f, 1) for f in freq.tolist()])
+
+# %% [markdown]
+# ## Summary
+#
+# - A `DataLoader` = a dataset (which samples exist) + a sampler (which
+#   indices, in what order) + a collate function (how samples become a
+#   batch), optionally fed by worker processes.
+# - Map-style datasets are sharded by the sampler automatically; an
+#   `IterableDataset` must shard itself with `get_worker_info()`. Count the
+#   ids: `range(worker_id, n, num_workers)` yields each exactly once, while
+#   `n // num_workers` blocks drop the remainder.
+# - `WeightedRandomSampler` with per-sample weights `1 / class size`
+#   rebalances classes on average; a custom `Sampler` can make it exact.
+#   Both repeat rare samples.
+# - `pad_sequence(batch_first=True)` in a `collate_fn` batches
+#   variable-length sequences; return the lengths too, and bucket by length
+#   to waste less on padding.
+# - Workers help when there are free cores and the main process has its own
+#   work; `pin_memory` is for CUDA; `persistent_workers` saves start-up per
+#   epoch (a lot with `spawn`); `prefetch_factor` absorbs uneven batch times.
+#   Measure on your machine.
+# - Worker RNGs: torch, `random` and NumPy's global generator are seeded per
+#   worker; re-seed your own generators in a `worker_init_fn` from
+#   `torch.initial_seed()`, and pass `generator=` to the `DataLoader` for
+#   reproducible runs.
+#
+# **Next:** chapter 07 trains a convolutional network on CIFAR-10, with
+# random augmentations running in exactly this kind of pipeline.
+
+# %%
+print(f"notebook ran in {time.perf_counter() - notebook_start:.0f} s")
+report.finish()

@@ -1,0 +1,1040 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: PyTorch course (.venv)
+#     language: python
+#     name: pytorch-course
+# ---
+
+# %% [markdown]
+# # 07 · A CNN on CIFAR-10
+#
+# Chapter 05's MLP flattened each image into a list of unrelated numbers. A
+# **convolutional neural network** (CNN) keeps the image a grid: each layer
+# slides small filters over it, so the same pattern detector is used at
+# every position and neighbouring pixels are looked at together. This chapter
+# trains a small CNN on CIFAR-10, colour photographs of ten kinds of objects,
+# and then loads a ResNet-20 that others trained for hours, with its
+# published weights, to see what a well-trained CNN reaches.
+#
+# **What you will learn**
+# - CIFAR-10 as tensors, and data augmentation with `torchvision.transforms.v2`
+#   (a grid of augmented images), plus a fast per-image augmentation on whole
+#   batches;
+# - the shape arithmetic of convolution and pooling, checked against real
+#   layers, and a walk through a VGG-style network layer by layer;
+# - training that network, with BatchNorm, on the data at hand;
+# - loading published weights safely (`torch.load(weights_only=True)`,
+#   `strict=True`), the `module.` prefix, and input normalisation;
+# - feature maps (with forward hooks) and a confusion matrix;
+# - three mistakes: forgetting `model.eval()` with BatchNorm, the wrong
+#   channel order, and a checkpoint whose keys do not match.
+#
+# **Prerequisites:** chapters 01 to 05 (tensors, autograd, `nn.Module`,
+# the training loop, `helpers.training`).
+#
+# **Estimated time:** 60 minutes.
+
+# %% tags=["parameters"]
+EPOCHS = 5  # passes over the training images
+BATCH_SIZE = 64  # images per optimizer step
+LR = 2e-3  # AdamW's learning rate at the start (a cosine schedule lowers it to 0)
+WEIGHT_DECAY = 5e-4  # AdamW's decoupled weight decay
+WIDTHS = (16, 32, 64)  # channels of the three VGG stages (VGGNet's default (32, 64, 128) costs 4x more)
+TRAIN_IMAGES = 4000  # train on at most this many images (the first ones); None = all available
+TEST_IMAGES = None  # evaluate on at most this many test images (the first ones); None = all available
+MIN_CNN_ACCURACY = 0.40  # the CNN's test accuracy the checks require (chance is 0.10)
+MIN_RESNET_ACCURACY = 0.90  # the pretrained ResNet-20's test accuracy the checks require
+EXTRA_DEPTHS = ()  # also evaluate these pretrained ResNets, e.g. (32, 44, 56): seconds each on a CPU
+SEED = 0
+
+# %% [markdown]
+# ## Setup
+
+# %%
+import copy
+import math
+import textwrap
+import time
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
+from torch.utils.data import DataLoader, TensorDataset
+from torchvision.transforms import v2
+
+from helpers.data import CIFAR10_CLASSES, cifar10, resnet_cifar_checkpoint
+from helpers.device import pick_device, seed_everything
+from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
+from helpers.models import (
+    RESNET_CIFAR_MEAN,
+    RESNET_CIFAR_STD,
+    ResNetCIFAR,
+    VGGNet,
+    count_parameters,
+    load_resnet_cifar,
+)
+from helpers.plotting import image_grid, plot_confusion_matrix, plot_history
+from helpers.report import ChapterReport
+from helpers.training import confusion_matrix, evaluate, fit, predict
+
+generator = seed_everything(SEED)
+device = pick_device()
+report = ChapterReport("07_cnn_cifar10")
+notebook_start = time.perf_counter()
+print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} CPU threads")
+
+# %% [markdown]
+# ## The data
+#
+# CIFAR-10 (Krizhevsky, 2009) has 60,000 colour images of 32×32 pixels in
+# ten classes: 50,000 for training and 10,000 for testing. The full set is a
+# 170 MB download. So that the course also runs offline, its data mirror
+# carries a **subset** of it: 4,000 training and 1,000 test images, with
+# their original pixels and labels. `helpers.data.cifar10(train)` uses the
+# full set where it is on disk or can be downloaded, and the subset
+# otherwise, and tells you which one you got. Every figure below depends on
+# it, so the notebook prints it:
+
+# %%
+train_raw, which = cifar10(train=True)
+test_raw, test_which = cifar10(train=False)
+assert which == test_which, "training and test images should come from the same version"
+report.record("CIFAR-10 data in use", which)
+data_name = "the full set" if which == "full" else "the offline subset"
+print(f"CIFAR-10 in use: {data_name} (which = {which!r})")
+print(f"{len(train_raw):,} training and {len(test_raw):,} test images")
+print(f".data:    numpy {train_raw.data.shape} {train_raw.data.dtype}  (N, height, width, channels)")
+print(f".targets: a list of {len(train_raw.targets):,} ints")
+print("training images per class:", torch.bincount(torch.tensor(train_raw.targets)).tolist())
+
+# %% [markdown]
+# The pixels are stored **channels last** (HWC: height, width, channel), the
+# way image files and NumPy do it. PyTorch's convolution layers want
+# **channels first**: `[N, C, H, W]`. Keep this in mind; *Pitfalls* shows
+# what happens when they get mixed up.
+#
+# A look at the first 16 training images. `helpers.plotting.image_grid`
+# stretches every image to full contrast, which suits feature maps (below)
+# but would hide the brightness and contrast changes of the augmentations
+# we look at next; this small function draws the true colours instead:
+
+
+# %%
+def show_rgb(images, titles=None, ncols=8, cell_inches=1.1, suptitle=None):
+    """Draw RGB images [N, 3, H, W] (uint8 0-255 or float 0-1) with their true colours, in a grid."""
+    images = images.detach().cpu()
+    if images.is_floating_point():
+        images = images.clamp(0, 1)
+    nrows = math.ceil(len(images) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(ncols * cell_inches, nrows * cell_inches * 1.15), squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        ax.axis("off")
+        if i < len(images):
+            ax.imshow(images[i].permute(1, 2, 0).numpy(), interpolation="nearest")  # matplotlib wants HWC
+            if titles is not None and titles[i]:
+                ax.set_title(titles[i], fontsize=8)
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+first = torch.from_numpy(train_raw.data[:16]).permute(0, 3, 1, 2)  # HWC -> CHW
+show_rgb(first, titles=[CIFAR10_CLASSES[t] for t in train_raw.targets[:16]], cell_inches=1.0)
+plt.show()
+
+# %% [markdown]
+# ### As tensors, once
+#
+# As in chapter 05, we convert the images to one float tensor up front
+# instead of running a per-image pipeline in every epoch: `permute` moves
+# the channels first, and dividing by 255 maps the pixels to [0, 1]. Then
+# the per-channel mean and standard deviation of the *training* images,
+# for normalisation (chapter 05 derived MNIST's single pair the same way).
+
+
+# %%
+def to_tensors(raw, limit):
+    """The first `limit` images (None = all) as float [N, 3, 32, 32] in [0, 1], and labels int64 [N]."""
+    images = torch.from_numpy(raw.data[:limit]).permute(0, 3, 1, 2).float().div(255).contiguous()
+    return images, torch.tensor(raw.targets[:limit])
+
+
+train_01, train_y = to_tensors(train_raw, TRAIN_IMAGES)
+test_01, test_y = to_tensors(test_raw, TEST_IMAGES)
+CIFAR_MEAN = train_01.mean(dim=(0, 2, 3))  # one value per channel: R, G, B
+CIFAR_STD = train_01.std(dim=(0, 2, 3))
+print(f"training tensor {tuple(train_01.shape)}, test tensor {tuple(test_01.shape)}")
+print("per-channel mean:", [round(v, 4) for v in CIFAR_MEAN.tolist()])
+print("per-channel std: ", [round(v, 4) for v in CIFAR_STD.tolist()])
+print("values often quoted for the full training set: mean [0.4914, 0.4822, 0.4465], std [0.247, 0.2435, 0.2616]")
+
+
+def normalise(images, mean, std):
+    """(images - mean) / std, per channel, for images [N, 3, H, W]."""
+    return (images - torch.as_tensor(mean).view(1, 3, 1, 1)) / torch.as_tensor(std).view(1, 3, 1, 1)
+
+
+train_x = normalise(train_01, CIFAR_MEAN, CIFAR_STD)
+test_x = normalise(test_01, CIFAR_MEAN, CIFAR_STD)
+
+# %%
+quoted_mean, quoted_std = torch.tensor([0.4914, 0.4822, 0.4465]), torch.tensor([0.2470, 0.2435, 0.2616])
+assert (CIFAR_MEAN - quoted_mean).abs().max() < 0.03 and (CIFAR_STD - quoted_std).abs().max() < 0.03, (
+    "the per-channel statistics should be close to the full training set's"
+)
+
+# %% [markdown]
+# ## Data augmentation
+#
+# 4,000 training images are few for a network with tens of thousands of
+# weights: it would soon memorise them. **Data augmentation** shows the
+# network a slightly different version of each image in every epoch, made
+# with changes that do not alter the label: a cat shifted by a few pixels,
+# mirrored, or in different light is still a cat. This makes the training
+# set effectively larger and teaches the network to ignore those changes.
+#
+# `torchvision.transforms.v2` is the current transforms API; torchvision's
+# documentation recommends it over the older `torchvision.transforms`, which
+# still works. Each transform is
+# a callable that draws its random parameters anew on every call. The grid
+# applies a few common ones to the same four training images, one column
+# per transform:
+#
+# - `RandomCrop(32, padding=4)`: pad 4 black pixels on every side, then cut
+#   a random 32×32 window: a shift of up to 4 pixels. The standard CIFAR
+#   augmentation, with the horizontal flip.
+# - `RandomHorizontalFlip()`: mirror left-right with probability 0.5 (here
+#   `p=1`, always). Never flip vertically for photos: upside-down ships do
+#   not occur.
+# - `ColorJitter`: random brightness, contrast, saturation and hue.
+# - `RandomRotation(15)`: up to ±15 degrees; the corners fill with black.
+# - `RandomResizedCrop(32, scale=(0.5, 1))`: zoom in on a random part.
+# - `RandomErasing(p=1)`: blank a random rectangle ("cutout"), so that the
+#   network cannot rely on a single part of the object.
+# - `AutoAugment(CIFAR10)`: a sequence of operations learned for CIFAR-10
+#   (Cubuk et al. 2019).
+
+# %%
+augmentations = {
+    "original": v2.Identity(),
+    "RandomCrop\npadding=4": v2.RandomCrop(32, padding=4),
+    "HorizontalFlip\np=1": v2.RandomHorizontalFlip(p=1.0),
+    "ColorJitter": v2.ColorJitter(brightness=0.5, contrast=0.5, saturation=0.5, hue=0.1),
+    "RandomRotation\n15°": v2.RandomRotation(15),
+    "RandomResized\nCrop": v2.RandomResizedCrop(32, scale=(0.5, 1.0)),
+    "RandomErasing": v2.RandomErasing(p=1.0),
+    "AutoAugment\nCIFAR10": v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10),
+}
+torch.manual_seed(SEED)  # v2 transforms draw from torch's global random generator
+examples = [0, 4, 7, 9]
+cells, titles = [], []
+for row, index in enumerate(examples):
+    image = torch.from_numpy(train_raw.data[index]).permute(2, 0, 1)  # uint8 [3, 32, 32]
+    for name, transform in augmentations.items():
+        cells.append(transform(image))
+        titles.append(name if row == 0 else "")
+show_rgb(torch.stack(cells), titles=titles, ncols=len(augmentations), cell_inches=0.95)
+plt.show()
+
+# %% [markdown]
+# In the usual setup these transforms run per image, inside the dataset:
+# `cifar10(train=True, transform=pipeline)`, and a `DataLoader` calls the
+# pipeline for each image of each batch, every epoch:
+
+# %%
+per_image_pipeline = v2.Compose(
+    [
+        v2.ToImage(),  # PIL image -> uint8 tensor [3, 32, 32]
+        v2.RandomCrop(32, padding=4),
+        v2.RandomHorizontalFlip(),
+        v2.ToDtype(torch.float32, scale=True),  # uint8 0-255 -> float 0-1
+        v2.Normalize(mean=CIFAR_MEAN.tolist(), std=CIFAR_STD.tolist()),
+    ]
+)
+print("one image through the pipeline:", tuple(per_image_pipeline(train_raw[0][0]).shape))
+
+# %% [markdown]
+# ### Augmenting whole batches
+#
+# That is a lot of Python per image on a 2-core CPU, for the same 4,000
+# images every epoch. The two standard augmentations are cheap to do for a
+# whole batch of tensors at once. Can we simply call the v2 transforms on a
+# batch `[B, 3, 32, 32]`? They accept it, but they draw **one** set of random
+# parameters per call and apply it to every image in the batch:
+
+# %%
+torch.manual_seed(SEED)
+batch = train_x[:BATCH_SIZE]
+flip = v2.RandomHorizontalFlip()
+for call in range(5):
+    out = flip(batch)
+    n_flipped = sum(torch.equal(o, b.flip(-1)) for o, b in zip(out, batch))
+    print(f"RandomHorizontalFlip on a batch, call {call}: {n_flipped} of {len(batch)} images flipped")
+    assert n_flipped in (0, len(batch)), "expected all or none"
+crop = v2.RandomCrop(32, padding=4)
+padding_masks = crop(torch.ones(BATCH_SIZE, 3, 32, 32)) == 0  # where the black border ended up
+same_shift = all(torch.equal(mask, padding_masks[0]) for mask in padding_masks)
+print(f"RandomCrop on a batch: every image shifted by the same offset: {same_shift}")
+assert same_shift
+
+# %% [markdown]
+# All or nothing: the network would see whole batches shifted the same
+# way, which is much less variety than it should get. So here is the same
+# augmentation with tensor operations, drawn **independently for every
+# image**:
+#
+# - **crop**: `F.pad` adds the 4-pixel border to the whole batch; then each
+#   image gets its own random top-left corner. Advanced indexing with three
+#   index tensors (image, row, column) cuts all the windows in one go;
+# - **flip**: one random bit per image; `torch.where` picks the flipped or
+#   the original image.
+#
+# Our images are normalised, so the zero padding is the *average* colour
+# rather than black; either works.
+
+
+# %%
+def augment_batch(images, generator, padding=4):
+    """Random crop with zero padding, then a random horizontal flip, drawn per image.
+
+    images: float [B, C, H, W] -> a new float [B, C, H, W].
+    """
+    B, C, H, W = images.shape
+    padded = F.pad(images, (padding, padding, padding, padding))  # [B, C, H + 2p, W + 2p]
+    top = torch.randint(0, 2 * padding + 1, (B,), generator=generator)
+    left = torch.randint(0, 2 * padding + 1, (B,), generator=generator)
+    rows = (top[:, None] + torch.arange(H))[:, :, None]  # [B, H, 1]
+    cols = (left[:, None] + torch.arange(W))[:, None, :]  # [B, 1, W]
+    which_image = torch.arange(B)[:, None, None]  # [B, 1, 1]
+    # The three index tensors broadcast to [B, H, W]; the channel slice ':' becomes the last dimension.
+    cropped = padded[which_image, :, rows, cols].permute(0, 3, 1, 2).contiguous()  # [B, C, H, W]
+    flip = torch.rand(B, generator=generator) < 0.5
+    return torch.where(flip[:, None, None, None], cropped.flip(-1), cropped)
+
+
+augmented = augment_batch(train_x[:1].expand(16, -1, -1, -1), torch.Generator().manual_seed(SEED))
+shown = augmented * CIFAR_STD.view(1, 3, 1, 1) + CIFAR_MEAN.view(1, 3, 1, 1)  # undo the normalisation to draw
+show_rgb(shown, ncols=8, cell_inches=0.9, suptitle="augment_batch on 16 copies of the first training image")
+plt.show()
+
+# %% [markdown]
+# Each copy got its own shift and flip. How much faster is it than the
+# per-image pipeline? We time both on the same images, one call at a time,
+# and take the median per call, which a busy machine disturbs less than the
+# total:
+
+# %%
+n_timed = min(1024, len(train_raw), len(train_x))
+
+
+def median_seconds(fn, calls):
+    """Median wall seconds of fn(i) over the given call arguments."""
+    times = []
+    for i in calls:
+        start = time.perf_counter()
+        fn(i)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+per_image_ms = 1000 * n_timed * median_seconds(lambda i: per_image_pipeline(train_raw[i][0]), range(n_timed))
+starts = range(0, n_timed, BATCH_SIZE)
+batch_ms = 1000 * len(starts) * median_seconds(lambda k: augment_batch(train_x[k : k + BATCH_SIZE], generator), starts)
+print(f"{n_timed} images: per-image v2 pipeline {per_image_ms:.0f} ms, augment_batch {batch_ms:.0f} ms "
+      f"({per_image_ms / batch_ms:.0f}x faster)")
+
+# %% [markdown]
+# To feed `helpers.training.fit`, which loops over any iterable of
+# `(x, y)` batches, a small class shuffles the tensors and augments each
+# batch on the way out. `len()` gives the number of batches, like a
+# `DataLoader`.
+
+
+# %%
+class AugmentedBatches:
+    """Shuffled mini-batches (x, y) of two tensors, x passed through augment_batch; new draws every epoch."""
+
+    def __init__(self, images, labels, batch_size, generator):
+        self.images, self.labels = images, labels
+        self.batch_size, self.generator = batch_size, generator
+
+    def __len__(self):
+        return math.ceil(len(self.labels) / self.batch_size)
+
+    def __iter__(self):
+        order = torch.randperm(len(self.labels), generator=self.generator)
+        for start in range(0, len(order), self.batch_size):
+            index = order[start : start + self.batch_size]
+            yield augment_batch(self.images[index], self.generator), self.labels[index]
+
+
+train_batches = AugmentedBatches(train_x, train_y, BATCH_SIZE, generator)
+test_loader = DataLoader(TensorDataset(test_x, test_y), batch_size=500)
+x, y = next(iter(train_batches))
+print(f"{len(train_batches)} batches per epoch; one batch: x {tuple(x.shape)} {x.dtype}, y {tuple(y.shape)} {y.dtype}")
+
+# %% [markdown]
+# ## Convolution shapes
+#
+# `nn.Conv2d(in_channels, out_channels, kernel_size)` slides
+# `out_channels` filters, each of shape `[in_channels, k, k]`, over the
+# input. At every position a filter gives one number: the sum of its weights
+# times the pixels under it, over all input channels. The output is one map
+# per filter: `[N, out_channels, H_out, W_out]`. Its spatial size follows from
+# four settings:
+#
+# - `padding` p: zeros added on each side;
+# - `stride` s: the step between two positions;
+# - `dilation` d: the spacing between the kernel's taps, so a 3×3 kernel
+#   with d = 2 spans 5 pixels: d·(k − 1) + 1 in general;
+# - the kernel size k.
+#
+# The number of positions where the (dilated) kernel fits is
+#
+# $$H_\text{out} = \left\lfloor \frac{H_\text{in} + 2p - d\,(k-1) - 1}{s} \right\rfloor + 1,$$
+#
+# and the same for the width. Pooling layers (`nn.MaxPool2d`,
+# `nn.AvgPool2d`) use the same formula; they take the maximum or the mean
+# of the window, separately per channel, and have no weights. Let us check
+# the formula against real layers:
+
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def formula(size, kernel, stride=1, padding=0, dilation=1):
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+settings = [  # (input size, kernel, stride, padding, dilation, what it is)
+    (32, 3, 1, 1, 1, "3x3, padding 1: size kept ('same')"),
+    (32, 3, 1, 0, 1, "3x3, no padding: loses a border"),
+    (32, 3, 2, 1, 1, "3x3, stride 2: halves"),
+    (31, 3, 2, 1, 1, "odd input, stride 2: floor"),
+    (32, 5, 1, 2, 1, "5x5, padding 2"),
+    (224, 7, 2, 3, 1, "ImageNet ResNet stem"),
+    (32, 3, 1, 2, 2, "3x3, dilation 2, padding 2"),
+    (32, 2, 2, 0, 1, "2x2 window, stride 2: pooling"),
+]
+print(f"{'in':>4} {'k':>2} {'s':>2} {'p':>2} {'d':>2} | {'formula':>7} {'Conv2d':>7} {'MaxPool2d':>9} | setting")
+for size, k, s, p, d, what in settings:
+    x = torch.zeros(1, 3, size, size)
+    conv = nn.Conv2d(3, 8, k, stride=s, padding=p, dilation=d)(x).shape[-1]
+    assert formula(size, k, s, p, d) == conv
+    if p <= k // 2:  # MaxPool2d refuses padding wider than half its window
+        pool = nn.MaxPool2d(k, stride=s, padding=p, dilation=d)(x).shape[-1]
+        assert formula(size, k, s, p, d) == pool
+    else:
+        pool = "-"
+    print(f"{size:>4} {k:>2} {s:>2} {p:>2} {d:>2} | {formula(size, k, s, p, d):>7} {conv:>7} {pool:>9} | {what}")
+
+# %% [markdown]
+# Two rules of thumb come out of the table: a 3×3 convolution with
+# padding 1 keeps the size, and stride 2 (or a 2×2 pooling window) halves it,
+# rounding down. VGG-style networks are built from exactly these two.
+#
+# A convolution's parameters do not depend on the image size at all:
+# `out_channels × in_channels × k × k` weights plus `out_channels` biases.
+# That weight sharing is why a CNN needs far fewer parameters than an MLP
+# for the same image.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+conv = nn.Conv2d(3, 16, kernel_size=3, padding=1)
+print(f"Conv2d(3, 16, 3): weight {tuple(conv.weight.shape)}, bias {tuple(conv.bias.shape)}, "
+      f"{count_parameters(conv)} parameters = 16*3*3*3 + 16 = {16 * 3 * 3 * 3 + 16}")
+print(f"Linear from a flattened 3x32x32 image to 16 outputs: {count_parameters(nn.Linear(3 * 32 * 32, 16)):,} parameters")
+assert count_parameters(conv) == 16 * 3 * 3 * 3 + 16
+
+# %% [markdown]
+# ## A VGG-style network with BatchNorm
+#
+# The VGG networks (Simonyan & Zisserman, 2015) showed that a stack of
+# plain 3×3 convolutions goes a long way. Our small version has three
+# **stages**; each is two 3×3 convolutions that keep the size, then a 2×2
+# max-pool that halves it, while the number of channels doubles from stage
+# to stage. Every convolution is followed by **BatchNorm** and a ReLU.
+#
+# `nn.BatchNorm2d(C)` normalises each of the C channels to mean 0 and
+# variance 1, then scales and shifts it with two learned parameters per
+# channel. During training it uses the mean and variance of the current
+# batch (over the images and all positions) and keeps running averages of
+# them; in `eval()` mode it uses those running averages instead. This keeps
+# the activations in a steady range however the weights before them change,
+# which lets a deep network train quickly with a high learning rate. Because
+# BatchNorm subtracts the mean anyway, the convolution before it needs no
+# bias (`bias=False`).
+#
+# After the last stage, `AdaptiveAvgPool2d(1)` averages each channel over
+# all positions (*global average pooling*), so the classifier sees one
+# number per channel whatever the image size. Written out:
+
+
+# %%
+def vgg_stage(in_channels, out_channels):
+    return nn.Sequential(
+        nn.Conv2d(in_channels, out_channels, 3, padding=1, bias=False),  # keeps H x W
+        nn.BatchNorm2d(out_channels),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False),
+        nn.BatchNorm2d(out_channels),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(2),  # halves H x W
+    )
+
+
+widths = tuple(WIDTHS)
+written_out_features = nn.Sequential(*[vgg_stage(i, o) for i, o in zip((3, *widths[:-1]), widths)])
+written_out_head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.3), nn.Linear(widths[-1], 10))
+
+# %% [markdown]
+# `helpers.models.VGGNet` is this network, kept for reuse; with the same
+# widths it has the same layers:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+model = VGGNet(widths=widths, num_classes=10, dropout=0.3)
+same = repr(model.features) == repr(written_out_features) and repr(model.head) == repr(written_out_head)
+print("VGGNet has the same layers as the written-out network:", same)
+assert same
+
+# %% [markdown]
+# Here is what happens to one image on its way through, layer by layer.
+# Watch the shapes: the 3×3 convolutions change only the number of channels,
+# each max-pool halves the height and width, and the head turns 64 maps
+# of 4×4 into 10 class scores.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def describe(layer):
+    """A short name for a layer, e.g. 'Conv2d 16->32 3x3 pad 1'."""
+    if isinstance(layer, nn.Conv2d):
+        k, p = layer.kernel_size[0], layer.padding[0]
+        return f"Conv2d {layer.in_channels}->{layer.out_channels} {k}x{k} pad {p}"
+    if isinstance(layer, nn.Linear):
+        return f"Linear {layer.in_features}->{layer.out_features}"
+    if isinstance(layer, nn.BatchNorm2d):
+        return f"BatchNorm2d({layer.num_features})"
+    if isinstance(layer, nn.MaxPool2d):
+        return f"MaxPool2d({layer.kernel_size})"
+    return type(layer).__name__
+
+
+x = torch.zeros(1, 3, 32, 32)
+print(f"{'':14}{'layer':<26}{'output shape':>17}{'parameters':>12}")
+print(f"{'':14}{'input':<26}{str(tuple(x.shape)):>17}")
+model.eval()  # BatchNorm uses its running statistics; the walk does not change them
+with torch.no_grad():
+    for name, layer in model.named_modules():
+        if len(list(layer.children())) == 0:  # leaves only: the actual layers
+            x = layer(x)
+            print(f"{name:<14}{describe(layer):<26}{str(tuple(x.shape)):>17}{count_parameters(layer):>12,}")
+n_params = count_parameters(model)
+print(f"{'':14}{'total':<43}{n_params:>12,}")
+report.record("CNN parameters", n_params)
+assert x.shape == (1, 10)
+
+# %% [markdown]
+# Each stage also widens what one position "sees". One 3×3 convolution
+# looks at 3×3 input pixels; a second on top sees 5×5; after a pool, every
+# step of the next layer is 2 input pixels. Exercise 1 computes this
+# *receptive field* exactly.
+#
+# ## Training
+#
+# The five-step loop of chapters 04 and 05, through `helpers.training.fit`,
+# with three choices:
+#
+# - **AdamW**: Adam with *decoupled* weight decay, which shrinks the weights
+#   a little at every step (chapter 10 explains how this differs from
+#   Adam's L2 penalty);
+# - a **cosine schedule** from `LR` down to 0 over the epochs, stepped once
+#   per epoch by `fit`;
+# - the augmented batches from above, freshly drawn every epoch.
+#
+# As in chapter 05 we watch the test images after each epoch, only to look.
+
+# %%
+seed_everything(SEED)
+model = VGGNet(widths=widths, num_classes=10, dropout=0.3).to(device)
+optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=EPOCHS)
+start = time.perf_counter()
+history = fit(model, train_batches, test_loader, optimizer, epochs=EPOCHS, device=device, scheduler=scheduler)
+train_seconds = time.perf_counter() - start
+report.record("CNN training seconds", train_seconds, "s", digits=1)
+print(f"training took {train_seconds:.1f} s on {len(train_y):,} images ({train_seconds / EPOCHS:.1f} s per epoch, "
+      "including the test evaluation)")
+
+# %%
+plot_history(history, title=f"VGG-style CNN on CIFAR-10 ({which}: {len(train_y):,} training images)", val_label="test")
+plt.show()
+
+# %%
+cnn_loss, cnn_acc = evaluate(model, test_loader, device=device)
+report.record("CNN test accuracy", 100 * cnn_acc, "%", digits=1)
+print(f"CNN test accuracy {cnn_acc:.1%} on {len(test_y):,} test images (chance: 10%)")
+
+# %%
+assert cnn_acc >= MIN_CNN_ACCURACY, (
+    f"CNN test accuracy {cnn_acc:.1%} is below {MIN_CNN_ACCURACY:.0%}: train longer (EPOCHS) or on more images"
+)
+gap = history.train_acc[-1] - history.val_acc[-1]
+print(f"last epoch: train accuracy {history.train_acc[-1]:.1%}, test accuracy {history.val_acc[-1]:.1%}")
+assert gap < 0.1, f"training accuracy runs {gap:.0%} ahead of test accuracy: the network is overfitting"
+
+# %% [markdown]
+# Clearly above chance, from only a few thousand images and a few epochs,
+# but far from what CIFAR-10 allows. The training and test
+# curves stay close together: the network is not memorising its 4,000
+# images (the training accuracy is measured on augmented images with
+# dropout switched on, a harder task than the plain test images, which
+# keeps it from running ahead). Many more images, more epochs and
+# a wider, deeper network each help (`TRAIN_IMAGES`, `EPOCHS`, `WIDTHS`).
+# Those cost far more compute than this notebook's budget, so for the rest
+# of the chapter we borrow a network that someone already trained on all
+# 50,000 images.
+#
+# ## A pretrained ResNet-20
+#
+# He et al. (2016) introduced residual networks (ResNets): each block adds
+# its input to its output, `relu(x + F(x))`, so the block only has to learn
+# a correction `F`, and the gradient has a direct path back through the
+# addition. That is what made networks with dozens or hundreds of layers
+# trainable. Section 4.2 of the paper describes a small family for CIFAR-10:
+# a 3×3 convolution with 16 channels, then three stages of n blocks with 16,
+# 32 and 64 channels, global average pooling and a linear layer, 6n + 2
+# layers in all. Where a block halves the size and doubles the channels, its
+# shortcut subsamples `x` and pads the new channels with zeros ("option A":
+# no parameters). `helpers.models.ResNetCIFAR` is the course's definition of
+# it; ResNet-20 is n = 3.
+#
+# Yerlan Idelbayev trained these networks on the full CIFAR-10 and published
+# the weights (BSD-2-Clause); the course mirror has a copy.
+# `helpers.data.resnet_cifar_checkpoint(20)` returns the file's path.
+#
+# ### Loading a checkpoint safely
+#
+# `torch.load` reads a file written by `torch.save`, which uses Python's
+# `pickle`. Unpickling can run arbitrary code, so a checkpoint from the
+# internet could do anything to your machine. `weights_only=True` (the
+# default since torch 2.6; we write it out) allows only tensors and plain
+# containers such as dicts, lists and numbers, and refuses anything else.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+checkpoint = torch.load(resnet_cifar_checkpoint(20), map_location="cpu", weights_only=True)
+keys = list(checkpoint["state_dict"])
+print("the file holds:", {k: type(v).__name__ for k, v in checkpoint.items()})
+print(f"best_prec1 = {checkpoint['best_prec1']:.2f} (the best test accuracy in %, as the training script recorded it)")
+print(f"state_dict: {len(keys)} tensors, first keys {keys[:3]}")
+print(f"our ResNetCIFAR(20):     first keys {list(ResNetCIFAR(20).state_dict())[:3]}")
+
+# %% [markdown]
+# The names match except for a `module.` at the front. The model was
+# trained wrapped in `nn.DataParallel`, which splits every batch across
+# several GPUs. The wrapper stores the real network as its attribute
+# `.module`, so the wrapper's `state_dict()` names every tensor
+# `module.<name>`, and saving that is what puts the prefix in the file:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tiny = nn.Linear(2, 2)
+print("nn.Linear:                 ", list(tiny.state_dict()))
+print("nn.DataParallel(nn.Linear):", list(nn.DataParallel(tiny).state_dict()))
+print("torch.compile(nn.Linear):  ", list(torch.compile(tiny).state_dict()))
+
+# %% [markdown]
+# The same happens with `DistributedDataParallel` (also a `.module`
+# wrapper, chapter 25) and with `torch.compile`, whose wrapper keeps the
+# original as `._orig_mod`. The clean habit is to save
+# `model.module.state_dict()` (or the unwrapped model's); when loading
+# someone else's file you strip the prefix. PyTorch has a utility for that,
+# `consume_prefix_in_state_dict_if_present`, which edits the dict in place.
+# Then `load_state_dict(..., strict=True)` (the default) checks that every
+# key of the model gets a tensor of the right shape and no key is left
+# over:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+state = dict(checkpoint["state_dict"])  # a copy: the utility edits it in place
+consume_prefix_in_state_dict_if_present(state, "module.")
+print("after stripping:", list(state)[:3])
+resnet_by_hand = ResNetCIFAR(20)
+print(resnet_by_hand.load_state_dict(state, strict=True))
+print(f"ResNet-20: {count_parameters(resnet_by_hand):,} parameters")
+
+# %% [markdown]
+# `helpers.models.load_resnet_cifar(depth)` does exactly these steps (and
+# calls `eval()`). It gives the same tensors:
+
+# %%
+resnet = load_resnet_cifar(20)
+by_hand, helper = resnet_by_hand.state_dict(), resnet.state_dict()
+same_weights = by_hand.keys() == helper.keys() and all(torch.equal(by_hand[k], helper[k]) for k in by_hand)
+print("load_resnet_cifar(20) has the same tensors as our step-by-step load:", same_weights, "| eval mode:", not resnet.training)
+assert same_weights and not resnet.training
+resnet = resnet.to(device)
+
+# %% [markdown]
+# ### Normalise as the model was trained
+#
+# A pretrained network expects its inputs prepared exactly as during its
+# training. Idelbayev's training script normalised CIFAR-10 with the
+# **ImageNet** statistics (mean 0.485, 0.456, 0.406 and std 0.229, 0.224,
+# 0.225), a habit carried over from ImageNet models, not CIFAR-10's own
+# statistics. The first convolution and BatchNorm of the network were fitted
+# to inputs scaled that way, so we must use the same constants, kept as
+# `RESNET_CIFAR_MEAN` and `RESNET_CIFAR_STD`:
+
+# %%
+print("RESNET_CIFAR_MEAN", RESNET_CIFAR_MEAN, " RESNET_CIFAR_STD", RESNET_CIFAR_STD)
+resnet_test = DataLoader(TensorDataset(normalise(test_01, RESNET_CIFAR_MEAN, RESNET_CIFAR_STD), test_y), batch_size=500)
+start = time.perf_counter()
+resnet_preds, targets = predict(resnet, resnet_test, device=device)  # eval() mode, no gradients
+resnet_seconds = time.perf_counter() - start
+resnet_acc = (resnet_preds == targets).float().mean().item()
+report.record("ResNet-20 test accuracy", 100 * resnet_acc, "%", digits=1)
+print(f"ResNet-20 test accuracy {resnet_acc:.1%} on {len(test_y):,} test images ({data_name}), "
+      f"evaluated in {resnet_seconds:.1f} s")
+
+# %%
+assert resnet_acc >= MIN_RESNET_ACCURACY, (
+    f"the pretrained ResNet-20 scored {resnet_acc:.1%}, below {MIN_RESNET_ACCURACY:.0%}: "
+    "check the normalisation and that the weights loaded with strict=True"
+)
+
+# %% [markdown]
+# What if the inputs are prepared differently? The same weights, four ways.
+# This comparison and the pitfalls below use at most the first 1,000 test
+# images (all of them with the subset), to stay quick with the full set:
+
+# %%
+n_demo = min(1000, len(test_y))
+demo_01, demo_y = test_01[:n_demo], test_y[:n_demo]
+demo_acc = (resnet_preds[:n_demo] == demo_y).float().mean().item()  # as trained: from the predictions above
+variants = {
+    "CIFAR-10's own statistics": normalise(demo_01, CIFAR_MEAN, CIFAR_STD),
+    "no normalisation, pixels in [0, 1]": demo_01,
+    "no normalisation, pixels in [0, 255]": demo_01 * 255,
+}
+normalisation_acc = {"ImageNet statistics (as trained)": demo_acc}
+for name, images in variants.items():
+    normalisation_acc[name] = evaluate(resnet, DataLoader(TensorDataset(images, demo_y), batch_size=500), device=device)[1]
+print(f"ResNet-20 on {n_demo:,} test images")
+for name, acc in normalisation_acc.items():
+    print(f"{name:38s} {acc:6.1%}")
+
+# %%
+for name in ("no normalisation, pixels in [0, 1]", "no normalisation, pixels in [0, 255]"):
+    assert normalisation_acc[name] < demo_acc - 0.2, f"{name}: skipping the normalisation should cost a lot"
+
+# %% [markdown]
+# CIFAR-10's own statistics happen to be close to ImageNet's, so they cost
+# little. Leaving the normalisation out shifts every input far from what the
+# first layers were fitted to, and the accuracy collapses; raw 0-255 pixels
+# leave the network no better than guessing. No error, no warning: only the
+# accuracy tells you.
+#
+# The deeper members of the family (ResNet-32, -44 and -56) are published
+# too. Set `EXTRA_DEPTHS` to evaluate them here; each costs several seconds
+# more on a CPU:
+
+# %%
+if EXTRA_DEPTHS:
+    print(f"{'ResNet-20':10s} {count_parameters(resnet):>9,} parameters  {resnet_acc:6.1%}  {resnet_seconds:5.1f} s")
+for depth in EXTRA_DEPTHS:
+    deeper = load_resnet_cifar(depth).to(device)
+    start = time.perf_counter()
+    acc = evaluate(deeper, resnet_test, device=device)[1]
+    print(f"ResNet-{depth:<3d} {count_parameters(deeper):>9,} parameters  {acc:6.1%}  {time.perf_counter() - start:5.1f} s")
+    del deeper
+if not EXTRA_DEPTHS:
+    print("EXTRA_DEPTHS is empty: set it to e.g. (32, 44, 56) to compare the deeper ResNets")
+
+# %% [markdown]
+# ## Feature maps
+#
+# What does a CNN compute on the way? A **forward hook**
+# (`register_forward_hook`, chapter 03) is a function that PyTorch calls
+# with a layer's input and output each time the layer runs; we use it to
+# keep the output of the first convolution (16 maps of 32×32) and of the
+# last stage (64 maps of 8×8) for one test image. Each map is one filter's
+# response at every position: bright where the filter's pattern is present.
+
+
+# %%
+activations = {}
+
+
+def keep_output(name):
+    def hook(module, inputs, output):
+        activations[name] = output.detach().cpu()
+
+    return hook
+
+
+handles = [
+    resnet.conv1.register_forward_hook(keep_output("conv1")),
+    resnet.layer3.register_forward_hook(keep_output("layer3")),
+]
+index = 3
+with torch.no_grad():
+    probabilities = resnet(resnet_test.dataset.tensors[0][index : index + 1].to(device)).softmax(dim=1)[0].cpu()
+for handle in handles:
+    handle.remove()  # hooks stay until removed
+predicted = probabilities.argmax().item()
+print(f"test image {index}: true class {CIFAR10_CLASSES[test_y[index]]}, predicted {CIFAR10_CLASSES[predicted]} "
+      f"({probabilities[predicted]:.0%})")
+print({name: tuple(a.shape) for name, a in activations.items()})
+show_rgb(test_01[index : index + 1], ncols=1, cell_inches=1.5)
+plt.show()
+image_grid(activations["conv1"][0], ncols=8, cell_inches=0.9, suptitle="conv1: 16 feature maps, 32x32")
+plt.show()
+image_grid(activations["layer3"][0, :16], ncols=8, cell_inches=0.9, suptitle="layer3: the first 16 of 64 maps, 8x8")
+plt.show()
+
+# %% [markdown]
+# The first layer's maps are still recognisably the image: edges in
+# different directions, colour contrasts, light and dark areas. The last
+# stage's maps are coarse (8×8) and abstract: each position summarises a
+# large part of the image, and the channels respond to combinations that
+# matter for telling the classes apart. Global average pooling then reduces
+# each of these 64 maps to one number for the classifier.
+#
+# ## Where the models go wrong: a confusion matrix
+#
+# As in chapter 05, `cm[true, predicted]` counts the test images of each
+# true class by predicted class (the colours are on a log scale):
+
+# %%
+cm = confusion_matrix(resnet_preds, targets, num_classes=10)  # predictions from above
+plot_confusion_matrix(cm, class_names=CIFAR10_CLASSES, title=f"pretrained ResNet-20, {len(targets):,} test images")
+plt.show()
+
+# %%
+cnn_preds, _ = predict(model, test_loader, device=device)
+cnn_cm = confusion_matrix(cnn_preds, test_y, num_classes=10)
+print(f"{'class':12s} {'our CNN':>8s} {'ResNet-20':>10s}")
+for c, name in enumerate(CIFAR10_CLASSES):
+    print(f"{name:12s} {cnn_cm[c, c] / cnn_cm[c].sum():8.0%} {cm[c, c] / cm[c].sum():10.0%}")
+vehicles = [CIFAR10_CLASSES.index(c) for c in ("airplane", "automobile", "ship", "truck")]
+animals = [c for c in range(10) if c not in vehicles]
+group_acc = {}
+for model_name, matrix in (("our CNN", cnn_cm), ("ResNet-20", cm)):
+    for group, classes in (("vehicles", vehicles), ("animals", animals)):
+        group_acc[model_name, group] = (matrix.diagonal()[classes].sum() / matrix[classes].sum()).item()
+    print(f"{model_name}: vehicles {group_acc[model_name, 'vehicles']:.0%}, animals {group_acc[model_name, 'animals']:.0%}")
+off_diagonal = cm.clone().fill_diagonal_(0)
+t, p = divmod(off_diagonal.argmax().item(), 10)
+print(f"ResNet-20's most common mistake: {CIFAR10_CLASSES[t]} taken for {CIFAR10_CLASSES[p]} ({off_diagonal[t, p]} times)")
+
+# %%
+assert cm.sum() == len(test_y) and abs(cm.diagonal().sum() / len(test_y) - resnet_acc) < 1e-6
+assert group_acc["ResNet-20", "animals"] < group_acc["ResNet-20", "vehicles"], "the animals should be the harder group"
+assert t in animals and p in animals, "the most common mistake should be between two animals"
+
+# %% [markdown]
+# The animals are the harder group: they vary more in pose and look more
+# alike at 32×32 pixels, and the ResNet's most common mistake mixes up two
+# of them. Our briefly trained CNN makes mistakes everywhere, but here too
+# the vehicles come out ahead.
+#
+# ## Pitfalls
+#
+# ### 1. Forgetting `model.eval()` with BatchNorm
+#
+# In training mode BatchNorm normalises with the statistics of the current
+# batch. Evaluate in small batches without `model.eval()`, and each image's
+# prediction depends on the few other images it happens to share a batch
+# with. We evaluate a copy of the ResNet in training mode with batches of 8,
+# without `evaluate` (which calls `eval()` for us):
+
+
+# %%
+@torch.no_grad()
+def accuracy_as_is(net, images, labels, batch_size):
+    """Accuracy of net in whatever mode it is in (no eval() call), in batches of batch_size."""
+    correct = 0
+    for k in range(0, len(labels), batch_size):
+        correct += (net(images[k : k + batch_size].to(device)).argmax(dim=1).cpu() == labels[k : k + batch_size]).sum().item()
+    return correct / len(labels)
+
+
+careless = copy.deepcopy(resnet).train()  # the mistake: still in training mode
+demo_inputs = normalise(demo_01, RESNET_CIFAR_MEAN, RESNET_CIFAR_STD)
+acc_train_mode = accuracy_as_is(careless, demo_inputs, demo_y, batch_size=8)
+print(f"ResNet-20 in eval() mode:                  {demo_acc:.1%}")
+print(f"ResNet-20 in train() mode, batches of 8:   {acc_train_mode:.1%}")
+drift = (careless.bn1.running_mean - resnet.bn1.running_mean).abs().max().item()
+print(f"and the running statistics changed: bn1.running_mean moved by up to {drift:.3f}")
+assert acc_train_mode < demo_acc - 0.03 and drift > 0
+
+# %% [markdown]
+# Two kinds of damage: the accuracy drops, and every forward pass in
+# training mode also updates the running averages, so the copy's BatchNorm
+# statistics now come from the test images; a model you only meant to
+# evaluate has changed. (That is why we used a copy.) **Fix:** `model.eval()`
+# before evaluating, and `torch.no_grad()` (or `inference_mode()`) to skip
+# the gradient bookkeeping; `helpers.training.evaluate` does both.
+#
+# ### 2. The wrong channel order
+#
+# Converting NumPy images with `torch.from_numpy` keeps their HWC layout.
+# Given `[8, 32, 32, 3]`, `Conv2d` reads 32 channels of 32×3 pixels:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+hwc = torch.from_numpy(test_raw.data[:8]).float() / 255  # [8, 32, 32, 3]
+try:
+    resnet(hwc.to(device))
+except RuntimeError as err:
+    print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
+# That one at least fails loudly. The quiet version is to "fix" the shape
+# with `reshape` (or `view`) instead of `permute`: the shape is then right,
+# but the numbers are in the wrong places, so every "image" is a scramble of
+# the real one:
+
+# %%
+hwc_demo = torch.from_numpy(test_raw.data[:n_demo]).float() / 255  # [n_demo, 32, 32, 3]
+scrambled = hwc_demo.reshape(-1, 3, 32, 32)  # wrong: right shape, wrong pixels
+fixed = hwc_demo.permute(0, 3, 1, 2)  # right: move the channel dimension
+assert torch.equal(fixed, demo_01)
+acc_scrambled = accuracy_as_is(resnet, normalise(scrambled, RESNET_CIFAR_MEAN, RESNET_CIFAR_STD), demo_y, 500)
+print(f"reshape instead of permute: test accuracy {acc_scrambled:.1%} (with permute: {demo_acc:.1%})")
+assert acc_scrambled < demo_acc - 0.3
+
+# %% [markdown]
+# **Fix:** `permute(0, 3, 1, 2)` (or `v2.ToImage()` for one image), and a
+# quick look at a converted image with `show_rgb` or `image_grid` before
+# training on it.
+#
+# ### 3. Loading a checkpoint with the `module.` prefix
+#
+# Loading the file's `state_dict` as it is into the plain model fails, and
+# the error lists every key twice: once as missing (the model's names), once
+# as unexpected (the file's names). Shortened:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+try:
+    ResNetCIFAR(20).load_state_dict(checkpoint["state_dict"])
+except RuntimeError as err:
+    print(type(err).__name__ + ":")
+    for line in str(err).splitlines():
+        print(textwrap.shorten(line, 150, placeholder=" ..."))
+
+# %% [markdown]
+# The tempting "fix" is `strict=False`. It silences the error by loading
+# nothing: every key is ignored, and the model keeps its random
+# initialisation. `load_state_dict` returns what it skipped, so look:
+
+# %%
+random_resnet = ResNetCIFAR(20)
+skipped = random_resnet.load_state_dict(checkpoint["state_dict"], strict=False)
+print(f"strict=False: {len(skipped.missing_keys)} missing and {len(skipped.unexpected_keys)} unexpected keys, no error")
+acc_random = evaluate(random_resnet.to(device), DataLoader(TensorDataset(demo_inputs, demo_y), batch_size=500), device=device)[1]
+print(f"test accuracy of that 'loaded' model: {acc_random:.1%}")
+assert len(skipped.missing_keys) > 0 and acc_random < 0.3
+
+# %% [markdown]
+# **Fix:** strip the prefix (above, or Exercise 2) and keep `strict=True`.
+# Use `strict=False` only on purpose, for example to load a backbone without
+# its classifier, and then check `missing_keys` and `unexpected_keys`.
+#
+# ## Exercises
+#
+# Each exercise has a stub for you to fill in, then a checker cell that
+# prints **PASSED**, **NOT YET** with a hint, or **TODO** while the stub
+# still raises `NotImplementedError`. If you are stuck,
+# `solution("07.receptive_field")` returns the reference solution.
+#
+# ### Exercise 1: the receptive field
+#
+# Write `receptive_field(layers)`. `layers` lists a stack of convolution or
+# pooling layers from input to output, one `(kernel, stride, dilation)`
+# tuple each; return the side length, in input pixels, of the square that
+# one output pixel depends on. One 3×3 layer: 3. Two stacked: 5. Hints: a
+# layer with kernel k and dilation d adds d·(k − 1) steps *of its own
+# input*; after layers with strides s₁, s₂, ..., one such step covers
+# s₁·s₂·... input pixels. The checker compares your answer with the
+# receptive field it measures with autograd on real `nn.Conv2d` stacks.
+# When it passes, the cell prints the receptive field of our VGG network.
+
+
+# %%
+def receptive_field(layers):
+    """Side length in input pixels seen by one output pixel of layers [(kernel, stride, dilation), ...]."""
+    raise NotImplementedError
+
+
+# %%
+result = check("07.receptive_field", receptive_field)
+if result.passed:
+    vgg_layers = [(3, 1, 1), (3, 1, 1), (2, 2, 1)] * len(widths)
+    print(f"our VGG network: each position of the last stage sees {receptive_field(vgg_layers)}x"
+          f"{receptive_field(vgg_layers)} input pixels")
+
+# %% [markdown]
+# ### Exercise 2: strip a prefix, without surprises
+#
+# Write `strip_prefix(state_dict, prefix)`, a version of
+# `consume_prefix_in_state_dict_if_present` that leaves its input alone: it
+# returns a **new** dict, in the same order, in which every key that
+# *starts* with `prefix` loses it (once), and every other key is unchanged.
+# The values must be the very same tensor objects, not copies. Watch out:
+# `key.replace(prefix, "")` also changes a name such as
+# `"module.mlp.submodule.weight"`, and `key.lstrip("module.")` does
+# something else entirely. When it passes, the cell loads the checkpoint
+# with your function.
+
+
+# %%
+def strip_prefix(state_dict, prefix):
+    """Return a new dict with `prefix` removed from the start of every key that has it."""
+    raise NotImplementedError
+
+
+# %%
+result = check("07.strip_prefix", strip_prefix)
+if result.passed:
+    print(ResNetCIFAR(20).load_state_dict(strip_prefix(checkpoint["state_dict"], "module."), strict=True))
+
+# %% [markdown]
+# ## Summary
+#
+# - CIFAR-10's pixels come channels last (HWC); PyTorch wants `[N, C, H, W]`:
+#   `permute`, never `reshape`. The notebook ran on the data set printed at
+#   the top (full or offline subset).
+# - `transforms.v2` transforms draw new random parameters on every call;
+#   called on a batch, they apply one draw to all images. Per-image random
+#   crops and flips for a whole batch take a few tensor operations.
+# - Convolution and pooling share one size formula,
+#   ⌊(H + 2p − d(k − 1) − 1)/s⌋ + 1: 3×3 with padding 1 keeps the size,
+#   stride 2 halves it.
+# - A VGG-style network stacks 3×3 convolutions with BatchNorm and ReLU, and
+#   halves the size while doubling the channels. Trained briefly on the data
+#   at hand it is clearly above chance; the published ResNet-20 reaches about
+#   91 %.
+# - Load weights with `torch.load(weights_only=True)` and
+#   `load_state_dict(strict=True)`; strip a `module.` prefix left by
+#   `DataParallel` rather than reach for `strict=False`; prepare inputs as
+#   the model was trained (here: ImageNet statistics).
+# - BatchNorm makes `model.eval()` essential: in training mode predictions
+#   depend on the batch, and the running statistics change.
+#
+# **Next:** chapter 08 moves from grids to sequences: recurrent networks
+# (RNN, LSTM, GRU) that forecast a signal and generate text.
+
+# %%
+print(f"notebook ran in {time.perf_counter() - notebook_start:.0f} s")
+report.finish()

@@ -1,0 +1,1177 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: PyTorch course (.venv)
+#     language: python
+#     name: pytorch-course
+# ---
+
+# %% [markdown]
+# # 08 · RNN, LSTM, GRU
+#
+# An MLP or a CNN sees its whole input at once. A **recurrent neural
+# network** (RNN) reads a sequence one step at a time and carries a *hidden
+# state* from step to step: a fixed-size summary of everything it has read
+# so far. The same weights are used at every step, so one network handles
+# sequences of any length. This chapter uses PyTorch's three recurrent
+# layers, `nn.RNN`, `nn.LSTM` and `nn.GRU`, to forecast noisy sine waves and
+# to write text one character at a time in the style of Shakespeare.
+#
+# **What you will learn**
+# - the shapes of sequence batches, `batch_first`, and what `nn.RNN`,
+#   `nn.LSTM` and `nn.GRU` return (`output` and `h_n`, plus `c_n` for the LSTM);
+# - the LSTM and GRU equations, written out by hand and checked against
+#   PyTorch, and from them the parameter counts;
+# - forecasting with an LSTM and a GRU, measured against the naive
+#   "tomorrow equals today" baseline;
+# - batches of sequences of different lengths: padding, and
+#   `pack_padded_sequence` so that the padding is never read;
+# - a character-level language model on Tiny Shakespeare, its loss in nats
+#   per character against two baselines, and sampling with a temperature;
+# - three pitfalls: a forgotten `batch_first` (silently wrong), a hidden
+#   state carried across batches without `detach()`, and unsorted lengths
+#   for packing (both loud errors).
+#
+# **Prerequisites:** chapters 01 to 05 (tensors, autograd, `nn.Module`, the
+# training loop, cross-entropy); chapter 06 for `pad_sequence`.
+#
+# **Estimated time:** 60 minutes.
+
+# %% tags=["parameters"]
+SEED = 0
+# Sine-wave forecasting
+N_TRAIN_SERIES = 200  # noisy sine waves to train on (each gives SERIES_LEN - WINDOW windows)
+N_TEST_SERIES = 30  # held-out sine waves for the test MSE
+SERIES_LEN = 200  # time steps per series
+WINDOW = 30  # time steps the model reads before predicting the next value
+NOISE_STD = 0.1  # standard deviation of the noise added to every value
+HIDDEN = 32  # hidden size of the LSTM and the GRU
+SINE_STEPS = 400  # optimizer steps per model
+SINE_BATCH = 64  # windows per step
+SINE_LR = 1e-2  # Adam's learning rate
+EVAL_EVERY = 100  # steps between two test-MSE measurements
+MAX_MSE_RATIO = 0.5  # the checks require test MSE < MAX_MSE_RATIO x the last-value baseline
+ROLLOUT = 60  # steps of the autoregressive forecast in the plot
+# Character-level model on Tiny Shakespeare
+CHAR_EMBED = 32  # embedding size per character
+CHAR_HIDDEN = 128  # LSTM hidden size
+CHAR_SEQ_LEN = 64  # characters per training sequence
+CHAR_BATCH = 32  # sequences per step
+CHAR_STEPS = 300  # optimizer steps
+CHAR_LR = 4e-3  # Adam's learning rate
+CHAR_EVAL_EVERY = 50  # steps between two validation-loss measurements
+VAL_BATCHES = 8  # validation batches of 64 sequences (fixed, drawn once)
+SAMPLE_CHARS = 300  # characters to sample at each temperature
+
+# %% [markdown]
+# ## Setup
+
+# %%
+import copy
+import math
+import time
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
+
+from helpers.data import tiny_shakespeare
+from helpers.device import pick_device, seed_everything
+from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
+from helpers.models import CharVocab, RNNForecaster, count_parameters
+from helpers.report import ChapterReport
+
+generator = seed_everything(SEED)
+device = pick_device()
+report = ChapterReport("08_rnn_lstm")
+notebook_start = time.perf_counter()
+print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} CPU threads")
+
+# %% [markdown]
+# ## Sequence shapes and `batch_first`
+#
+# A batch of sequences is a 3-d tensor: `B` sequences, `T` time steps each,
+# `F` features per step (1 for a single measurement such as a temperature,
+# the embedding size for words or characters). PyTorch's recurrent layers
+# accept two layouts:
+#
+# - `[T, B, F]`, time first: the **default** (`batch_first=False`). It is
+#   the layout the underlying kernels use, and it is historical;
+# - `[B, T, F]`, batch first: the layout a `DataLoader` produces and most
+#   other layers use. You get it with `batch_first=True`.
+#
+# The layer computes exactly the same thing in both layouts; only the order of
+# the dimensions of its input and output changes. Here is one LSTM used
+# both ways (the second gets a copy of the first one's weights):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+B, T, F_IN, H = 4, 7, 3, 5
+x_bf = torch.randn(B, T, F_IN, generator=generator)  # [B, T, F]: batch first
+x_tf = x_bf.transpose(0, 1)  # [T, B, F]: time first, the same numbers
+lstm_bf = nn.LSTM(F_IN, H, batch_first=True)
+lstm_tf = nn.LSTM(F_IN, H)  # batch_first=False, the default
+lstm_tf.load_state_dict(lstm_bf.state_dict())
+
+out_bf, (h_bf, c_bf) = lstm_bf(x_bf)
+out_tf, (h_tf, c_tf) = lstm_tf(x_tf)
+print(f"batch_first=True : input {list(x_bf.shape)} -> output {list(out_bf.shape)}, h_n {list(h_bf.shape)}, c_n {list(c_bf.shape)}")
+print(f"batch_first=False: input {list(x_tf.shape)} -> output {list(out_tf.shape)}, h_n {list(h_tf.shape)}, c_n {list(c_tf.shape)}")
+assert torch.allclose(out_bf, out_tf.transpose(0, 1)) and torch.allclose(h_bf, h_tf) and torch.allclose(c_bf, c_tf)
+print("same numbers in both layouts")
+
+# %% [markdown]
+# Note that `h_n` and `c_n` are `[num_layers, B, H]` in **both** layouts:
+# `batch_first` applies to the input and the output, never to the hidden
+# state. This surprises everyone once.
+#
+# What do the outputs mean?
+#
+# - `output` holds the hidden state of the **last layer at every time
+#   step**: `[B, T, D*H]`, where `D` is 2 for a bidirectional layer (the
+#   forward and the backward direction, concatenated) and 1 otherwise;
+# - `h_n` holds the hidden state of **every layer (and direction) at the last
+#   step**: `[D*num_layers, B, H]`;
+# - an LSTM keeps a second state, the *cell state* `c`, and returns it as
+#   `c_n`, with the same shape as `h_n`. `nn.RNN` and `nn.GRU` return only `h_n`.
+#
+# The table shows this for the three layers, stacked and bidirectional. The
+# asserts check every shape against those rules:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+variants = {
+    "nn.RNN": nn.RNN(F_IN, H, batch_first=True),
+    "nn.GRU": nn.GRU(F_IN, H, batch_first=True),
+    "nn.LSTM": nn.LSTM(F_IN, H, batch_first=True),
+    "nn.LSTM, num_layers=2": nn.LSTM(F_IN, H, num_layers=2, batch_first=True),
+    "nn.GRU, bidirectional": nn.GRU(F_IN, H, bidirectional=True, batch_first=True),
+}
+print(f"input {list(x_bf.shape)} = [B, T, F], hidden size {H}")
+print(f"{'layer':24s} {'output':14s} {'h_n':12s} c_n")
+for name, layer in variants.items():
+    out, state = layer(x_bf)
+    h_n, c_n = state if isinstance(state, tuple) else (state, None)
+    D = 2 if layer.bidirectional else 1
+    assert out.shape == (B, T, D * H), name
+    assert h_n.shape == (D * layer.num_layers, B, H), name
+    assert c_n is None or c_n.shape == h_n.shape, name
+    if D == 1:  # the last layer's state at the last step appears in both
+        assert torch.allclose(out[:, -1], h_n[-1]), name
+    else:  # the backward direction ends at t = 0, not at t = T - 1
+        assert torch.allclose(out[:, -1, :H], h_n[-2]) and torch.allclose(out[:, 0, H:], h_n[-1]), name
+    print(f"{name:24s} {str(list(out.shape)):14s} {str(list(h_n.shape)):12s} {list(c_n.shape) if c_n is not None else '-'}")
+
+# %% [markdown]
+# For a unidirectional layer `output[:, -1]` equals `h_n[-1]`: both are the
+# last layer's state after the last step. For a bidirectional layer the
+# backward direction reads the sequence from the end, so *its* final state
+# sits at `output[:, 0, H:]`. Taking `output[:, -1]` would give it after one
+# step only.
+#
+# ## Inside the cells
+#
+# ### The LSTM, by hand
+#
+# A plain RNN updates its state with `h = tanh(W_ih x + b_ih + W_hh h + b_hh)`.
+# Trained over many steps, the gradient is multiplied by `W_hh` and the tanh
+# derivative once per step, so it tends to vanish (or explode), and such a
+# network struggles to remember anything for more than a few steps.
+#
+# The LSTM (Hochreiter & Schmidhuber 1997) adds a cell state `c` that is
+# updated *additively*, under the control of three gates (numbers between 0
+# and 1 from a sigmoid): the **forget** gate `f` scales the old cell state,
+# the **input** gate `i` scales the new candidate `g`, and the **output** gate
+# `o` decides how much of the cell shows in `h`:
+#
+# ```
+# i, f, g, o = split(W_ih x + b_ih + W_hh h + b_hh, 4)
+# c' = sigmoid(f) * c + sigmoid(i) * tanh(g)
+# h' = sigmoid(o) * tanh(c')
+# ```
+#
+# PyTorch stores the four gates' weights stacked in one matrix, in the order
+# i, f, g, o: `weight_ih_l0` is `[4H, F]`, `weight_hh_l0` is `[4H, H]`, and
+# there are **two** bias vectors of `4H`, `bias_ih_l0` and `bias_hh_l0`.
+# (Mathematically one would do, since they are simply added; PyTorch keeps
+# both to match cuDNN's layout.) Here is that loop, checked against `nn.LSTM`:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for pname, p in lstm_bf.named_parameters():
+    print(f"{pname:14s} {list(p.shape)}")
+
+
+# %%
+def lstm_by_hand(x, lstm):
+    """One-layer LSTM over x [B, T, F] with the weights of ``lstm``; returns (output, (h, c))."""
+    W_ih, W_hh, b_ih, b_hh = lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0
+    h = torch.zeros(x.shape[0], lstm.hidden_size)
+    c = torch.zeros(x.shape[0], lstm.hidden_size)
+    outputs = []
+    for t in range(x.shape[1]):
+        gates = x[:, t] @ W_ih.T + b_ih + h @ W_hh.T + b_hh  # [B, 4H]
+        i, f, g, o = gates.chunk(4, dim=1)  # PyTorch's gate order
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        outputs.append(h)
+    return torch.stack(outputs, dim=1), (h, c)
+
+
+with torch.no_grad():
+    out_hand, (h_hand, c_hand) = lstm_by_hand(x_bf, lstm_bf)
+    out_torch, (h_torch, c_torch) = lstm_bf(x_bf)
+print(f"largest difference to nn.LSTM: output {(out_hand - out_torch).abs().max():.1e}, "
+      f"c_n {(c_hand - c_torch[0]).abs().max():.1e}")
+assert torch.allclose(out_hand, out_torch, atol=1e-6) and torch.allclose(c_hand, c_torch[0], atol=1e-6)
+
+# %% [markdown]
+# ### The GRU, by hand
+#
+# The GRU (Cho et al. 2014) is a lighter design with no separate cell state
+# and three gate blocks instead of four: a **reset** gate `r`, an **update**
+# gate `z` and a candidate `n`. The new state is a blend of the old state and
+# the candidate, `h' = (1 - z) * n + z * h`. In PyTorch's formula, `r`
+# multiplies the recurrent term *including its bias*, which is why a GRU's
+# two bias vectors are not redundant:
+
+# %%
+gru = nn.GRU(F_IN, H, batch_first=True)
+
+
+def gru_by_hand(x, gru):
+    """One-layer GRU over x [B, T, F] with the weights of ``gru``; returns (output, h)."""
+    h = torch.zeros(x.shape[0], gru.hidden_size)
+    outputs = []
+    for t in range(x.shape[1]):
+        xr, xz, xn = (x[:, t] @ gru.weight_ih_l0.T + gru.bias_ih_l0).chunk(3, dim=1)  # order r, z, n
+        hr, hz, hn = (h @ gru.weight_hh_l0.T + gru.bias_hh_l0).chunk(3, dim=1)
+        r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+        n = torch.tanh(xn + r * hn)  # r scales W_hn h + b_hn
+        h = (1 - z) * n + z * h
+        outputs.append(h)
+    return torch.stack(outputs, dim=1), h
+
+
+with torch.no_grad():
+    out_hand, h_hand = gru_by_hand(x_bf, gru)
+    out_torch, h_torch = gru(x_bf)
+print(f"largest difference to nn.GRU: output {(out_hand - out_torch).abs().max():.1e}")
+assert torch.allclose(out_hand, out_torch, atol=1e-6) and torch.allclose(h_hand, h_torch[0], atol=1e-6)
+
+# %% [markdown]
+# ### Parameter counts
+#
+# From the shapes above: each gate block has an input weight `H × F_in`, a
+# recurrent weight `H × H` and two biases of `H`. An LSTM has four blocks and
+# a GRU three, so for one layer
+#
+# - LSTM: `4 * (H * (F_in + H) + 2H)`
+# - GRU: `3 * (H * (F_in + H) + 2H)`
+#
+# The forecaster below reads one value per step (`F_in = 1`) into a hidden
+# state of `HIDDEN`, and adds a `Linear(HIDDEN, 1)` head:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def rnn_layer_params(gate_blocks, input_size, hidden_size):
+    """Parameters of one unidirectional nn.LSTM (4 blocks) or nn.GRU (3 blocks) layer."""
+    return gate_blocks * (hidden_size * (input_size + hidden_size) + 2 * hidden_size)
+
+
+head_params = HIDDEN * 1 + 1
+param_counts = {}
+for cell, blocks in (("lstm", 4), ("gru", 3)):
+    by_hand = rnn_layer_params(blocks, 1, HIDDEN) + head_params
+    param_counts[cell] = count_parameters(RNNForecaster(cell, input_size=1, hidden_size=HIDDEN))
+    print(f"{cell.upper():4s} forecaster: {param_counts[cell]:,} parameters "
+          f"(by hand: {blocks} * ({HIDDEN} * (1 + {HIDDEN}) + 2 * {HIDDEN}) + {head_params} = {by_hand:,})")
+    assert param_counts[cell] == by_hand, cell
+_ = report.record("LSTM forecaster parameters", param_counts["lstm"])
+_ = report.record("GRU forecaster parameters", param_counts["gru"])
+
+# %% [markdown]
+# The GRU has three quarters of the LSTM's recurrent parameters. Whether it
+# forecasts as well is the next section's question.
+#
+# ## Forecasting noisy sine waves
+#
+# ### The data
+#
+# Each series is a sine wave with its own random frequency (between 0.02 and
+# 0.08 cycles per step, so a period of 12.5 to 50 steps) and phase, plus
+# Gaussian noise of standard deviation `NOISE_STD`. The model reads `WINDOW`
+# noisy values and predicts the next one. It cannot know the frequency in
+# advance: it has to infer it from the window.
+#
+# Two numbers tell us what "good" means:
+#
+# - the **naive last-value baseline** predicts that the next value equals the
+#   last one. It is the forecast to beat, and on slowly varying data it is
+#   not bad at all;
+# - the **noise floor**: the target itself carries fresh noise that no model
+#   can predict, so even a perfect model has an MSE of about `NOISE_STD²`.
+#
+# The test series are different waves from the training ones, so the test
+# MSE measures how well the model has learnt sine waves in general.
+
+# %%
+def make_series(n, generator):
+    """n noisy sine waves [n, SERIES_LEN] and the clean ones underneath."""
+    freq = torch.empty(n, 1).uniform_(0.02, 0.08, generator=generator)  # cycles per step
+    phase = torch.empty(n, 1).uniform_(0, 2 * math.pi, generator=generator)
+    t = torch.arange(SERIES_LEN, dtype=torch.float32)
+    clean = torch.sin(2 * math.pi * freq * t + phase)
+    return clean + NOISE_STD * torch.randn(n, SERIES_LEN, generator=generator), clean
+
+
+def windows(series):
+    """Every WINDOW-step window of each series and the value after it: X [N, WINDOW, 1], y [N, 1]."""
+    w = series.unfold(1, WINDOW + 1, 1)  # [n, SERIES_LEN - WINDOW, WINDOW + 1], a view
+    w = w.reshape(-1, WINDOW + 1)
+    return w[:, :WINDOW].unsqueeze(-1), w[:, WINDOW:]
+
+
+data_gen = torch.Generator().manual_seed(SEED)
+train_series, _ = make_series(N_TRAIN_SERIES, data_gen)
+test_series, test_clean = make_series(N_TEST_SERIES, data_gen)
+X_train, y_train = windows(train_series)
+X_test, y_test = windows(test_series)
+_, y_test_clean = windows(test_clean)  # the noise-free values behind y_test
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"train: {N_TRAIN_SERIES} series -> X_train {list(X_train.shape)}, y_train {list(y_train.shape)}")
+print(f"test:  {N_TEST_SERIES} series -> X_test  {list(X_test.shape)}, y_test  {list(y_test.shape)}")
+assert X_train.shape == (N_TRAIN_SERIES * (SERIES_LEN - WINDOW), WINDOW, 1)
+assert torch.equal(X_train[1, :, 0], train_series[0, 1 : WINDOW + 1]) and y_train[0, 0] == train_series[0, WINDOW]
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(9, 2.6))
+for k in range(2):
+    axes[0].plot(train_series[k], lw=1, label=f"series {k}")
+axes[0].set(title="two training series", xlabel="time step")
+axes[0].legend(fontsize=8, loc="lower left")
+axes[1].plot(range(WINDOW), X_train[0, :, 0], "o-", ms=3, label=f"window: {WINDOW} inputs")
+axes[1].plot([WINDOW], y_train[0], "r*", ms=12, label="target: the next value")
+axes[1].set(title="one training sample", xlabel="time step")
+axes[1].legend(fontsize=8, loc="lower left")
+plt.show()
+
+# %%
+# NBVAL_CHECK_OUTPUT
+baseline_mse = F.mse_loss(X_test[:, -1], y_test).item()  # predict "the same as the last value"
+noise_floor = NOISE_STD**2
+_ = report.record("last-value baseline test MSE", baseline_mse, digits=4)
+print(f"last-value baseline test MSE {baseline_mse:.4f}; noise floor {noise_floor:.4f}")
+
+# %% [markdown]
+# ### The model
+#
+# The forecaster runs the recurrent layer over the window and feeds the last
+# time step's output (the state after reading the whole window) to a linear
+# layer. Written out:
+
+# %%
+class Forecaster(nn.Module):
+    """LSTM or GRU over [B, T, 1] -> Linear on the last step's output -> [B, horizon]."""
+
+    def __init__(self, cell="lstm", input_size=1, hidden_size=32, num_layers=1, horizon=1):
+        super().__init__()
+        rnn_class = {"lstm": nn.LSTM, "gru": nn.GRU}[cell]
+        self.rnn = rnn_class(input_size, hidden_size, num_layers=num_layers, batch_first=True)
+        self.head = nn.Linear(hidden_size, horizon)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)  # [B, T, H]; the state (h_n or (h_n, c_n)) is not needed here
+        return self.head(out[:, -1])  # [B, horizon]
+
+
+# %% [markdown]
+# The course keeps the same model as `helpers.models.RNNForecaster` for later
+# chapters. Same parameter names, and with the same weights, the same outputs:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for cell in ("lstm", "gru"):
+    ours, theirs = Forecaster(cell, hidden_size=HIDDEN), RNNForecaster(cell, hidden_size=HIDDEN)
+    theirs.load_state_dict(ours.state_dict())  # strict: the names and shapes must match
+    with torch.no_grad():
+        same = torch.equal(ours(X_test[:8]), theirs(X_test[:8]))
+    print(f"{cell}: RNNForecaster gives the same outputs as Forecaster: {same}")
+    assert same
+
+# %% [markdown]
+# ### Training
+#
+# The loop is the five-step loop of chapter 04 with an MSE loss, on random
+# mini-batches of windows. `helpers.training.fit` is written for classifiers
+# (it reports accuracy), so the regression loop is written out here. Both
+# models start from the same seed, see the same batches in the same order,
+# and are measured on the whole test set every `EVAL_EVERY` steps.
+#
+# **CPU threads.** First a measurement that decides how fast everything
+# below runs on a CPU. A recurrent model is a long chain of *small*
+# operations: 30 time steps, each the product of a `[64, 32]` hidden state
+# with a `[32, 128]` weight matrix plus a few element-wise operations,
+# forward and backward.
+# By default PyTorch splits large operations across all cores (chapter 00),
+# but splitting a tiny product costs a synchronisation between the threads
+# for every operation, and when other programs are busy on the same cores,
+# a thread often has to wait for its partner to be scheduled again. We time
+# a few training steps with the default number of threads and with one
+# thread, and keep the faster setting for the rest of the notebook:
+
+# %%
+def ms_per_step(threads, steps=15, warmup=3):
+    """Milliseconds per training step of a fresh LSTM forecaster on the CPU with ``threads`` threads."""
+    torch.set_num_threads(threads)
+    torch.manual_seed(SEED)
+    model = RNNForecaster("lstm", input_size=1, hidden_size=HIDDEN)
+    optimizer = torch.optim.Adam(model.parameters(), lr=SINE_LR)
+    x, y = X_train[:SINE_BATCH], y_train[:SINE_BATCH]
+    for i in range(warmup + steps):
+        if i == warmup:
+            start = time.perf_counter()
+        loss = F.mse_loss(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return 1000 * (time.perf_counter() - start) / steps
+
+
+if device.type == "cpu":
+    default_threads = torch.get_num_threads()
+    step_ms = {n: ms_per_step(n) for n in sorted({default_threads, 1}, reverse=True)}
+    threads = min(step_ms, key=step_ms.get)
+    torch.set_num_threads(threads)
+    print(", ".join(f"{n} thread(s): {ms:.1f} ms per step" for n, ms in step_ms.items()), f"-> using {threads}")
+else:
+    print(f"training on {device}: the CPU thread count does not matter here")
+
+# %% [markdown]
+# Now the training itself:
+
+# %%
+X_train_d, y_train_d = X_train.to(device), y_train.to(device)
+X_test_d, y_test_d = X_test.to(device), y_test.to(device)
+
+
+@torch.no_grad()
+def test_mse(model):
+    """MSE over every test window (the model is left in the mode it was in)."""
+    was_training = model.training
+    model.eval()
+    mse = F.mse_loss(model(X_test_d), y_test_d).item()
+    model.train(was_training)
+    return mse
+
+
+def train_forecaster(cell):
+    """Train a fresh RNNForecaster; returns (model, per-step train losses, [(step, test MSE)], seconds)."""
+    torch.manual_seed(SEED)
+    model = RNNForecaster(cell, input_size=1, hidden_size=HIDDEN).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=SINE_LR)
+    batches = torch.Generator().manual_seed(SEED)  # the same batches for both models
+    losses, curve = [], []
+    start = time.perf_counter()
+    for step in range(1, SINE_STEPS + 1):
+        idx = torch.randint(len(X_train), (SINE_BATCH,), generator=batches).to(device)
+        loss = F.mse_loss(model(X_train_d[idx]), y_train_d[idx])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        if step % EVAL_EVERY == 0 or step == SINE_STEPS:
+            curve.append((step, test_mse(model)))
+    return model.eval(), losses, curve, time.perf_counter() - start
+
+
+forecasters, sine_runs = {}, {}
+for cell in ("lstm", "gru"):
+    model, losses, curve, seconds = train_forecaster(cell)
+    forecasters[cell], sine_runs[cell] = model, (losses, curve)
+    print(f"{cell.upper():4s}: {SINE_STEPS} steps in {seconds:.1f} s, test MSE {curve[-1][1]:.4f}")
+    _ = report.record(f"{cell.upper()} training seconds", seconds, "s", digits=1)
+
+
+# %%
+def smooth(values, k=20):
+    """Running mean over k steps (a noisy per-step loss is easier to read smoothed)."""
+    t = torch.tensor(values)
+    k = max(1, min(k, len(values)))
+    return (t.cumsum(0)[k - 1 :] - torch.cat([torch.zeros(1), t.cumsum(0)[:-k]])) / k
+
+
+fig, (ax_train, ax_test) = plt.subplots(1, 2, figsize=(9, 3.2))
+for cell, (losses, curve) in sine_runs.items():
+    sm = smooth(losses)
+    ax_train.plot(range(len(losses) - len(sm) + 1, len(losses) + 1), sm, label=cell.upper())
+    ax_test.plot(*zip(*curve), "o-", ms=3, label=cell.upper())
+for ax in (ax_train, ax_test):
+    ax.axhline(baseline_mse, color="gray", ls="--", label="last-value baseline")
+    ax.axhline(noise_floor, color="gray", ls=":", label="noise floor")
+    ax.set(yscale="log", xlabel="step", ylabel="MSE")
+    ax.grid(alpha=0.3)
+ax_train.set_title("training loss (20-step mean, log scale)")
+ax_test.set(title="test MSE", yscale="linear", ylim=(0, 1.15 * baseline_mse))
+ax_test.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# Both models pass the baseline by the first measurement and then approach
+# the noise floor, which they cannot cross. Look also at the training times
+# printed above: the GRU has a quarter fewer parameters, but that does not
+# make it faster (on the 2-core CPU this notebook was built on, the GRU was
+# the slower of the two). Fewer parameters is not the same as less time:
+# measure.
+
+# %%
+mse = {cell: test_mse(model) for cell, model in forecasters.items()}
+with torch.no_grad():
+    clean_mse = {cell: F.mse_loss(model(X_test_d).cpu(), y_test_clean).item() for cell, model in forecasters.items()}
+for cell in ("lstm", "gru"):
+    _ = report.record(f"{cell.upper()} test MSE", mse[cell], digits=4)
+print(f"{'':22s} {'test MSE':>9s} {'/ baseline':>11s} {'MSE vs the clean sine':>22s}")
+print(f"{'last-value baseline':22s} {baseline_mse:9.4f} {1:11.2f} {F.mse_loss(X_test[:, -1], y_test_clean).item():22.4f}")
+for cell in ("lstm", "gru"):
+    print(f"{cell.upper():22s} {mse[cell]:9.4f} {mse[cell] / baseline_mse:11.2f} {clean_mse[cell]:22.4f}")
+print(f"{'noise floor':22s} {noise_floor:9.4f} {noise_floor / baseline_mse:11.2f}")
+print(f"(the noisy targets themselves are {F.mse_loss(y_test, y_test_clean).item():.4f} away from the clean sine)")
+
+# %%
+for cell, value in mse.items():
+    assert value < MAX_MSE_RATIO * baseline_mse, (
+        f"{cell.upper()} test MSE {value:.4f} is not below {MAX_MSE_RATIO} x the baseline {baseline_mse:.4f}: "
+        "train longer (SINE_STEPS)"
+    )
+    assert value > 0.8 * noise_floor, f"{cell.upper()} test MSE {value:.4f} is below the noise floor: is the test set leaking?"
+
+# %% [markdown]
+# ### Forecasts
+#
+# The left panel shows **one-step-ahead** forecasts on a test series: at every
+# step each model reads the `WINDOW` *true* (noisy) values before it. The
+# right panel is harder: an **autoregressive rollout**. From the last true
+# window, the model predicts one step, appends its own prediction to the
+# window, predicts the next, and so on for `ROLLOUT` steps, never seeing
+# another true value. Errors now accumulate, so a rollout shows whether the
+# model has learnt the shape of the wave rather than "copy the recent past".
+
+
+# %%
+@torch.no_grad()
+def rollout(model, window, steps):
+    """Feed the model its own predictions: window [T] -> forecast [steps]."""
+    window = window.clone().to(device)
+    preds = []
+    for _ in range(steps):
+        nxt = model(window.view(1, -1, 1))[0, 0]
+        preds.append(nxt.item())
+        window = torch.cat([window[1:], nxt.view(1)])
+    return torch.tensor(preds)
+
+
+k = 0  # the first test series
+start_roll = SERIES_LEN - ROLLOUT
+steps_per_series = SERIES_LEN - WINDOW
+fig, (ax_one, ax_roll) = plt.subplots(1, 2, figsize=(9, 3.2))
+t_one = torch.arange(WINDOW, SERIES_LEN)
+ax_one.plot(test_series[k], ".", color="gray", ms=3, label="noisy series")
+ax_one.plot(test_clean[k], color="black", lw=1, label="clean sine")
+t_roll = torch.arange(start_roll, SERIES_LEN)
+ax_roll.plot(test_series[k], ".", color="gray", ms=3)
+ax_roll.plot(test_clean[k], color="black", lw=1)
+rollout_mse = {}
+with torch.no_grad():
+    for cell, model in forecasters.items():
+        one_step = model(X_test_d[k * steps_per_series : (k + 1) * steps_per_series]).cpu()[:, 0]
+        ax_one.plot(t_one, one_step, lw=1.2, label=cell.upper())
+        roll = rollout(model, test_series[k, start_roll - WINDOW : start_roll], ROLLOUT)
+        rollout_mse[cell] = F.mse_loss(roll, test_clean[k, start_roll:]).item()
+        ax_roll.plot(t_roll, roll, lw=1.5, label=f"{cell.upper()} rollout")
+ax_roll.axvline(start_roll, color="gray", ls="--", lw=1)
+ax_one.set(title="one-step-ahead forecasts, test series 0", xlabel="time step")
+ax_roll.set(title=f"autoregressive rollout of {ROLLOUT} steps", xlabel="time step", xlim=(start_roll - WINDOW, SERIES_LEN))
+ax_one.legend(fontsize=8, loc="lower left")
+ax_roll.legend(fontsize=8, loc="lower left")
+plt.show()
+print("rollout MSE against the clean sine:", {cell.upper(): round(v, 4) for cell, v in rollout_mse.items()})
+
+# %% [markdown]
+# The one-step forecasts run through the middle of the noisy points. The
+# last column of the table above measures this: compare each model's MSE
+# against the *clean* sine with the distance of the noisy targets from it.
+# When the model's figure is the smaller one (it is, with the default
+# parameters), its forecast is closer to the true wave than the measured
+# values are: it has learnt to average the noise out.
+#
+# The rollout is a much harder test. Fed only their own predictions, the
+# models keep producing a wave, but its period and amplitude drift a little
+# with every step, and the errors compound: after a period or two the
+# forecast can be out of phase with the truth. For scale, always predicting
+# 0 scores 0.5 against a sine of amplitude 1; compare the rollout MSEs
+# printed above. The models were trained for one step ahead only; training
+# them to predict several steps at once (exercise 2 builds such targets), or
+# on their own rollouts, makes long forecasts more stable.
+#
+# ## Variable lengths: padding and packing
+#
+# Real sequences (sentences, sensor recordings, user sessions) have different
+# lengths. A batch must be one rectangular tensor, so shorter sequences are
+# **padded** at the end, usually with zeros (chapter 06's `collate_fn` with
+# `pad_sequence`). The recurrent layer, however, does not know where a
+# sequence ends: it happily carries on through the padding. Three sequences
+# of lengths 5, 2 and 3:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+torch.manual_seed(SEED)
+lengths = torch.tensor([5, 2, 3])
+seqs = [torch.randn(int(n), 1, generator=generator) for n in lengths]
+padded = pad_sequence(seqs, batch_first=True)  # [3, 5, 1], zeros after each sequence's end
+print(f"lengths {lengths.tolist()} -> padded batch {list(padded.shape)}")
+print("padding positions (True = padding):")
+print((torch.arange(padded.shape[1]) >= lengths[:, None]).int())
+lstm = nn.LSTM(1, 4, batch_first=True)
+
+# %% [markdown]
+# The reference: each sequence run on its own, with no padding at all. Then
+# the padded batch, and the final hidden states compared:
+
+# %%
+with torch.no_grad():
+    alone = [lstm(s.unsqueeze(0)) for s in seqs]  # batch of one, exact length
+    h_alone = torch.cat([h_n[-1] for _, (h_n, _) in alone])  # [3, 4]
+    out_pad, (h_pad, _) = lstm(padded)
+for b, n in enumerate(lengths.tolist()):
+    print(f"sequence {b} (length {n}): |h_n(padded) - h_n(alone)| max = {(h_pad[-1, b] - h_alone[b]).abs().max():.2e}")
+assert torch.allclose(h_pad[-1, 0], h_alone[0], atol=1e-6), "the longest sequence has no padding"
+assert (h_pad[-1, 1:] - h_alone[1:]).abs().max() > 1e-3, "padded sequences should end in a different state"
+
+# %% [markdown]
+# Only the longest sequence, which has no padding, is right. For the others,
+# `h_n` (and `output[:, -1]`) is the state after reading the padding too:
+# three extra zero steps for sequence 1. Nothing warns you; the numbers are
+# simply wrong.
+#
+# **Packing** fixes this. `pack_padded_sequence(padded, lengths,
+# batch_first=True, enforce_sorted=False)` builds a `PackedSequence`: the
+# real time steps only, stored time step by time step, with `batch_sizes`
+# saying how many sequences are still running at each step. The recurrent
+# layer accepts it in place of a tensor and stops each sequence at its own
+# end. `enforce_sorted=False` lets the batch come in any order; PyTorch sorts
+# it by length inside and restores the original order in the results (see
+# pitfall 3 for what happens without it).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+packed = pack_padded_sequence(padded, lengths, batch_first=True, enforce_sorted=False)
+print(f"packed.data {list(packed.data.shape)} = the {lengths.sum()} real steps, no padding")
+print(f"packed.batch_sizes {packed.batch_sizes.tolist()}: sequences still running at steps 0, 1, 2, ...")
+print(f"packed.sorted_indices {packed.sorted_indices.tolist()}: the batch order by decreasing length")
+
+# %%
+with torch.no_grad():
+    out_packed, (h_packed, _) = lstm(packed)
+print(f"|h_n(packed) - h_n(alone)| max over the batch = {(h_packed[-1] - h_alone).abs().max():.2e}")
+assert torch.allclose(h_packed[-1], h_alone, atol=1e-6), "the packed h_n should equal each sequence run alone"
+
+# %% [markdown]
+# The output comes back packed too. `pad_packed_sequence` turns it into a
+# padded tensor again, with zeros after each sequence's end, and returns the
+# lengths:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+out_unpacked, out_lengths = pad_packed_sequence(out_packed, batch_first=True)
+print(f"output {list(out_unpacked.shape)}, lengths {out_lengths.tolist()}")
+for b, n in enumerate(lengths.tolist()):
+    assert torch.allclose(out_unpacked[b, :n], alone[b][0][0], atol=1e-6), f"sequence {b}: outputs differ"
+    assert (out_unpacked[b, n:] == 0).all(), f"sequence {b}: padding positions should be 0"
+print("every real step equals the sequence run alone; every padding step is 0")
+
+# %% [markdown]
+# For a *unidirectional* layer there is a shortcut without packing:
+# `output[b, lengths[b] - 1]` of the padded run is already right, because the
+# padding comes *after* that step and a forward RNN never looks ahead
+# (exercise 3 asks you to gather it). For a **bidirectional** layer that no
+# longer holds: the backward direction starts at the end, so without packing
+# it reads the padding first and every one of its outputs is affected.
+# Packing makes both directions right:
+
+# %%
+torch.manual_seed(SEED)
+bilstm = nn.LSTM(1, 4, batch_first=True, bidirectional=True)
+with torch.no_grad():
+    bi_alone = [bilstm(s.unsqueeze(0))[0][0] for s in seqs]  # [n, 8] each
+    bi_padded, _ = bilstm(padded)
+    bi_packed, _ = pad_packed_sequence(bilstm(packed)[0], batch_first=True)
+for b, n in enumerate(lengths.tolist()):
+    err_padded = (bi_padded[b, :n, 4:] - bi_alone[b][:, 4:]).abs().max().item()
+    err_packed = (bi_packed[b, :n] - bi_alone[b]).abs().max().item()
+    print(f"sequence {b}: backward direction, padded {err_padded:.2e}; packed (both directions) {err_packed:.2e}")
+    assert err_packed < 1e-6
+assert (bi_padded[1, :2, 4:] - bi_alone[1][:, 4:]).abs().max() > 1e-3
+
+# %% [markdown]
+# ## A character-level language model on Tiny Shakespeare
+#
+# A language model predicts the next token from the ones before it. Here the
+# tokens are single characters, so the model learns spelling, words and some
+# layout from scratch. The data is Tiny Shakespeare (Karpathy's
+# char-rnn corpus): about a million characters of Shakespeare's plays in one
+# text file. `helpers.models.CharVocab` gives every distinct character an id.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+text = tiny_shakespeare()
+vocab = CharVocab(text)
+V = len(vocab)
+data = vocab.encode(text)  # int64 [N]
+n_train = int(0.9 * len(data))
+train_ids, val_ids = data[:n_train], data[n_train:]  # the last 10 % of the text for validation
+print(f"{len(text):,} characters, vocabulary of {V}: {''.join(vocab.chars)!r}")
+print(f"train {len(train_ids):,} / validation {len(val_ids):,} characters")
+print("first 150 characters:")
+print(text[:150])
+
+# %% [markdown]
+# ### Two baselines, in nats per character
+#
+# The loss is the cross-entropy of the next character, in **nats** (natural
+# log; divide by ln 2 ≈ 0.693 for bits). Two baselines tell us what the
+# model has learnt:
+#
+# - **uniform**: a model that knows nothing gives every character
+#   probability 1/V, a loss of `log(V)`;
+# - **unigram**: a model that knows only how frequent each character is
+#   (spaces and `e` are common, `Z` is rare), but not the context, predicts
+#   the training frequencies every time. Its loss on the validation text is
+#   the cross-entropy between the validation and training frequencies, very
+#   close to the entropy of the character distribution.
+#
+# Beating the unigram baseline means the model uses the context.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+train_freq = torch.bincount(train_ids, minlength=V).double() / len(train_ids)
+val_freq = torch.bincount(val_ids, minlength=V).double() / len(val_ids)
+uniform_nats = math.log(V)
+entropy_nats = -(train_freq[train_freq > 0] * train_freq[train_freq > 0].log()).sum().item()
+unigram_nats = -(val_freq * train_freq.clamp_min(1e-12).log()).sum().item()
+print(f"uniform baseline     log({V}) = {uniform_nats:.4f} nats/char")
+print(f"entropy of the training character frequencies = {entropy_nats:.4f} nats/char")
+print(f"unigram baseline on the validation text       = {unigram_nats:.4f} nats/char")
+_ = report.record("unigram baseline (validation)", unigram_nats, "nats/char", digits=3)
+
+# %% [markdown]
+# ### The model
+#
+# Embedding → LSTM → Linear. `nn.Embedding(V, E)` maps each character id to a
+# learnt vector of `E` numbers (a lookup table, equivalent to multiplying a
+# one-hot vector by a matrix). The LSTM reads those vectors, and the linear
+# head turns its output at *every* step into `V` logits for the next
+# character. So one sequence of 64 characters gives 64 training targets at
+# once: the input is `text[i : i + 64]` and the target is the same text
+# shifted by one, `text[i + 1 : i + 65]`.
+#
+# `forward` also takes and returns the recurrent state, which sampling needs
+# below.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+class CharLSTM(nn.Module):
+    """Character language model: ids [B, T] -> logits [B, T, V], plus the LSTM state (h, c)."""
+
+    def __init__(self, vocab_size, embed_size, hidden_size):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, embed_size)
+        self.lstm = nn.LSTM(embed_size, hidden_size, batch_first=True)
+        self.head = nn.Linear(hidden_size, vocab_size)
+
+    def forward(self, ids, state=None):
+        out, state = self.lstm(self.embed(ids), state)  # state=None: start from zeros
+        return self.head(out), state
+
+
+torch.manual_seed(SEED)
+char_model = CharLSTM(V, CHAR_EMBED, CHAR_HIDDEN).to(device)
+by_hand = V * CHAR_EMBED + rnn_layer_params(4, CHAR_EMBED, CHAR_HIDDEN) + (CHAR_HIDDEN * V + V)
+print(char_model)
+print(f"parameters: {count_parameters(char_model):,} (by hand: {by_hand:,})")
+assert count_parameters(char_model) == by_hand
+
+# %% [markdown]
+# ### Training
+#
+# Each step takes `CHAR_BATCH` random 64-character slices of the training
+# text, each starting from a zero state. Three details:
+#
+# - `F.cross_entropy` wants logits `[N, V]` and targets `[N]`, so the batch
+#   and time dimensions are flattened together;
+# - `clip_grad_norm_` rescales the gradient whenever its overall norm exceeds
+#   1. Recurrent networks occasionally produce a huge gradient (the
+#   exploding-gradient problem); one such step can undo much of the training.
+#   It returns the norm *before* clipping, which we keep: in a short run like
+#   this one it may never trigger, and then it is cheap insurance (chapter 15
+#   provokes an explosion);
+# - the validation loss is measured on the same fixed `VAL_BATCHES` batches
+#   every time, so the points of the curve are comparable.
+
+# %%
+def random_slices(ids, batch, length, generator):
+    """Inputs [batch, length] and next-character targets [batch, length] from random offsets."""
+    starts = torch.randint(len(ids) - length - 1, (batch,), generator=generator)
+    chunk = ids[starts[:, None] + torch.arange(length + 1)]  # [batch, length + 1]
+    return chunk[:, :-1], chunk[:, 1:]
+
+
+val_gen = torch.Generator().manual_seed(SEED + 1)
+val_set = [random_slices(val_ids, 64, CHAR_SEQ_LEN, val_gen) for _ in range(VAL_BATCHES)]
+
+
+@torch.no_grad()
+def val_loss(model):
+    model.eval()
+    total = sum(F.cross_entropy(model(x.to(device))[0].flatten(0, 1), y.to(device).flatten()).item() for x, y in val_set)
+    model.train()
+    return total / len(val_set)
+
+
+optimizer = torch.optim.Adam(char_model.parameters(), lr=CHAR_LR)
+batch_gen = torch.Generator().manual_seed(SEED)
+char_losses, grad_norms, val_curve = [], [], [(0, val_loss(char_model))]
+start = time.perf_counter()
+char_model.train()
+for step in range(1, CHAR_STEPS + 1):
+    x, y = (t.to(device) for t in random_slices(train_ids, CHAR_BATCH, CHAR_SEQ_LEN, batch_gen))
+    logits, _ = char_model(x)  # [B, T, V]
+    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())  # [B*T, V] vs [B*T]
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norms.append(nn.utils.clip_grad_norm_(char_model.parameters(), max_norm=1.0).item())
+    optimizer.step()
+    char_losses.append(loss.item())
+    if step % CHAR_EVAL_EVERY == 0 or step == CHAR_STEPS:
+        val_curve.append((step, val_loss(char_model)))
+char_seconds = time.perf_counter() - start
+char_val = val_curve[-1][1]
+mean10 = smooth(char_losses, 10).tolist()  # mean10[i] averages steps i + 1 .. i + 10
+first_below = next((i + 10 for i, v in enumerate(mean10) if v < unigram_nats), None)
+_ = report.record("char LSTM training seconds", char_seconds, "s", digits=1)
+_ = report.record("char LSTM validation loss", char_val, "nats/char", digits=3)
+print(f"{CHAR_STEPS} steps in {char_seconds:.1f} s; validation loss {char_val:.3f} nats/char "
+      f"({char_val / math.log(2):.2f} bits)")
+print(f"the 10-step mean training loss was first below the unigram baseline at step {first_below}")
+print(f"gradient norm: largest {max(grad_norms):.2f}, clipped in {sum(g > 1 for g in grad_norms)} of {CHAR_STEPS} steps")
+
+# %%
+fig, ax = plt.subplots(figsize=(6.5, 3.2))
+sm = smooth(char_losses, 10)
+ax.plot(range(len(char_losses) - len(sm) + 1, len(char_losses) + 1), sm, label="train (10-step mean)")
+ax.plot(*zip(*val_curve), "o-", ms=3, label="validation")
+ax.axhline(uniform_nats, color="gray", ls="--", label=f"uniform, log {V}")
+ax.axhline(unigram_nats, color="gray", ls=":", label="unigram")
+ax.set(xlabel="step", ylabel="nats per character", title="character LSTM on Tiny Shakespeare")
+ax.grid(alpha=0.3)
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# The loss starts at the uniform baseline (a fresh model spreads its
+# probability evenly), drops below the unigram baseline within a few dozen
+# steps (printed above: it has learnt the character frequencies), and keeps
+# falling as it learns which characters follow which. Training and validation curves stay
+# close: this small model, trained briefly, is far from overfitting.
+
+# %%
+print(f"validation {char_val:.3f} < unigram {unigram_nats:.3f} < uniform {uniform_nats:.3f} nats/char")
+assert char_val < unigram_nats < uniform_nats, (
+    f"validation loss {char_val:.3f} should be below the unigram baseline {unigram_nats:.3f}: train longer (CHAR_STEPS)"
+)
+
+# %% [markdown]
+# ### Sampling text
+#
+# To write text, feed the model a prompt, turn the logits for the next
+# character into probabilities, draw one character from them, feed it back
+# in, and repeat. An RNN does this cheaply: the state `(h, c)` summarises
+# everything read so far, so each new character costs one step, however long
+# the text already is (a transformer, chapter 09, looks back at the whole
+# context every time).
+#
+# The **temperature** divides the logits before the softmax. Below 1 it
+# sharpens the distribution (safer, more repetitive text); above 1 it
+# flattens it (more surprising, more misspelt). A seeded
+# `torch.Generator` makes a sample reproducible.
+
+# %%
+@torch.no_grad()
+def sample(model, prompt, n_chars, temperature=1.0, generator=None):
+    """Continue ``prompt`` by ``n_chars`` characters drawn from the model."""
+    model.eval()
+    logits, state = model(vocab.encode(prompt).unsqueeze(0).to(device))  # read the whole prompt
+    new_ids = []
+    for _ in range(n_chars):
+        probs = F.softmax(logits[0, -1] / temperature, dim=-1).cpu()
+        nxt = torch.multinomial(probs, 1, generator=generator)  # one id, drawn (not argmax)
+        new_ids.append(nxt.item())
+        logits, state = model(nxt.view(1, 1).to(device), state)  # one step, state carried
+    return prompt + vocab.decode(new_ids)
+
+
+for temperature in (0.5, 1.0):
+    print(f"--- temperature {temperature} ---")
+    print(sample(char_model, "ROMEO:\n", SAMPLE_CHARS, temperature, torch.Generator().manual_seed(SEED)))
+    print()
+
+# %%
+again = sample(char_model, "ROMEO:\n", 50, 0.5, torch.Generator().manual_seed(SEED))
+assert again == sample(char_model, "ROMEO:\n", 50, 0.5, torch.Generator().manual_seed(SEED)), "a seeded sample should repeat"
+print("the same seed gives the same sample")
+
+# %% [markdown]
+# After a few hundred steps the model has learnt the play's layout (names in
+# capitals followed by a colon, line breaks), common short words and
+# plausible-looking spelling; the sentences make no sense. More steps and a
+# bigger model go a long way (try `CHAR_STEPS = 3000`, `CHAR_HIDDEN = 256`
+# on a GPU).
+#
+# ## Pitfalls
+#
+# ### 1. Forgetting `batch_first=True` (silent)
+#
+# `nn.LSTM` defaults to `batch_first=False`. Give it a `[B, T, F]` batch
+# anyway and it reads it as `[T, B, F]`: `B` time steps of `T` "sequences".
+# Nothing fails, and with this forecaster even the output shape is
+# unchanged. Here is the trained LSTM forecaster with only that flag flipped:
+
+# %%
+wrong = copy.deepcopy(forecasters["lstm"])
+wrong.rnn.batch_first = False  # as if the layer had been built without batch_first=True
+shuffled = torch.randperm(len(X_test), generator=torch.Generator().manual_seed(SEED))[:512].to(device)
+x, y = X_test_d[shuffled], y_test_d[shuffled]  # a shuffled batch, as a DataLoader gives it
+with torch.no_grad():
+    right_pred, wrong_pred = forecasters["lstm"](x), wrong(x)
+    right_mse, wrong_mse = F.mse_loss(right_pred, y).item(), F.mse_loss(wrong_pred, y).item()
+    x_changed = x.clone()
+    x_changed[0] += 1.0  # change sample 0 only ...
+    leak = (wrong(x_changed)[1] - wrong_pred[1]).abs().item()  # ... and look at sample 1
+print(f"shapes: right {list(right_pred.shape)}, wrong {list(wrong_pred.shape)}")
+print(f"MSE on this batch: right {right_mse:.4f}, wrong {wrong_mse:.4f} (last-value baseline on the test set {baseline_mse:.4f})")
+print(f"changing sample 0 moved the wrong model's prediction for sample 1 by {leak:.3f}")
+assert right_pred.shape == wrong_pred.shape and wrong_mse > 2 * right_mse and leak > 1e-3
+
+# %% [markdown]
+# The wrong model runs its recurrence *across the batch*: its "time step"
+# `b` is sample `b`. The forecaster then takes `output[:, -1]`, which in that
+# layout is the "sequence" made of the last value of every window, so the
+# prediction for sample `b` is computed from the last values of samples 0 to
+# `b`: it depends on other samples, and on nothing else of its own window.
+# The error balloons and nothing complains. **Fix:** pass `batch_first=True` whenever your data is
+# `[B, T, F]`, and assert the shape of `h_n` (`[layers, B, H]`) once: with
+# the wrong layout its middle dimension is `T`, not `B`.
+#
+# ### 2. Carrying the hidden state across batches without `detach()`
+#
+# When a long text is cut into consecutive chunks, it is natural to pass the
+# final state of one chunk as the initial state of the next, so the model
+# remembers across chunk boundaries (stateful training, or *truncated
+# backpropagation through time*). But the state is the end of the previous
+# chunk's graph. The next `backward()` tries to go through that graph too,
+# whose buffers the previous `backward()` already freed:
+
+# %%
+torch.manual_seed(SEED)
+tbptt_model = CharLSTM(V, 16, 32).to(device)
+tbptt_opt = torch.optim.Adam(tbptt_model.parameters(), lr=1e-3)
+stream = train_ids[: 4 * 33 + 1].to(device)  # one batch row, four consecutive chunks of 32
+
+
+def chunk(i):
+    return stream[32 * i : 32 * i + 32].view(1, -1), stream[32 * i + 1 : 32 * i + 33].view(1, -1)
+
+
+state, message = None, "no error"
+try:
+    for i in range(2):
+        x, y = chunk(i)
+        logits, state = tbptt_model(x, state)  # state comes from the previous chunk's graph
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        tbptt_opt.zero_grad()
+        loss.backward()
+        tbptt_opt.step()
+except RuntimeError as err:
+    message = f"{type(err).__name__}: {err}"
+print(message)
+assert "backward through the graph a second time" in message
+
+# %% [markdown]
+# The error suggests `retain_graph=True`. That makes the error go away but is
+# the wrong fix: every `backward()` would then run through *all* earlier
+# chunks, so each step gets slower and the memory grows without bound (and
+# after `optimizer.step()` the old graph refers to weights that have since
+# changed, which raises another error). **Fix:** keep the state's *values*
+# but cut its history with `detach()`: gradients then flow within a chunk
+# only, which is exactly what "truncated" means.
+
+# %%
+state = None
+for i in range(4):
+    x, y = chunk(i)
+    if state is not None:
+        state = tuple(s.detach() for s in state)  # the fix: same numbers, no graph behind them
+    logits, state = tbptt_model(x, state)
+    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+    tbptt_opt.zero_grad()
+    loss.backward()
+    tbptt_opt.step()
+    print(f"chunk {i}: loss {loss.item():.3f}")
+assert state[0].grad_fn is not None, "the returned state is part of this chunk's graph: hence detach()"
+
+# %% [markdown]
+# ### 3. `pack_padded_sequence` with unsorted lengths
+#
+# `enforce_sorted=True` is the default, for compatibility with the old ONNX
+# export. It requires the batch to be sorted by decreasing length, and a
+# batch straight from a `DataLoader` rarely is:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+try:
+    pack_padded_sequence(padded, lengths, batch_first=True)  # lengths [5, 2, 3]
+except RuntimeError as err:
+    print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
+# **Fix:** pass `enforce_sorted=False`, as above; PyTorch then sorts and
+# unsorts for you.
+#
+# A related rule: keep `lengths` on the CPU (a tensor or a list), even when
+# the data is on a GPU. Packing plans the batch sizes on the host and
+# refuses lengths that live on the GPU (this cell shows it on a CUDA machine):
+
+# %%
+if device.type == "cuda":
+    try:
+        pack_padded_sequence(padded.to(device), lengths.to(device), batch_first=True, enforce_sorted=False)
+        print("accepted CUDA lengths")
+    except RuntimeError as err:
+        print(f"{type(err).__name__}: {err}")
+    packed_ok = pack_padded_sequence(padded.to(device), lengths, batch_first=True, enforce_sorted=False)
+    print(f"with CPU lengths: packed data on {packed_ok.data.device}")
+else:
+    print(f"no CUDA device ({device}): skipping the CUDA-lengths demonstration")
+
+# %% [markdown]
+# **Fix:** `lengths.cpu()`, or build the lengths as a list in `collate_fn`.
+#
+# ## Exercises
+#
+# Each exercise has a stub for you to fill in, then a checker cell. The
+# checker prints **PASSED**, **NOT YET** with a hint, or **TODO** while the
+# stub still raises `NotImplementedError`; it never stops the notebook. If
+# you are stuck, `solution("08.make_windows")` returns the reference solution
+# (read it with `inspect.getsource`).
+#
+# ### Exercise 1: count an LSTM's parameters
+#
+# Write `lstm_param_count(input_size, hidden_size, num_layers)` returning the
+# number of parameters of `nn.LSTM(input_size, hidden_size,
+# num_layers=num_layers)` from the formula, without building the module. The
+# checker compares it with the real module for several sizes. Watch out for
+# the second layer: what does it read?
+
+
+# %%
+def lstm_param_count(input_size, hidden_size, num_layers):
+    """Number of parameters of nn.LSTM(input_size, hidden_size, num_layers=num_layers)."""
+    raise NotImplementedError
+
+
+# %%
+result = check("08.lstm_param_count", lstm_param_count)
+
+# %% [markdown]
+# ### Exercise 2: windows with a horizon
+#
+# Write `make_windows(series, T, horizon)` for a 1-d tensor `series` of
+# length `L`. It returns `X` of shape `[N, T, 1]`, every window of `T`
+# consecutive values, and `y` of shape `[N, horizon]`, the `horizon` values
+# right after each window, with `N = L - T - horizon + 1`. For
+# `series = torch.arange(10.)`, `T = 3`, `horizon = 2`, the first sample is
+# `[0, 1, 2] -> [3, 4]` and the last is `[5, 6, 7] -> [8, 9]`. Hint:
+# `series.unfold(0, T + horizon, 1)` gives all windows of length
+# `T + horizon` at once. With it, `RNNForecaster(horizon=...)` can be
+# trained to predict several steps in one go.
+
+
+# %%
+def make_windows(series, T, horizon):
+    """Return (X [N, T, 1], y [N, horizon]) with N = len(series) - T - horizon + 1."""
+    raise NotImplementedError
+
+
+# %%
+result = check("08.make_windows", make_windows)
+
+# %% [markdown]
+# ### Exercise 3: the last real output of each sequence
+#
+# Write `last_valid_output(output, lengths)`: given the batch-first output
+# `[B, T, H]` of a unidirectional RNN on a padded batch and the real
+# `lengths` (an int64 tensor `[B]`), return `[B, H]` whose row `b` is
+# `output[b, lengths[b] - 1]`, without a Python loop. The checker also
+# verifies that on a real LSTM it equals `h_n` of the packed run. Hint:
+# index with two tensors, `output[torch.arange(B), ...]`, or use `gather`.
+
+
+# %%
+def last_valid_output(output, lengths):
+    """Return output[b, lengths[b] - 1] for every b, as a tensor [B, H]."""
+    raise NotImplementedError
+
+
+# %%
+result = check("08.last_valid_output", last_valid_output)
+if result.passed:
+    with torch.no_grad():
+        print("on the padded batch above it matches the packed h_n:",
+              torch.allclose(last_valid_output(out_pad, lengths), h_packed[-1], atol=1e-6))
+
+# %% [markdown]
+# ## Summary
+#
+# - Recurrent layers take `[T, B, F]` by default and `[B, T, F]` with
+#   `batch_first=True`; `output` is `[B, T, D*H]` (the last layer, every
+#   step), `h_n` and `c_n` are `[D*layers, B, H]` (every layer, last step) in
+#   either layout.
+# - An LSTM has four gate blocks and a GRU three, each with an input weight,
+#   a recurrent weight and two biases: `4 * (H * (F + H) + 2H)` and
+#   `3 * (H * (F + H) + 2H)` parameters per layer.
+# - On noisy sine waves both beat the last-value baseline by far and come
+#   close to the noise floor (the figures are in the table above).
+# - Padding changes `h_n`; `pack_padded_sequence(..., enforce_sorted=False)`
+#   gives exactly the result of running each sequence alone, and
+#   `pad_packed_sequence` turns the output back into a padded tensor.
+# - A small character LSTM beats the unigram baseline within a few dozen
+#   steps; sampling carries the state `(h, c)` one character at a time, with
+#   a temperature and a seeded generator.
+# - Carry a state across batches only after `detach()`; set `batch_first`
+#   to match your data.
+#
+# **Next:** chapter 09 replaces recurrence by attention: a transformer reads
+# all positions at once, and its character model on the same text can be
+# compared with this one.
+
+# %%
+print(f"notebook ran in {time.perf_counter() - notebook_start:.0f} s")
+report.finish()
