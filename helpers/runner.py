@@ -173,7 +173,7 @@ def write_report(results: list[ChapterResult], folder: Path, *, smoke: bool = Fa
         "| --- | --- | --- | ---: | --- |",
     ]
     for r in results:
-        figs = _format_figures(r.figures) or "-"
+        figs = _format_figures(r.figures).replace("|", "\\|") or "-"  # "|" would split the table cell
         error = " ".join(r.error.split()).replace("|", "\\|")  # one table row, whatever the message
         status = r.status if r.status == "OK" else f"**FAILED**: {error}"
         lines.append(f"| {r.chapter} | {r.title} | {status} | {r.seconds:.1f} | {figs} |")

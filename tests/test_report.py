@@ -47,6 +47,8 @@ def test_report_lists_failures_with_their_cell(tmp_path):
     assert "**FAILED**: cell [7] raised ValueError: boom" in md
     payload = json.loads((tmp_path / "report.json").read_text())
     assert [c["status"] for c in payload["chapters"]] == ["OK", "FAILED"]
+    pipes = write_report([ChapterResult("09_d", "D", "OK", 1.0, {"max |a - b|": {"value": 0.1, "unit": ""}})], tmp_path).read_text()
+    assert "| max \\|a - b\\| 0.1 |" in pipes, "a figure name with | must not split the table row"
     weird = write_report([ChapterResult("02_c", "C", "FAILED", 1.0, {}, "line one\nline | two")], tmp_path).read_text()
     assert "line one line \\| two |" in weird, "an error message must stay inside its table row"
 
