@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
 
 from helpers.authoring import sources
 from helpers.exercises import EXERCISES, _load_all, check, solution
@@ -71,3 +72,12 @@ def test_stub_class_defined_without_a_source_file_is_not_attempted():
     namespace: dict = {}
     exec(compile("class Stub:\n    def __init__(self, *a, **k):\n        raise NotImplementedError\n", "<cell>", "exec"), namespace)
     assert check(NAMES[0], namespace["Stub"], show=False).status == "not attempted"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_checker_leaves_the_global_torch_rng_alone(name):
+    torch.manual_seed(2024)
+    expected = torch.rand(4)
+    torch.manual_seed(2024)
+    assert check(name, solution(name), show=False).passed
+    assert torch.equal(torch.rand(4), expected), f"checking {name} moved torch's global random stream"

@@ -13,21 +13,6 @@ from torch import nn
 
 from helpers.exercises import ch02, check, solution
 
-NAMES = [
-    "02.derivative",
-    "02.second_derivative",
-    "02.jacobian",
-    "03.count_parameters",
-    "03.build_mlp",
-    "03.standardize",
-]
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_reference_passes(name):
-    result = check(name, solution(name), show=False)
-    assert result.passed, result.message
-
 
 def _stub(*args, **kwargs):
     """What the notebook ships: the learner has not written anything yet."""
@@ -38,11 +23,6 @@ class _StubModule(nn.Module):
     def __init__(self, mean, std):
         super().__init__()
         raise NotImplementedError
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_stub_is_not_attempted(name):
-    assert check(name, _stub, show=False).status == "not attempted"
 
 
 def test_stub_module_is_not_attempted():
@@ -482,14 +462,3 @@ def test_finite_differences_are_accurate_enough_to_have_passed_a_tolerance_check
     """Why the checker watches where f is evaluated: the values alone would pass."""
     for label, f, x, _, first, _ in ch02._SCALAR_CASES:
         assert ch02._close(derivative_finite_difference_with_grad(f, x), first), label
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_checker_leaves_the_global_torch_rng_alone(name):
-    torch.manual_seed(7)
-    expected = torch.rand(4)
-    torch.manual_seed(7)
-    assert check(name, solution(name), show=False).passed
-    assert torch.equal(torch.rand(4), expected), (
-        f"checking {name} moved torch's global random stream"
-    )

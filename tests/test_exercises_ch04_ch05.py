@@ -3,34 +3,10 @@ stub reads "not attempted", and realistic wrong answers fail with a hint."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from helpers.exercises import check, solution
-
-NAMES = ["04.closed_form_fit", "04.mse_gradients", "05.normalization_constants", "05.top_confusions"]
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_reference_passes(name):
-    result = check(name, solution(name), show=False)
-    assert result.passed, result.message
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_stub_is_not_attempted(name):
-    def stub(*args, **kwargs):
-        raise NotImplementedError
-
-    assert check(name, stub, show=False).status == "not attempted"
-
-
-def _fails(name, candidate, *hint_words):
-    result = check(name, candidate, show=False)
-    assert result.status == "failed", f"{name} accepted a wrong answer: {result}"
-    for word in hint_words:
-        assert word in result.message, f"hint for {name} should mention {word!r}: {result.message}"
-
+from tests.exercise_support import assert_rejected
 
 # --------------------------------------------------------------------------
 # 04.closed_form_fit
@@ -41,7 +17,7 @@ def test_closed_form_fit_without_intercept_fails():
     def through_origin(x, y):  # forgets the column of ones
         return (x @ y / (x @ x)).item(), 0.0
 
-    _fails("04.closed_form_fit", through_origin, "ones")
+    assert_rejected("04.closed_form_fit", through_origin, "ones")
 
 
 def test_closed_form_fit_with_mean_intercept_fails():
@@ -50,7 +26,7 @@ def test_closed_form_fit_with_mean_intercept_fails():
         w = (xc @ (y - y.mean()) / (xc @ xc)).item()
         return w, y.mean().item()
 
-    _fails("04.closed_form_fit", separate)
+    assert_rejected("04.closed_form_fit", separate)
 
 
 def test_closed_form_fit_by_gradient_descent_with_too_few_steps_fails():
@@ -61,7 +37,7 @@ def test_closed_form_fit_by_gradient_descent_with_too_few_steps_fails():
             w, b = w - 0.1 * 2 * (r * x).mean(), b - 0.1 * 2 * r.mean()
         return w.item(), b.item()
 
-    _fails("04.closed_form_fit", rough)
+    assert_rejected("04.closed_form_fit", rough)
 
 
 def test_closed_form_fit_returning_a_tensor_of_two_is_accepted():
@@ -82,7 +58,7 @@ def test_mse_gradients_without_factor_two_fails():
         r = x @ w + b - y
         return x.T @ r / x.shape[0], r.mean()
 
-    _fails("04.mse_gradients", half, "half")
+    assert_rejected("04.mse_gradients", half, "half")
 
 
 def test_mse_gradients_with_wrong_sign_fails():
@@ -90,7 +66,7 @@ def test_mse_gradients_with_wrong_sign_fails():
         r = y - (x @ w + b)
         return 2 * x.T @ r / x.shape[0], 2 * r.mean()
 
-    _fails("04.mse_gradients", flipped, "sign")
+    assert_rejected("04.mse_gradients", flipped, "sign")
 
 
 def test_mse_gradients_sum_instead_of_mean_fails():
@@ -98,7 +74,7 @@ def test_mse_gradients_sum_instead_of_mean_fails():
         r = x @ w + b - y
         return 2 * x.T @ r, 2 * r.sum()
 
-    _fails("04.mse_gradients", summed, "N times")
+    assert_rejected("04.mse_gradients", summed, "N times")
 
 
 def test_mse_gradients_dw_column_fails():
@@ -106,7 +82,7 @@ def test_mse_gradients_dw_column_fails():
         r = (x @ w + b - y).unsqueeze(1)  # [N, 1]
         return 2 / x.shape[0] * (x.T @ r), 2 / x.shape[0] * r.sum()  # dw [D, 1]
 
-    _fails("04.mse_gradients", column, "shape [", "no unsqueeze")
+    assert_rejected("04.mse_gradients", column, "shape [", "no unsqueeze")
 
 
 def test_mse_gradients_db_with_keepdim_fails():
@@ -115,7 +91,7 @@ def test_mse_gradients_db_with_keepdim_fails():
         column = r.unsqueeze(1)  # [N, 1]
         return 2 / x.shape[0] * (x.T @ r), 2 / x.shape[0] * column.sum(dim=0, keepdim=True)  # db [1, 1]
 
-    _fails("04.mse_gradients", kept, "0-dim", "keepdim")
+    assert_rejected("04.mse_gradients", kept, "0-dim", "keepdim")
 
 
 def test_mse_gradients_db_of_shape_one_fails():
@@ -123,7 +99,7 @@ def test_mse_gradients_db_of_shape_one_fails():
         r = x @ w + b - y
         return 2 / x.shape[0] * (x.T @ r), 2 / x.shape[0] * r.sum().reshape(1)
 
-    _fails("04.mse_gradients", one, "0-dim")
+    assert_rejected("04.mse_gradients", one, "0-dim")
 
 
 def test_mse_gradients_db_as_python_float_is_accepted():
@@ -153,7 +129,7 @@ def test_normalization_constants_unscaled_fails():
         pixels = images.float()
         return pixels.mean().item(), pixels.std().item()
 
-    _fails("05.normalization_constants", unscaled, "255")
+    assert_rejected("05.normalization_constants", unscaled, "255")
 
 
 def test_normalization_constants_per_image_std_fails():
@@ -161,14 +137,14 @@ def test_normalization_constants_per_image_std_fails():
         pixels = images.float() / 255
         return pixels.mean().item(), pixels.flatten(1).std(dim=1).mean().item()
 
-    _fails("05.normalization_constants", per_image, "per-image")
+    assert_rejected("05.normalization_constants", per_image, "per-image")
 
 
 def test_normalization_constants_uint8_mean_crashes_and_fails():
     def no_float(images):
         return images.mean().item() / 255, 0.3  # uint8 mean raises in torch
 
-    _fails("05.normalization_constants", no_float)
+    assert_rejected("05.normalization_constants", no_float)
 
 
 def test_normalization_constants_population_std_is_accepted():
@@ -190,21 +166,21 @@ def test_top_confusions_including_diagonal_fails():
         c = cm.shape[1]
         return [(i // c, i % c, n) for n, i in zip(counts.tolist(), flat.tolist())][:k]
 
-    _fails("05.top_confusions", with_diagonal, "diagonal")
+    assert_rejected("05.top_confusions", with_diagonal, "diagonal")
 
 
 def test_top_confusions_swapped_fails():
     def swapped(cm, k):
         return [(p, t, n) for t, p, n in solution("05.top_confusions")(cm, k)]
 
-    _fails("05.top_confusions", swapped, "swapped")
+    assert_rejected("05.top_confusions", swapped, "swapped")
 
 
 def test_top_confusions_ascending_fails():
     def ascending(cm, k):
         return sorted(solution("05.top_confusions")(cm, k), key=lambda item: item[2])
 
-    _fails("05.top_confusions", ascending, "order")
+    assert_rejected("05.top_confusions", ascending, "order")
 
 
 def test_top_confusions_keeping_zeros_fails():
@@ -214,7 +190,7 @@ def test_top_confusions_keeping_zeros_fails():
         c = cm.shape[1]
         return [(i // c, i % c, n) for n, i in zip(counts.tolist(), flat.tolist())]
 
-    _fails("05.top_confusions", with_zeros)
+    assert_rejected("05.top_confusions", with_zeros)
 
 
 def test_top_confusions_with_tensors_in_tuples_is_accepted():
@@ -234,21 +210,21 @@ def test_top_confusions_largest_mistake_per_row_fails():
         rows = counts.argsort(descending=True).tolist()
         return [(r, int(predicted[r]), int(counts[r])) for r in rows if counts[r] > 0][:k]
 
-    _fails("05.top_confusions", per_row, "[(0, 1, 9), (0, 2, 7), (3, 0, 5)]", "not only the largest mistake of each row")
+    assert_rejected("05.top_confusions", per_row, "[(0, 1, 9), (0, 2, 7), (3, 0, 5)]", "not only the largest mistake of each row")
 
 
 def test_top_confusions_float_counts_fail():
     def fractional(cm, k):  # 9 -> 9.4: the checker must not round it away with int()
         return [(t, p, n + 0.4) for t, p, n in solution("05.top_confusions")(cm, k)]
 
-    _fails("05.top_confusions", fractional, "9.4", "ints")
+    assert_rejected("05.top_confusions", fractional, "9.4", "ints")
 
 
 def test_top_confusions_whole_float_counts_fail():
     def from_float_matrix(cm, k):
         return solution("05.top_confusions")(cm.float(), k)  # counts come back as 9.0, 7.0, ...
 
-    _fails("05.top_confusions", from_float_matrix, "9.0", "ints")
+    assert_rejected("05.top_confusions", from_float_matrix, "9.0", "ints")
 
 
 def test_top_confusions_with_numpy_integers_is_accepted():
@@ -262,12 +238,3 @@ def test_top_confusions_with_numpy_integers_is_accepted():
         return [(i // c, i % c, off.flat[i]) for i in order if off.flat[i] > 0][:k]  # np.int64 values
 
     assert check("05.top_confusions", with_numpy, show=False).passed
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_checker_leaves_the_global_torch_rng_alone(name):
-    torch.manual_seed(11)
-    expected = torch.rand(4)
-    torch.manual_seed(11)
-    assert check(name, solution(name), show=False).passed
-    assert torch.equal(torch.rand(4), expected), f"checking {name} moved torch's global random stream"

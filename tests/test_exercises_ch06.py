@@ -5,34 +5,10 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 
 from helpers.exercises import check, solution
-
-NAMES = ["06.shard_range", "06.class_weights"]
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_reference_passes(name):
-    result = check(name, solution(name), show=False)
-    assert result.passed, result.message
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_stub_is_not_attempted(name):
-    def stub(*args, **kwargs):
-        raise NotImplementedError
-
-    assert check(name, stub, show=False).status == "not attempted"
-
-
-def _fails(name, candidate, *hint_words):
-    result = check(name, candidate, show=False)
-    assert result.status == "failed", f"{name} accepted a wrong answer: {result}"
-    for word in hint_words:
-        assert word in result.message, f"hint for {name} should mention {word!r}: {result.message}"
-
+from tests.exercise_support import assert_rejected
 
 # --------------------------------------------------------------------------
 # 06.shard_range
@@ -44,21 +20,21 @@ def test_shard_range_floor_split_fails():
         per_worker = n // num_workers
         return range(worker_id * per_worker, (worker_id + 1) * per_worker)
 
-    _fails("06.shard_range", naive, "remainder")
+    assert_rejected("06.shard_range", naive, "remainder")
 
 
 def test_shard_range_strided_fails():
     def strided(n, worker_id, num_workers):  # correct sharding, but not contiguous
         return range(worker_id, n, num_workers)
 
-    _fails("06.shard_range", strided, "contiguous")
+    assert_rejected("06.shard_range", strided, "contiguous")
 
 
 def test_shard_range_everything_to_every_worker_fails():
     def everything(n, worker_id, num_workers):
         return range(n)
 
-    _fails("06.shard_range", everything, "more than one worker")
+    assert_rejected("06.shard_range", everything, "more than one worker")
 
 
 def test_shard_range_last_worker_takes_the_rest_fails():
@@ -67,14 +43,14 @@ def test_shard_range_last_worker_takes_the_rest_fails():
         stop = n if worker_id == num_workers - 1 else (worker_id + 1) * per_worker
         return range(worker_id * per_worker, stop)
 
-    _fails("06.shard_range", last_takes_rest, "ceil")
+    assert_rejected("06.shard_range", last_takes_rest, "ceil")
 
 
 def test_shard_range_reversed_order_fails():
     def reversed_order(n, worker_id, num_workers):
         return solution("06.shard_range")(n, num_workers - 1 - worker_id, num_workers)
 
-    _fails("06.shard_range", reversed_order, "worker order")
+    assert_rejected("06.shard_range", reversed_order, "worker order")
 
 
 def test_shard_range_ceil_split_is_accepted():
@@ -101,21 +77,21 @@ def test_class_weights_per_class_fails():
     def per_class(targets, num_classes):  # what WeightedRandomSampler does NOT want
         return 1.0 / torch.bincount(targets, minlength=num_classes).double()
 
-    _fails("06.class_weights", per_class, "per sample")
+    assert_rejected("06.class_weights", per_class, "per sample")
 
 
 def test_class_weights_counts_instead_of_inverse_fails():
     def counts(targets, num_classes):
         return torch.bincount(targets, minlength=num_classes)[targets].double()
 
-    _fails("06.class_weights", counts, "inverse")
+    assert_rejected("06.class_weights", counts, "inverse")
 
 
 def test_class_weights_integer_division_fails():
     def integer(targets, num_classes):
         return 1 // torch.bincount(targets, minlength=num_classes)[targets]
 
-    _fails("06.class_weights", integer, "float")
+    assert_rejected("06.class_weights", integer, "float")
 
 
 def test_class_weights_one_minus_frequency_fails():
@@ -123,7 +99,7 @@ def test_class_weights_one_minus_frequency_fails():
         freq = torch.bincount(targets, minlength=num_classes).double() / len(targets)
         return (1 - freq)[targets]
 
-    _fails("06.class_weights", one_minus_frequency, "same total weight")
+    assert_rejected("06.class_weights", one_minus_frequency, "same total weight")
 
 
 def test_class_weights_normalised_float32_is_accepted():

@@ -5,33 +5,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-import pytest
-
 from helpers.exercises import check, solution
-
-NAMES = ["07.receptive_field", "07.strip_prefix"]
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_reference_passes(name):
-    result = check(name, solution(name), show=False)
-    assert result.passed, result.message
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_stub_is_not_attempted(name):
-    def stub(*args, **kwargs):
-        raise NotImplementedError
-
-    assert check(name, stub, show=False).status == "not attempted"
-
-
-def _fails(name, candidate, *hint_words):
-    result = check(name, candidate, show=False)
-    assert result.status == "failed", f"{name} accepted a wrong answer: {result}"
-    for word in hint_words:
-        assert word in result.message, f"hint for {name} should mention {word!r}: {result.message}"
-
+from tests.exercise_support import assert_rejected
 
 # --------------------------------------------------------------------------
 # 07.receptive_field
@@ -42,7 +17,7 @@ def test_receptive_field_ignoring_stride_fails():
     def no_stride(layers):
         return 1 + sum(d * (k - 1) for k, _, d in layers)
 
-    _fails("07.receptive_field", no_stride, "stride")
+    assert_rejected("07.receptive_field", no_stride, "stride")
 
 
 def test_receptive_field_ignoring_dilation_fails():
@@ -53,14 +28,14 @@ def test_receptive_field_ignoring_dilation_fails():
             jump *= s
         return field
 
-    _fails("07.receptive_field", no_dilation, "dilation")
+    assert_rejected("07.receptive_field", no_dilation, "dilation")
 
 
 def test_receptive_field_summing_kernels_fails():
     def summed(layers):
         return sum(k for k, _, _ in layers)
 
-    _fails("07.receptive_field", summed, "kernel - 1")
+    assert_rejected("07.receptive_field", summed, "kernel - 1")
 
 
 def test_receptive_field_applying_own_stride_first_fails():
@@ -71,7 +46,7 @@ def test_receptive_field_applying_own_stride_first_fails():
             field += d * (k - 1) * jump
         return field
 
-    _fails("07.receptive_field", own_stride, "own stride")
+    assert_rejected("07.receptive_field", own_stride, "own stride")
 
 
 def test_receptive_field_returning_a_tensor_or_float_is_accepted():
@@ -87,7 +62,7 @@ def test_receptive_field_returning_a_string_fails():
     def text(layers):
         return str(solution("07.receptive_field")(layers))
 
-    _fails("07.receptive_field", text, "int")
+    assert_rejected("07.receptive_field", text, "int")
 
 
 # --------------------------------------------------------------------------
@@ -99,21 +74,21 @@ def test_strip_prefix_with_str_replace_fails():
     def replaced(state_dict, prefix):
         return OrderedDict((k.replace(prefix, ""), v) for k, v in state_dict.items())
 
-    _fails("07.strip_prefix", replaced, "str.replace")
+    assert_rejected("07.strip_prefix", replaced, "str.replace")
 
 
 def test_strip_prefix_with_lstrip_fails():
     def stripped(state_dict, prefix):
         return OrderedDict((k.lstrip(prefix), v) for k, v in state_dict.items())
 
-    _fails("07.strip_prefix", stripped, "lstrip")
+    assert_rejected("07.strip_prefix", stripped, "lstrip")
 
 
 def test_strip_prefix_slicing_every_key_fails():
     def sliced(state_dict, prefix):
         return OrderedDict((k[len(prefix):], v) for k, v in state_dict.items())
 
-    _fails("07.strip_prefix", sliced, "start with the prefix")
+    assert_rejected("07.strip_prefix", sliced, "start with the prefix")
 
 
 def test_strip_prefix_in_place_fails():
@@ -122,7 +97,7 @@ def test_strip_prefix_in_place_fails():
             if key.startswith(prefix):
                 state_dict[key[len(prefix):]] = state_dict.pop(key)
 
-    _fails("07.strip_prefix", in_place, "in place")
+    assert_rejected("07.strip_prefix", in_place, "in place")
 
 
 def test_strip_prefix_in_place_and_returned_fails():
@@ -132,21 +107,21 @@ def test_strip_prefix_in_place_and_returned_fails():
         consume_prefix_in_state_dict_if_present(state_dict, prefix)
         return state_dict
 
-    _fails("07.strip_prefix", torch_util, "unchanged")
+    assert_rejected("07.strip_prefix", torch_util, "unchanged")
 
 
 def test_strip_prefix_copying_tensors_fails():
     def cloned(state_dict, prefix):
         return OrderedDict((k.removeprefix(prefix), v.clone()) for k, v in state_dict.items())
 
-    _fails("07.strip_prefix", cloned, "same tensor")
+    assert_rejected("07.strip_prefix", cloned, "same tensor")
 
 
 def test_strip_prefix_hard_coded_module_fails():
     def hard_coded(state_dict, prefix):
         return OrderedDict((k.removeprefix("module."), v) for k, v in state_dict.items())
 
-    _fails("07.strip_prefix", hard_coded, "prefix argument")
+    assert_rejected("07.strip_prefix", hard_coded, "prefix argument")
 
 
 def test_strip_prefix_plain_dict_with_startswith_is_accepted():

@@ -3,35 +3,11 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 from torch import nn
 
 from helpers.exercises import check, solution
-
-NAMES = ["08.lstm_param_count", "08.make_windows", "08.last_valid_output"]
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_reference_passes(name):
-    result = check(name, solution(name), show=False)
-    assert result.passed, result.message
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_stub_is_not_attempted(name):
-    def stub(*args, **kwargs):
-        raise NotImplementedError
-
-    assert check(name, stub, show=False).status == "not attempted"
-
-
-def _fails(name, candidate, *hint_words):
-    result = check(name, candidate, show=False)
-    assert result.status == "failed", f"{name} accepted a wrong answer: {result}"
-    for word in hint_words:
-        assert word in result.message, f"hint for {name} should mention {word!r}: {result.message}"
-
+from tests.exercise_support import assert_rejected
 
 # --------------------------------------------------------------------------
 # 08.lstm_param_count
@@ -42,28 +18,28 @@ def test_lstm_param_count_with_one_bias_fails():
     def one_bias(i, h, layers):
         return sum(4 * (h * ((i if k == 0 else h) + h) + h) for k in range(layers))
 
-    _fails("08.lstm_param_count", one_bias, "two", "bias_hh")
+    assert_rejected("08.lstm_param_count", one_bias, "two", "bias_hh")
 
 
 def test_lstm_param_count_with_input_size_in_every_layer_fails():
     def same_input(i, h, layers):
         return layers * 4 * (h * (i + h) + 2 * h)
 
-    _fails("08.lstm_param_count", same_input, "hidden_size outputs")
+    assert_rejected("08.lstm_param_count", same_input, "hidden_size outputs")
 
 
 def test_lstm_param_count_of_a_gru_fails():
     def gru(i, h, layers):
         return sum(3 * (h * ((i if k == 0 else h) + h) + 2 * h) for k in range(layers))
 
-    _fails("08.lstm_param_count", gru, "four")
+    assert_rejected("08.lstm_param_count", gru, "four")
 
 
 def test_lstm_param_count_first_layer_only_fails():
     def first_only(i, h, layers):
         return 4 * (h * (i + h) + 2 * h)
 
-    _fails("08.lstm_param_count", first_only, "first layer")
+    assert_rejected("08.lstm_param_count", first_only, "first layer")
 
 
 def test_lstm_param_count_by_building_the_module_passes():
@@ -85,7 +61,7 @@ def test_make_windows_dropping_the_last_window_fails():
         y = torch.stack([series[i + T : i + T + horizon] for i in range(n)])
         return X, y
 
-    _fails("08.make_windows", one_short, "off by one")
+    assert_rejected("08.make_windows", one_short, "off by one")
 
 
 def test_make_windows_with_overlapping_target_fails():
@@ -95,7 +71,7 @@ def test_make_windows_with_overlapping_target_fails():
         y = torch.stack([series[i + T - 1 : i + T - 1 + horizon] for i in range(n)])
         return X, y
 
-    _fails("08.make_windows", overlap, "overlaps")
+    assert_rejected("08.make_windows", overlap, "overlaps")
 
 
 def test_make_windows_without_feature_dimension_fails():
@@ -103,7 +79,7 @@ def test_make_windows_without_feature_dimension_fails():
         X, y = solution("08.make_windows")(series, T, horizon)
         return X.squeeze(-1), y
 
-    _fails("08.make_windows", flat, "feature dimension")
+    assert_rejected("08.make_windows", flat, "feature dimension")
 
 
 def test_make_windows_with_a_loop_passes():
@@ -125,14 +101,14 @@ def test_last_valid_output_taking_the_last_step_fails():
     def last_step(output, lengths):
         return output[:, -1]
 
-    _fails("08.last_valid_output", last_step, "padding")
+    assert_rejected("08.last_valid_output", last_step, "padding")
 
 
 def test_last_valid_output_off_by_one_fails():
     def off_by_one(output, lengths):
         return output[torch.arange(output.shape[0]), lengths.clamp(max=output.shape[1] - 1)]
 
-    _fails("08.last_valid_output", off_by_one, "n - 1")
+    assert_rejected("08.last_valid_output", off_by_one, "n - 1")
 
 
 def test_last_valid_output_with_gather_passes():

@@ -5,35 +5,11 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 import torch.nn.functional as F
 
 from helpers.exercises import check, solution
-
-NAMES = ["09.local_causal_mask", "09.grouped_query_attention"]
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_reference_passes(name):
-    result = check(name, solution(name), show=False)
-    assert result.passed, result.message
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_stub_is_not_attempted(name):
-    def stub(*args, **kwargs):
-        raise NotImplementedError
-
-    assert check(name, stub, show=False).status == "not attempted"
-
-
-def _fails(name, candidate, *hint_words):
-    result = check(name, candidate, show=False)
-    assert result.status == "failed", f"{name} accepted a wrong answer: {result}"
-    for word in hint_words:
-        assert word in result.message, f"hint for {name} should mention {word!r}: {result.message}"
-
+from tests.exercise_support import assert_rejected
 
 # --------------------------------------------------------------------------
 # 09.local_causal_mask
@@ -44,14 +20,14 @@ def test_local_causal_mask_in_multihead_attention_convention_fails():
     def blocked(T, window):  # True = masked out, as nn.MultiheadAttention wants
         return ~solution("09.local_causal_mask")(T, window)
 
-    _fails("09.local_causal_mask", blocked, "complement")
+    assert_rejected("09.local_causal_mask", blocked, "complement")
 
 
 def test_local_causal_mask_plain_causal_fails():
     def causal(T, window):  # ignores the window
         return torch.ones(T, T, dtype=torch.bool).tril()
 
-    _fails("09.local_causal_mask", causal, "keys")
+    assert_rejected("09.local_causal_mask", causal, "keys")
 
 
 def test_local_causal_mask_upper_triangle_fails():
@@ -59,7 +35,7 @@ def test_local_causal_mask_upper_triangle_fails():
         i, j = torch.arange(T).unsqueeze(1), torch.arange(T).unsqueeze(0)
         return (i <= j) & (j - i < window)
 
-    _fails("09.local_causal_mask", future, "FUTURE")
+    assert_rejected("09.local_causal_mask", future, "FUTURE")
 
 
 def test_local_causal_mask_off_by_one_fails():
@@ -67,7 +43,7 @@ def test_local_causal_mask_off_by_one_fails():
         i, j = torch.arange(T).unsqueeze(1), torch.arange(T).unsqueeze(0)
         return (j <= i) & (i - j <= window)
 
-    _fails("09.local_causal_mask", one_too_many, "itself included")
+    assert_rejected("09.local_causal_mask", one_too_many, "itself included")
 
 
 def test_local_causal_mask_symmetric_band_fails():
@@ -75,14 +51,14 @@ def test_local_causal_mask_symmetric_band_fails():
         i, j = torch.arange(T).unsqueeze(1), torch.arange(T).unsqueeze(0)
         return (i - j).abs() < window
 
-    _fails("09.local_causal_mask", band, "later key")
+    assert_rejected("09.local_causal_mask", band, "later key")
 
 
 def test_local_causal_mask_float_fails():
     def as_float(T, window):
         return solution("09.local_causal_mask")(T, window).float()
 
-    _fails("09.local_causal_mask", as_float, "bool")
+    assert_rejected("09.local_causal_mask", as_float, "bool")
 
 
 def test_local_causal_mask_with_triu_and_tril_is_accepted():
@@ -118,21 +94,21 @@ def test_grouped_query_attention_with_repeat_fails():
     def tiled(q, k, v, causal=False):
         return _written_out(q, k, v, causal, lambda t, group: t.repeat(1, group, 1, 1))
 
-    _fails("09.grouped_query_attention", tiled, "repeat_interleave")
+    assert_rejected("09.grouped_query_attention", tiled, "repeat_interleave")
 
 
 def test_grouped_query_attention_without_scaling_fails():
     def unscaled(q, k, v, causal=False):
         return _written_out(q, k, v, causal, _interleave, scale=False)
 
-    _fails("09.grouped_query_attention", unscaled, "sqrt(d)")
+    assert_rejected("09.grouped_query_attention", unscaled, "sqrt(d)")
 
 
 def test_grouped_query_attention_ignoring_causal_fails():
     def no_mask(q, k, v, causal=False):
         return _written_out(q, k, v, False, _interleave)
 
-    _fails("09.grouped_query_attention", no_mask, "j <= i")
+    assert_rejected("09.grouped_query_attention", no_mask, "j <= i")
 
 
 def test_grouped_query_attention_softmax_over_queries_fails():
@@ -145,7 +121,7 @@ def test_grouped_query_attention_softmax_over_queries_fails():
             scores = scores.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(), float("-inf"))
         return scores.softmax(dim=-2) @ v
 
-    _fails("09.grouped_query_attention", wrong_axis, "dim=-1")
+    assert_rejected("09.grouped_query_attention", wrong_axis, "dim=-1")
 
 
 def test_grouped_query_attention_returning_weights_fails():
@@ -153,7 +129,7 @@ def test_grouped_query_attention_returning_weights_fails():
         out = _written_out(q, k, v, causal, _interleave)
         return out, None
 
-    _fails("09.grouped_query_attention", with_weights, "tuple")
+    assert_rejected("09.grouped_query_attention", with_weights, "tuple")
 
 
 def test_grouped_query_attention_via_expand_and_sdpa_is_accepted():

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import inspect
 import pkgutil
+import random
 import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
+
+import torch
 
 __all__ = ["EXERCISES", "Exercise", "ExerciseResult", "check", "exercise", "solution"]
 
@@ -138,13 +141,17 @@ def check(name: str, candidate: Callable, *, show: bool = True) -> ExerciseResul
 
     A ``NotImplementedError`` raised by the learner's own code (the stub)
     means "not attempted"; one raised inside a library counts as a failure.
+    Checking runs inside ``torch.random.fork_rng`` and restores Python's
+    ``random`` state, so it never moves the notebook's random streams.
 
     Raises:
         KeyError: ``name`` is not a known exercise.
     """
     ex = _get(name)
+    python_rng = random.getstate()
     try:
-        ex.test(candidate)
+        with torch.random.fork_rng(devices=[]):
+            ex.test(candidate)
         result = ExerciseResult(name, "passed", "well done.")
     except NotImplementedError as exc:
         if _raised_by_learner(exc, candidate):
@@ -155,6 +162,8 @@ def check(name: str, candidate: Callable, *, show: bool = True) -> ExerciseResul
         result = ExerciseResult(name, "failed", f"not quite. Hint: {exc}")
     except Exception as exc:  # the learner's code crashed: show where
         result = ExerciseResult(name, "failed", f"your code raised {type(exc).__name__}: {exc}{_where(exc)}")
+    finally:
+        random.setstate(python_rng)
     if show:
         print(result)
     return result
