@@ -30,7 +30,7 @@ import yaml
 
 from .authoring import KERNEL_NAME, NOTEBOOKS
 from .paths import atomic_write_text, build_dir, rel
-from .report import figures_path, read_figures
+from .report import figures_path, format_figure, read_figures
 
 CHAPTERS_FILE = NOTEBOOKS / "chapters.yaml"
 
@@ -146,10 +146,7 @@ def run_notebook(notebook: Path, *, title: str, parameters: dict, out_dir: Path,
 
 
 def _format_figures(figures: dict) -> str:
-    def unit(u: str) -> str:
-        return u if u in ("", "%", "x") else f" {u}"
-
-    return "; ".join(f"{name} {f['value']}{unit(f['unit'])}" for name, f in figures.items())
+    return "; ".join(f"{name} {format_figure(f['value'], f['unit'])}" for name, f in figures.items())
 
 
 def write_report(results: list[ChapterResult], folder: Path, *, smoke: bool = False, planned: int | None = None) -> Path:

@@ -59,3 +59,12 @@ def test_chapter_table_is_well_formed():
     for stem, meta in table.items():
         assert meta["accelerator"] in ("none", "cuda"), stem
         assert isinstance(meta["smoke"], dict), stem
+
+
+def test_units_are_spaced_like_the_report_prints_them():
+    from helpers.report import format_figure
+
+    assert format_figure(97.8, "%") == "97.8%"
+    assert format_figure(3.1, "x") == "3.1x"
+    assert format_figure(0.42, "s") == "0.42 s"
+    assert format_figure(12, "") == "12"
