@@ -1,0 +1,133 @@
+"""Honest timings for the chapters that measure speed.
+
+Every speed claim in the course comes from :func:`measure`, a thin layer over
+``torch.utils.benchmark.Timer``. That timer already does what a fair
+benchmark needs: it runs the code a few times before timing it (warm-up: lazy
+initialisation, caches, compiled kernels), synchronises the accelerator before
+reading the clock (CUDA kernels are asynchronous, so an unsynchronised timer
+measures only the launch), and repeats the measurement in blocks so that the
+median is stable. This module adds three things on top:
+
+- it keeps the current thread count (``Timer`` defaults to **one** thread,
+  which silently makes CPU results look several times slower than the rest of
+  the notebook);
+- it returns a small :class:`Timing` with the median and spread in seconds;
+- :func:`speedup` and :func:`timing_table` turn timings into the ratios and
+  the table the notebooks print.
+
+Example::
+
+    from helpers.bench import measure, speedup
+    eager = measure(lambda: model(x), label="eager")
+    compiled = measure(lambda: compiled_model(x), label="compiled")
+    print(timing_table([eager, compiled]))
+    print(f"{speedup(eager, compiled):.2f}x")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.utils import benchmark
+
+__all__ = ["Timing", "measure", "speedup", "timing_table"]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One measured piece of code.
+
+    Attributes:
+        label: what was timed, e.g. ``"eager"``.
+        median_s: median seconds per call.
+        iqr_s: interquartile range of the per-call times, in seconds (the
+            spread: a large value relative to ``median_s`` means a noisy
+            machine).
+        calls: how many calls the median is over.
+    """
+
+    label: str
+    median_s: float
+    iqr_s: float
+    calls: int
+
+    @property
+    def median_ms(self) -> float:
+        """Median milliseconds per call."""
+        return self.median_s * 1e3
+
+    def __str__(self) -> str:
+        return f"{self.label}: {_human(self.median_s)} per call (IQR {_human(self.iqr_s)}, {self.calls} calls)"
+
+
+def _human(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def measure(
+    fn: Callable[[], object],
+    *,
+    label: str = "",
+    min_run_time: float = 0.5,
+    num_threads: int | None = None,
+) -> Timing:
+    """Time ``fn()`` with warm-up, accelerator synchronisation and repeats.
+
+    Args:
+        fn: a callable with no arguments (wrap arguments in a ``lambda``).
+            It should do the same work on every call.
+        label: a name for tables and messages.
+        min_run_time: seconds of timed runs to collect, after the warm-up
+            (``torch.utils.benchmark.Timer.blocked_autorange``). More gives a
+            steadier median; 0.2–1 s is enough for most cells.
+        num_threads: CPU threads during the measurement. ``None`` (the
+            default) keeps ``torch.get_num_threads()``, so the timing matches
+            what the rest of the notebook experiences.
+
+    Returns:
+        A :class:`Timing` (seconds per call).
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+        ValueError: ``min_run_time`` is not positive, or ``num_threads`` < 1.
+        Whatever ``fn`` raises, unchanged, during the warm-up call.
+    """
+    if not callable(fn):
+        raise TypeError(f"measure() needs a callable with no arguments, got {type(fn).__name__}; wrap it: measure(lambda: f(x))")
+    if not min_run_time > 0:
+        raise ValueError(f"min_run_time must be positive seconds, got {min_run_time!r}")
+    threads = torch.get_num_threads() if num_threads is None else num_threads
+    if threads < 1:
+        raise ValueError(f"num_threads must be at least 1, got {threads}")
+    fn()  # fail fast, with the caller's own traceback, before the timer's machinery
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads, label=label)
+    result = timer.blocked_autorange(min_run_time=min_run_time)
+    return Timing(label=label, median_s=result.median, iqr_s=result.iqr, calls=len(result.times) * result.number_per_run)
+
+
+def speedup(baseline: Timing, candidate: Timing) -> float:
+    """How many times faster ``candidate`` is than ``baseline`` (median over median; > 1 is faster)."""
+    if candidate.median_s <= 0:
+        raise ValueError(f"{candidate.label or 'candidate'} has a non-positive median time {candidate.median_s}")
+    return baseline.median_s / candidate.median_s
+
+
+def timing_table(timings: Sequence[Timing], *, baseline: Timing | None = None) -> str:
+    """A plain-text table of ``timings``: label, median, IQR, and speed-up over ``baseline``.
+
+    ``baseline`` defaults to the first timing. Returns the table as a string
+    (print it); raises ``ValueError`` for an empty list.
+    """
+    if not timings:
+        raise ValueError("timing_table() needs at least one Timing")
+    base = baseline or timings[0]
+    width = max(len("what"), *(len(t.label) for t in timings))
+    lines = [f"{'what':<{width}}  {'median':>10}  {'IQR':>10}  {'speed-up':>8}"]
+    for t in timings:
+        lines.append(f"{t.label:<{width}}  {_human(t.median_s):>10}  {_human(t.iqr_s):>10}  {speedup(base, t):>7.2f}x")
+    return "\n".join(lines)

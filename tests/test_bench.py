@@ -1,0 +1,61 @@
+"""helpers.bench: what it measures, not how fast this machine is."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from helpers.bench import Timing, measure, speedup, timing_table
+
+
+def test_measure_keeps_the_callers_thread_count():
+    seen = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        measure(lambda: seen.append(torch.get_num_threads()), min_run_time=0.01)
+    finally:
+        torch.set_num_threads(before)
+    assert seen and set(seen) == {2}, f"torch.utils.benchmark's default of 1 thread leaked in: {set(seen)}"
+
+
+def test_measure_warms_up_and_repeats():
+    calls = []
+    t = measure(lambda: calls.append(1), label="noop", min_run_time=0.01)
+    assert len(calls) >= t.calls + 1 > 1  # one warm-up call at least, then the timed ones
+    assert t.label == "noop" and t.median_s > 0 and t.iqr_s >= 0
+
+
+def test_a_sleep_is_measured_as_at_least_its_length():
+    t = measure(lambda: time.sleep(0.002), min_run_time=0.05)
+    assert t.median_s >= 0.002
+
+
+def test_errors_surface_from_the_callers_code():
+    def broken():
+        raise ZeroDivisionError("inside fn")
+
+    with pytest.raises(ZeroDivisionError, match="inside fn"):
+        measure(broken)
+    with pytest.raises(TypeError, match="lambda"):
+        measure(42)
+    with pytest.raises(ValueError, match="min_run_time"):
+        measure(lambda: None, min_run_time=0)
+    with pytest.raises(ValueError, match="num_threads"):
+        measure(lambda: None, num_threads=0)
+
+
+def test_speedup_and_table():
+    slow, fast = Timing("slow", 2e-3, 1e-4, 10), Timing("fast", 5e-4, 1e-5, 40)
+    assert speedup(slow, fast) == pytest.approx(4.0)
+    table = timing_table([slow, fast])
+    lines = table.splitlines()
+    assert lines[0].split() == ["what", "median", "IQR", "speed-up"]
+    assert lines[1].endswith("1.00x") and lines[2].endswith("4.00x") and "500 us" in lines[2]
+    assert str(fast) == "fast: 500 us per call (IQR 10 us, 40 calls)"
+    with pytest.raises(ValueError):
+        timing_table([])
+    with pytest.raises(ValueError, match="non-positive"):
+        speedup(slow, Timing("broken", 0.0, 0.0, 1))
