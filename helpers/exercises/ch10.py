@@ -1,0 +1,267 @@
+"""Exercises of chapter 10 (optimizers): checkers and reference solutions."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+from torch import nn
+
+from . import exercise
+
+# --------------------------------------------------------------------------
+# 10.sgd_step
+# --------------------------------------------------------------------------
+
+
+def _sgd_step(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+    """One step of ``torch.optim.SGD`` (dampening 0) for one tensor, written out.
+
+    Args:
+        param, grad: tensors of one shape: the parameter before the step and its gradient.
+        buf: the momentum buffer after the previous step, or ``None`` before the first step.
+        lr, momentum, weight_decay, nesterov: as in ``torch.optim.SGD``.
+
+    Returns:
+        ``(new_param, new_buf)``: new tensors (``new_buf`` is ``None`` when
+        ``momentum == 0``); the inputs are not modified.
+
+    The update (PyTorch's form, see the ``torch.optim.SGD`` docs): ``g = grad
+    + weight_decay * param`` (L2, through the gradient); ``buf = g`` on the first
+    step, else ``buf = momentum * buf + g``; the direction is ``g + momentum * buf``
+    with Nesterov, else ``buf``; ``param <- param - lr * direction``. The
+    learning rate stays outside the buffer (Sutskever et al., 2013, put it
+    inside), so a new ``lr`` takes effect at once.
+    """
+    g = grad + weight_decay * param
+    if momentum == 0:
+        return param - lr * g, None
+    new_buf = g.clone() if buf is None else momentum * buf + g
+    direction = g + momentum * new_buf if nesterov else new_buf
+    return param - lr * direction, new_buf
+
+
+def _sgd_variant(param, grad, buf, lr, momentum, weight_decay, nesterov, kind):
+    """Common wrong versions of the SGD step, to name the mistake in a hint: (param, buf)."""
+    g = grad if kind in ("no_decay", "decay_after") else grad + weight_decay * param
+    if kind == "ema":
+        new_buf = (1 - momentum) * g if buf is None else momentum * buf + (1 - momentum) * g
+    elif kind == "lr_inside":
+        new_buf = lr * g if buf is None else momentum * buf + lr * g
+    else:
+        new_buf = g if buf is None else momentum * buf + g
+    if kind == "lr_inside":
+        return param - (g * lr + momentum * new_buf if nesterov else new_buf), new_buf
+    if kind == "nesterov_ignored":
+        direction = new_buf
+    else:
+        direction = g + momentum * new_buf if nesterov else new_buf
+    new = param - lr * direction
+    if kind == "decay_after":
+        new = new - lr * weight_decay * param
+    return new, new_buf
+
+
+_SGD_MISTAKES = {
+    "ema": "your buffer is an average, momentum * buf + (1 - momentum) * grad; torch.optim.SGD (dampening=0) "
+    "adds the full gradient: buf = momentum * buf + grad, and buf = grad on the first step",
+    "lr_inside": "you put the learning rate inside the buffer (buf = momentum * buf + lr * grad, the form of "
+    "Sutskever et al.); torch.optim.SGD keeps it outside, param - lr * buf, so a new lr takes effect at once "
+    "(the checker changes lr between steps)",
+    "nesterov_ignored": "with nesterov=True the step direction is grad + momentum * buf (the gradient plus the "
+    "updated buffer, a look ahead), not buf",
+    "no_decay": "the weight decay seems to be missing: SGD adds weight_decay * param to the gradient before "
+    "the momentum buffer",
+    "decay_after": "in torch.optim.SGD the decay is L2: weight_decay * param is added to the gradient "
+    "*before* the momentum buffer, so it builds momentum too; you applied it separately",
+}
+
+
+@exercise(
+    "10.sgd_step",
+    "write sgd_step(param, grad, buf, lr, momentum, weight_decay, nesterov) returning (new_param, new_buf) "
+    "after one step of torch.optim.SGD; buf is None before the first step (and new_buf None when momentum is 0).",
+    reference=_sgd_step,
+)
+def _test_sgd_step(candidate) -> None:
+    gen = torch.Generator().manual_seed(10)
+    cases = [
+        ("plain SGD", (3,), 0.0, 0.0, False),
+        ("momentum 0.9", (2, 3), 0.9, 0.0, False),
+        ("momentum 0.9, weight_decay 0.1", (4,), 0.9, 0.1, False),
+        ("Nesterov, momentum 0.8", (3, 2), 0.8, 0.0, True),
+        ("Nesterov, momentum 0.9, weight_decay 0.05", (5,), 0.9, 0.05, True),
+    ]
+    lrs = (0.1, 0.05, 0.02, 0.1)  # changed between steps, as a schedule would
+    for label, shape, momentum, wd, nesterov in cases:
+        start = torch.randn(shape, generator=gen, dtype=torch.float64)
+        grads = [torch.randn(shape, generator=gen, dtype=torch.float64) for _ in lrs]
+        # The truth: torch.optim.SGD itself, in float64.
+        p = start.clone().requires_grad_(True)
+        opt = torch.optim.SGD([p], lr=lrs[0], momentum=momentum, weight_decay=wd, nesterov=nesterov)
+        param, buf = start.clone(), None
+        for step, (lr, g) in enumerate(zip(lrs, grads), start=1):
+            opt.param_groups[0]["lr"] = lr
+            p.grad = g.clone()
+            opt.step()
+            where = f"{label}, step {step} (lr {lr})"
+            out = candidate(param.clone(), g.clone(), None if buf is None else buf.clone(), lr, momentum, wd, nesterov)
+            if not isinstance(out, (tuple, list)) or len(out) != 2:
+                raise AssertionError(f"{where}: return a tuple (new_param, new_buf), got {type(out).__name__}")
+            got_p, got_buf = out
+            if not isinstance(got_p, torch.Tensor) or got_p.shape != param.shape:
+                raise AssertionError(f"{where}: new_param should be a tensor of shape {tuple(param.shape)}")
+            want_buf = opt.state[p].get("momentum_buffer")
+            param_ok = torch.allclose(got_p.detach().double(), p.detach(), rtol=1e-9, atol=1e-12)
+            buf_ok = (got_buf is None) if momentum == 0 else (
+                isinstance(got_buf, torch.Tensor) and got_buf.shape == param.shape
+                and torch.allclose(got_buf.detach().double(), want_buf, rtol=1e-9, atol=1e-12)
+            )
+            if not (param_ok and buf_ok):
+                for kind, hint in _SGD_MISTAKES.items():
+                    if (kind in ("no_decay", "decay_after") and wd == 0) or (kind == "nesterov_ignored" and not nesterov):
+                        continue
+                    if momentum == 0 and kind in ("ema", "lr_inside", "decay_after"):
+                        continue
+                    wrong_p, wrong_buf = _sgd_variant(param, g, buf, lr, momentum, wd, nesterov, kind)
+                    same_p = torch.allclose(got_p.detach().double(), wrong_p, rtol=1e-9, atol=1e-12)
+                    same_buf = momentum == 0 or buf_ok or (
+                        isinstance(got_buf, torch.Tensor) and got_buf.shape == param.shape
+                        and torch.allclose(got_buf.detach().double(), wrong_buf, rtol=1e-9, atol=1e-12)
+                    )
+                    if same_p and same_buf:
+                        raise AssertionError(f"{where}: {hint}")
+            if not param_ok:
+                diff = (got_p.detach().double() - p.detach()).abs().max().item()
+                raise AssertionError(f"{where}: new_param differs from torch.optim.SGD by up to {diff:.2e}")
+            if not buf_ok and momentum == 0:
+                raise AssertionError(f"{where}: with momentum 0 there is no buffer: return (new_param, None)")
+            if not buf_ok:
+                raise AssertionError(
+                    f"{where}: new_param is right but new_buf is not the momentum buffer momentum * buf + grad "
+                    "(+ weight_decay * param); the next step needs it"
+                )
+            # Continue from the true state, so one early mistake is reported once.
+            param = p.detach().clone()
+            buf = None if want_buf is None else want_buf.clone()
+
+
+# --------------------------------------------------------------------------
+# 10.decay_groups
+# --------------------------------------------------------------------------
+
+
+def _decay_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """The usual AdamW grouping: decay matrices and kernels, not biases or norm weights.
+
+    Args:
+        model: any ``nn.Module``.
+        weight_decay: the decay of the first group.
+
+    Returns:
+        ``[{"params": decay, "weight_decay": weight_decay}, {"params": no_decay,
+        "weight_decay": 0.0}]``. ``decay`` holds every trainable parameter
+        with 2 or more dimensions (``Linear``/``Conv`` weights, embeddings);
+        ``no_decay`` every trainable parameter with fewer (biases, and the
+        weights and biases of LayerNorm/BatchNorm/GroupNorm). Frozen
+        parameters (``requires_grad=False``) are left out; a parameter shared by
+        two modules appears once (``named_parameters`` removes duplicates).
+    """
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (decay if p.ndim >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class _CheckNet(nn.Module):
+    """A small model with every case the grouping must handle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+        self.conv = nn.Conv1d(8, 8, kernel_size=3, padding=1)
+        self.bn = nn.BatchNorm1d(8)
+        self.norm = nn.LayerNorm(8)
+        self.proj = nn.Linear(8, 8, bias=False)
+        self.frozen = nn.Linear(8, 8)
+        self.frozen.requires_grad_(False)
+        self.head = nn.Linear(8, 10)
+        self.head.weight = self.embed.weight  # tied weights: one parameter, two modules
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:  # [B, T] -> [B, T, 10]
+        x = self.embed(idx).transpose(1, 2)
+        x = self.bn(self.conv(x)).transpose(1, 2)
+        return self.head(self.proj(self.frozen(self.norm(x))))
+
+
+def _names(model: nn.Module, params) -> list[str]:
+    by_id = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
+    return sorted(by_id.get(id(p), "<not a parameter of the model>") for p in params)
+
+
+@exercise(
+    "10.decay_groups",
+    "write decay_param_groups(model, weight_decay) returning two parameter groups: "
+    '[{"params": <trainable params with 2+ dims>, "weight_decay": weight_decay}, '
+    '{"params": <trainable biases and norm weights (fewer dims)>, "weight_decay": 0.0}], frozen parameters left out.',
+    reference=_decay_param_groups,
+)
+def _test_decay_groups(candidate) -> None:
+    for wd in (0.05, 0.1):
+        torch.manual_seed(0)
+        model = _CheckNet()
+        groups = candidate(model, wd)
+        if not isinstance(groups, (list, tuple)) or len(groups) != 2 or not all(isinstance(g, dict) for g in groups):
+            raise AssertionError("return a list of two dicts: the decay group first, then the no-decay group")
+        for i, g in enumerate(groups):
+            if "params" not in g or "weight_decay" not in g:
+                raise AssertionError(f"group {i} needs the keys 'params' and 'weight_decay', it has {sorted(g)}")
+        decay, no_decay = (list(g["params"]) for g in groups)
+        if groups[0]["weight_decay"] != wd or groups[1]["weight_decay"] != 0:
+            raise AssertionError(
+                f"with weight_decay={wd} the first group needs 'weight_decay': {wd} and the second 'weight_decay': 0.0; "
+                f"you gave {groups[0]['weight_decay']!r} and {groups[1]['weight_decay']!r}"
+            )
+        for label, params in (("decay", decay), ("no-decay", no_decay)):
+            if len({id(p) for p in params}) != len(params):
+                raise AssertionError(
+                    f"the {label} group lists a parameter twice ({_names(model, params)}): head.weight is tied to "
+                    "embed.weight, so walking the modules finds it twice; model.named_parameters() lists it once"
+                )
+            if any(not p.requires_grad for p in params):
+                raise AssertionError(
+                    f"the {label} group holds frozen parameters (requires_grad=False): "
+                    f"{_names(model, [p for p in params if not p.requires_grad])}; leave them out"
+                )
+        want = _decay_param_groups(model, wd)
+        want_decay, want_no = ({id(p) for p in g["params"]} for g in want)
+        got_decay, got_no = {id(p) for p in decay}, {id(p) for p in no_decay}
+        if got_decay & got_no:
+            raise AssertionError(
+                f"{_names(model, [p for p in decay if id(p) in got_no])} appear in both groups; "
+                "torch.optim refuses that ('some parameters appear in more than one parameter group')"
+            )
+        if got_decay != want_decay or got_no != want_no:
+            norm_in_decay = [p for p in decay if p.ndim < 2]
+            if norm_in_decay:
+                raise AssertionError(
+                    f"the decay group holds 1-D parameters {_names(model, norm_in_decay)}: the weights of BatchNorm "
+                    "and LayerNorm are scales, not matrices, and should not decay either (test p.ndim, not the name)"
+                )
+            missing = [p for p in model.parameters() if p.requires_grad and id(p) not in got_decay | got_no]
+            if missing:
+                raise AssertionError(f"these trainable parameters are in neither group: {_names(model, missing)}")
+            raise AssertionError(
+                f"decay group should be {_names(model, want[0]['params'])} and no-decay "
+                f"{_names(model, want[1]['params'])}; you gave {_names(model, decay)} and {_names(model, no_decay)}"
+            )
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            optimizer = torch.optim.AdamW([{**g, "params": ps} for g, ps in zip(groups, (decay, no_decay))], lr=1e-3)
+        if [g["weight_decay"] for g in optimizer.param_groups] != [wd, 0.0] or not math.isclose(
+            optimizer.param_groups[0]["lr"], 1e-3
+        ):
+            raise AssertionError("torch.optim.AdamW did not take the groups as expected")

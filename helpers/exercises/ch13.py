@@ -1,0 +1,237 @@
+"""Exercises of chapter 13 (transfer learning): checkers and reference solutions."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import exercise
+
+
+class _TinyEfficientNet(nn.Module):
+    """A small stand-in with timm EfficientNet's layout (``conv_stem``, ``bn1``, ``blocks``,
+    ``conv_head``, ``bn2``, ``classifier``), so the checks are fast and no count can be hard-coded."""
+
+    def __init__(self, widths: tuple[int, ...] = (4, 6, 8, 10), num_classes: int = 3) -> None:
+        super().__init__()
+        self.conv_stem = nn.Conv2d(3, widths[0], 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(widths[0])
+        blocks = []
+        for w_in, w_out in zip(widths[:-1], widths[1:]):
+            blocks.append(nn.Sequential(nn.Conv2d(w_in, w_out, 3, bias=False), nn.BatchNorm2d(w_out)))
+        self.blocks = nn.Sequential(*blocks)
+        self.conv_head = nn.Conv2d(widths[-1], 16, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(16)
+        self.global_pool = nn.AdaptiveAvgPool2d(1)  # no parameters, like timm's SelectAdaptivePool2d
+        self.classifier = nn.Linear(16, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.blocks(self.bn1(self.conv_stem(x)))
+        return self.classifier(self.global_pool(self.bn2(self.conv_head(x))).flatten(1))
+
+
+def _efficientnets() -> list[tuple[str, nn.Module]]:
+    from helpers.models import efficientnet_lite0
+
+    return [
+        ("a small model with EfficientNet's layout (3 blocks)", _TinyEfficientNet()),
+        ("EfficientNet-Lite0 with a 10-class head", efficientnet_lite0(pretrained=False, num_classes=10)),
+    ]
+
+
+def _numel(params) -> int:
+    return sum(p.numel() for p in params)
+
+
+# --------------------------------------------------------------------------
+# 13.freeze_all_but_last
+# --------------------------------------------------------------------------
+
+
+def _freeze_all_but_last(model: nn.Module, k: int) -> int:
+    """Freeze ``model`` except its last ``k`` blocks and everything after the blocks.
+
+    Args:
+        model: a timm EfficientNet (or any module with ``blocks``, ``conv_head``,
+            ``bn2`` and ``classifier``).
+        k: how many of the last entries of ``model.blocks`` stay trainable (0 to ``len(model.blocks)``).
+
+    Returns:
+        The number of trainable scalar parameters (elements, not tensors), as an int.
+        The model is changed in place (``requires_grad`` of every parameter).
+    """
+    model.requires_grad_(False)
+    trainable = [model.conv_head, model.bn2, model.classifier]
+    if k > 0:
+        trainable.append(model.blocks[len(model.blocks) - k :])
+    for module in trainable:
+        module.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+@exercise(
+    "13.freeze_all_but_last",
+    "freeze every parameter of model except those of the last k entries of model.blocks and of conv_head, "
+    "bn2 and classifier; return the number of trainable scalar parameters.",
+    reference=_freeze_all_but_last,
+)
+def _test_freeze_all_but_last(candidate) -> None:
+    for label, template in _efficientnets():
+        n_blocks = len(template.blocks)
+        for k in sorted({0, 1, 2, n_blocks}):
+            model = _clone(template)
+            model.requires_grad_(True)
+            if k == 2:  # start from a partly frozen model: the function must set every flag itself
+                model.conv_head.requires_grad_(False)
+            result = candidate(model, k)
+            tail = [model.conv_head, model.bn2, model.classifier, *model.blocks[n_blocks - k :]]
+            want_ids = {id(p) for m in tail for p in m.parameters()}
+            want = _numel(p for p in model.parameters() if id(p) in want_ids)
+            flags = {name: p.requires_grad for name, p in model.named_parameters()}
+            if all(flags.values()) and getattr(model, "requires_grad", True) is False:
+                raise AssertionError(
+                    "every parameter is still trainable: `model.requires_grad = False` only sets a Python attribute "
+                    "on the module. Call the method, with the underscore: module.requires_grad_(False)"
+                )
+            wrongly_trainable = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in want_ids]
+            wrongly_frozen = [n for n, p in model.named_parameters() if not p.requires_grad and id(p) in want_ids]
+            if wrongly_trainable:
+                first = wrongly_trainable[0]
+                if first.startswith("blocks."):
+                    raise AssertionError(
+                        f"{label}, k={k}: {first} is trainable but only the LAST {k} of the {n_blocks} blocks "
+                        f"should be: model.blocks[len(model.blocks) - k:] (careful: blocks[-0:] is all of them)"
+                    )
+                raise AssertionError(f"{label}, k={k}: {first} should be frozen (requires_grad False)")
+            if wrongly_frozen:
+                first = wrongly_frozen[0]
+                if any(first.startswith(m) for m in ("conv_head", "bn2")):
+                    raise AssertionError(
+                        f"{label}, k={k}: {first} is frozen; conv_head and bn2 come after the blocks and "
+                        "must stay trainable with the classifier"
+                    )
+                raise AssertionError(f"{label}, k={k}: {first} should be trainable")
+            if isinstance(result, torch.Tensor) and result.numel() == 1:
+                result = result.item()
+            if not isinstance(result, int) or isinstance(result, bool):
+                raise AssertionError(f"return the count as an int; for k={k} you returned {result!r}")
+            tensors = sum(1 for p in model.parameters() if p.requires_grad)
+            if result == tensors and tensors != want:
+                raise AssertionError(
+                    f"{label}, k={k}: you returned {result}, the number of trainable tensors; count their "
+                    f"elements: sum(p.numel() for p in model.parameters() if p.requires_grad)"
+                )
+            if result == _numel(model.parameters()) and want != result:
+                raise AssertionError(
+                    f"{label}, k={k}: you returned {result}, all parameters; count only those with requires_grad"
+                )
+            if result != want:
+                raise AssertionError(f"{label}, k={k}: expected {want} trainable parameters, you returned {result}")
+
+
+def _clone(module: nn.Module) -> nn.Module:
+    import copy
+
+    return copy.deepcopy(module)
+
+
+# --------------------------------------------------------------------------
+# 13.layerwise_param_groups
+# --------------------------------------------------------------------------
+
+
+def _layerwise_param_groups(model: nn.Module, base_lr: float, decay: float) -> list[dict]:
+    """Parameter groups with learning rates that decay geometrically with depth from the top.
+
+    Depth 0 is ``classifier``, 1 is ``conv_head`` + ``bn2``, ``2 + i`` is
+    ``blocks[-1 - i]``, and the deepest (``len(blocks) + 2``) is
+    ``conv_stem`` + ``bn1``.
+
+    Args:
+        model: a timm EfficientNet (or any module with that layout).
+        base_lr: learning rate of the classifier.
+        decay: factor per depth step (e.g. 0.7).
+
+    Returns:
+        A list of dicts ``{"params": [tensors], "lr": base_lr * decay ** depth}``,
+        from depth 0 down, each parameter in exactly one group; pass it to any
+        ``torch.optim`` optimizer.
+    """
+    levels = [[model.classifier], [model.conv_head, model.bn2]]
+    levels += [[block] for block in reversed(model.blocks)]
+    levels.append([model.conv_stem, model.bn1])
+    return [
+        {"params": [p for m in modules for p in m.parameters()], "lr": base_lr * decay**depth}
+        for depth, modules in enumerate(levels)
+    ]
+
+
+def _depth_of(model: nn.Module) -> dict[int, int]:
+    """id(parameter) -> its depth under the exercise's numbering."""
+    depth = {id(p): 0 for p in model.classifier.parameters()}
+    depth.update({id(p): 1 for m in (model.conv_head, model.bn2) for p in m.parameters()})
+    n = len(model.blocks)
+    for i, block in enumerate(model.blocks):
+        depth.update({id(p): 2 + (n - 1 - i) for p in block.parameters()})
+    depth.update({id(p): n + 2 for m in (model.conv_stem, model.bn1) for p in m.parameters()})
+    return depth
+
+
+@exercise(
+    "13.layerwise_param_groups",
+    "return a list of parameter groups (dicts with 'params' and 'lr'), one per depth: classifier 0, "
+    "conv_head + bn2 1, blocks[-1] 2, ..., conv_stem + bn1 deepest; lr = base_lr * decay ** depth; "
+    "every parameter in exactly one group.",
+    reference=_layerwise_param_groups,
+)
+def _test_layerwise_param_groups(candidate) -> None:
+    for label, model in _efficientnets():
+        for base_lr, decay in ((3e-3, 0.7), (1e-2, 0.5)):
+            names = {id(p): n for n, p in model.named_parameters()}
+            depth = _depth_of(model)
+            groups = candidate(model, base_lr, decay)
+            try:
+                groups = list(groups)
+                lrs = {}
+                seen: dict[int, int] = {}
+                for group in groups:
+                    params = list(group["params"])
+                    group_lr = group["lr"]
+                    for p in params:
+                        seen[id(p)] = seen.get(id(p), 0) + 1
+                        lrs[id(p)] = group_lr
+            except (TypeError, KeyError) as exc:
+                raise AssertionError(
+                    f"return a list of dicts, each with a 'params' list and an 'lr' float ({type(exc).__name__}: {exc})"
+                ) from exc
+            twice = [names.get(i, "?") for i, c in seen.items() if c > 1]
+            if twice:
+                raise AssertionError(
+                    f"{label}: {twice[0]} is in more than one group; every parameter must be in exactly one "
+                    "(optimizers refuse duplicates)"
+                )
+            missing = [n for i, n in names.items() if i not in seen]
+            if missing:
+                raise AssertionError(f"{label}: {missing[0]} is in no group ({len(missing)} parameters missing)")
+            for p_id, want_depth in depth.items():
+                want = base_lr * decay**want_depth
+                got = lrs[p_id]
+                if abs(got - want) <= 1e-12 + 1e-9 * want:
+                    continue
+                name = names[p_id]
+                deepest = len(model.blocks) + 2
+                if abs(got - base_lr * decay ** (deepest - want_depth)) <= 1e-9 * want + 1e-12:
+                    raise AssertionError(
+                        f"{label}: {name} got lr {got:.3g}, as if depth were counted from the stem. Depth 0 is "
+                        f"the classifier (largest lr); earlier layers get smaller rates"
+                    )
+                if abs(got - base_lr * decay * want_depth) <= 1e-9 * want + 1e-12:
+                    raise AssertionError(
+                        f"{label}: {name} got lr {got:.3g} = base_lr * decay * depth; the decay is geometric: "
+                        f"base_lr * decay ** depth"
+                    )
+                raise AssertionError(f"{label}: {name} (depth {want_depth}) should have lr {want:.3g}, got {got:.3g}")
+        try:
+            torch.optim.AdamW(candidate(model, 1e-3, 0.8))
+        except Exception as exc:  # any refusal by the optimizer is the learner's to see
+            raise AssertionError(f"torch.optim.AdamW refused your groups: {type(exc).__name__}: {exc}") from exc

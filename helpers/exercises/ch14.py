@@ -1,0 +1,405 @@
+"""Exercises of chapter 14 (saving, loading, checkpoints): checkers and reference solutions."""
+
+from __future__ import annotations
+
+import io
+import random
+import warnings
+from collections import OrderedDict
+
+import torch
+from torch import nn
+
+from ..checkpoint import rng_state, set_rng_state
+from . import exercise
+
+# --------------------------------------------------------------------------
+# 14.state_dict_diff
+# --------------------------------------------------------------------------
+
+_DIFF_KEYS = ("missing", "unexpected", "shape", "changed")
+
+
+def _state_dict_diff(a: dict, b: dict) -> dict[str, list[str]]:
+    """How state_dict ``b`` differs from state_dict ``a``.
+
+    Args:
+        a: the reference, e.g. ``model.state_dict()`` (name -> tensor).
+        b: the other one, e.g. a checkpoint's ``"model"`` entry.
+
+    Returns:
+        A dict with four lists of key names:
+
+        - ``"missing"``: in ``a`` but not in ``b`` (what ``a``'s model would
+          report as missing keys when loading ``b``), in ``a``'s order;
+        - ``"unexpected"``: in ``b`` but not in ``a``, in ``b``'s order;
+        - ``"shape"``: in both, with different shapes;
+        - ``"changed"``: in both with the same shape, but a different dtype or
+          different values, compared bitwise (``torch.equal``), in ``a``'s order.
+
+        Neither input is modified.
+    """
+    diff: dict[str, list[str]] = {key: [] for key in _DIFF_KEYS}
+    for key, x in a.items():
+        if key not in b:
+            diff["missing"].append(key)
+        elif x.shape != b[key].shape:
+            diff["shape"].append(key)
+        elif x.dtype != b[key].dtype or not torch.equal(x, b[key]):
+            diff["changed"].append(key)
+    diff["unexpected"] = [key for key in b if key not in a]
+    return diff
+
+
+def _diff_case(g: torch.Generator):
+    a = OrderedDict(
+        [
+            ("encoder.weight", torch.randn(4, 3, generator=g)),
+            ("encoder.bias", torch.randn(4, generator=g)),
+            ("norm.weight", torch.ones(4)),
+            ("norm.running_mean", torch.randn(4, generator=g)),
+            ("norm.num_batches_tracked", torch.tensor(12)),
+            ("head.weight", torch.randn(2, 4, generator=g)),
+            ("head.bias", torch.zeros(2)),
+        ]
+    )
+    b = OrderedDict((k, v.clone()) for k, v in a.items())  # equal values, different tensor objects
+    return a, b
+
+
+@exercise(
+    "14.state_dict_diff",
+    "return {'missing': [...], 'unexpected': [...], 'shape': [...], 'changed': [...]}: the keys of state_dict a "
+    "absent from b, the keys of b absent from a, the keys in both with different shapes, and the keys in both with "
+    "the same shape but a different dtype or different values (bitwise, torch.equal).",
+    reference=_state_dict_diff,
+)
+def _test_state_dict_diff(candidate) -> None:
+    g = torch.Generator().manual_seed(14)
+
+    def run(label, a, b, want):
+        a_before = [(k, v.clone()) for k, v in a.items()]
+        got = candidate(a, b)
+        if got is None:
+            raise AssertionError("return the dict of four lists (your function returned None)")
+        if not isinstance(got, dict) or set(got) != set(_DIFF_KEYS):
+            keys = sorted(got) if isinstance(got, dict) else type(got).__name__
+            raise AssertionError(f"return a dict with exactly the keys {list(_DIFF_KEYS)}; got {keys}")
+        if [k for k, _ in a_before] != list(a) or any(not torch.equal(v, a[k]) for k, v in a_before):
+            raise AssertionError("leave the input state_dicts unchanged")
+        for name in _DIFF_KEYS:
+            values = list(got[name])
+            if any(not isinstance(v, str) for v in values):
+                raise AssertionError(f"got[{name!r}] should list key names (str), got {values!r}")
+            if len(set(values)) != len(values):
+                raise AssertionError(f"got[{name!r}] lists a key twice: {values}")
+        got_sets = {name: set(got[name]) for name in _DIFF_KEYS}
+        want_sets = {name: set(want[name]) for name in _DIFF_KEYS}
+        if got_sets == want_sets:
+            return
+        if got_sets["missing"] == want_sets["unexpected"] and got_sets["unexpected"] == want_sets["missing"] and want_sets["missing"]:
+            raise AssertionError(
+                f"{label}: 'missing' and 'unexpected' are swapped. a is the reference (your model): 'missing' are "
+                f"keys of a that b lacks, 'unexpected' keys of b that a lacks, as in load_state_dict's report"
+            )
+        if want_sets["shape"] and not got_sets["shape"] & want_sets["shape"]:
+            raise AssertionError(
+                f"{label}: {sorted(want_sets['shape'])} should be under 'shape': the tensors have different shapes "
+                f"{[tuple(a[k].shape) for k in want['shape']]} vs {[tuple(b[k].shape) for k in want['shape']]}. "
+                "Compare .shape before comparing values (== broadcasts a [1, 4] against a [4])"
+            )
+        wrongly_changed = got_sets["changed"] - want_sets["changed"]
+        if wrongly_changed:
+            raise AssertionError(
+                f"{label}: you report {sorted(wrongly_changed)} as changed, but they hold equal values in "
+                "different tensor objects. Compare values with torch.equal, not with `is` or id()"
+            )
+        missed = want_sets["changed"] - got_sets["changed"]
+        dtype_missed = {k for k in missed if a[k].dtype != b[k].dtype}
+        if dtype_missed:
+            raise AssertionError(
+                f"{label}: {sorted(dtype_missed)} changed dtype ({a[next(iter(dtype_missed))].dtype} -> "
+                f"{b[next(iter(dtype_missed))].dtype}) but you did not report it: torch.equal promotes dtypes "
+                "before comparing, so check x.dtype != y.dtype as well"
+            )
+        if missed:
+            raise AssertionError(
+                f"{label}: {sorted(missed)} changed by a tiny amount and you missed it. A checkpoint is either "
+                "bit-identical or not: compare with torch.equal; allclose / isclose hide small changes"
+            )
+        raise AssertionError(f"{label}: expected {want}, got { {k: list(v) for k, v in got.items()} }")
+
+    a, b = _diff_case(g)
+    run("two equal state_dicts (cloned tensors)", a, b, {k: [] for k in _DIFF_KEYS})
+
+    a, b = _diff_case(g)
+    b["head.weight"] = torch.nextafter(b["head.weight"], torch.full_like(b["head.weight"], 1e9))  # one ulp up
+    b["norm.running_mean"][2] += 0.5
+    run("two values changed", a, b, {"missing": [], "unexpected": [], "shape": [], "changed": ["norm.running_mean", "head.weight"]})
+
+    a, b = _diff_case(g)
+    del b["head.bias"]
+    b["classifier.bias"] = torch.zeros(2)
+    run("a renamed layer", a, b, {"missing": ["head.bias"], "unexpected": ["classifier.bias"], "shape": [], "changed": []})
+
+    a, b = _diff_case(g)
+    b["head.weight"] = torch.randn(5, 4, generator=g)  # 5 classes instead of 2
+    b["encoder.bias"] = b["encoder.bias"].clone().unsqueeze(0)  # [1, 4]: same values, broadcasts against [4]
+    run("new shapes", a, b, {"missing": [], "unexpected": [], "shape": ["encoder.bias", "head.weight"], "changed": []})
+
+    a, b = _diff_case(g)
+    b["norm.running_mean"] = b["norm.running_mean"].double()
+    run("a buffer saved in float64", a, b, {"missing": [], "unexpected": [], "shape": [], "changed": ["norm.running_mean"]})
+
+    a = _diff_case(g)[0]
+    run("a against an empty dict", a, {}, {"missing": list(a), "unexpected": [], "shape": [], "changed": []})
+
+
+# --------------------------------------------------------------------------
+# 14.resume
+# --------------------------------------------------------------------------
+
+
+def _resume(checkpoint: dict, model: nn.Module, optimizer, scheduler, scaler) -> int:
+    """Restore everything a training run needs from ``checkpoint``; return the step to continue from.
+
+    Args:
+        checkpoint: a dict with ``"model"``, ``"optimizer"``, ``"scheduler"``
+            and ``"scaler"`` (their ``state_dict()``s), ``"step"`` (optimizer
+            steps already taken, int) and ``"rng"`` (from
+            :func:`helpers.checkpoint.rng_state`).
+        model, optimizer, scheduler, scaler: freshly built objects of the same
+            kinds, e.g. in a new process after a crash.
+
+    Returns:
+        ``checkpoint["step"]``: the index of the next step to run.
+    """
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    scheduler.load_state_dict(checkpoint["scheduler"])
+    scaler.load_state_dict(checkpoint["scaler"])
+    set_rng_state(checkpoint["rng"])
+    return checkpoint["step"]
+
+
+_RESUME_STEPS, _CRASH_AT = 12, 5
+
+
+def _resume_objects(seed: int):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5)
+    scaler = torch.amp.GradScaler("cpu", growth_interval=2)  # enabled, so that its state changes
+    return model, optimizer, scheduler, scaler
+
+
+def _resume_train(model, optimizer, scheduler, scaler, start: int, stop: int) -> list[torch.Tensor]:
+    losses = []
+    model.train()
+    for step in range(start, stop):
+        g = torch.Generator().manual_seed(1000 + step)  # the data of each step depends only on the step
+        x, y = torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
+        loss = nn.functional.cross_entropy(model(x), y)  # dropout draws from the global torch RNG
+        optimizer.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        scheduler.step()
+        losses.append(loss.detach())
+    return losses
+
+
+@exercise(
+    "14.resume",
+    "write resume(checkpoint, model, optimizer, scheduler, scaler) -> int: restore the model, optimizer, scheduler, "
+    "GradScaler and random-generator states from the checkpoint dict (keys 'model', 'optimizer', 'scheduler', "
+    "'scaler', 'step', 'rng') into the fresh objects, and return the step to continue from.",
+    reference=_resume,
+)
+def _test_resume(candidate) -> None:
+    import numpy as np
+
+    np_state = np.random.get_state()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _check_resume(candidate)
+    finally:
+        np.random.set_state(np_state)
+
+
+def _check_resume(candidate) -> None:
+    objects = _resume_objects(seed=0)
+    reference = _resume_train(*objects, 0, _RESUME_STEPS)
+    final_reference = {k: v.clone() for k, v in objects[0].state_dict().items()}
+
+    objects = _resume_objects(seed=0)
+    _resume_train(*objects, 0, _CRASH_AT)
+    model, optimizer, scheduler, scaler = objects
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "scaler": scaler.state_dict(),
+        "step": _CRASH_AT,
+        "rng": rng_state(),
+    }
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    checkpoint = torch.load(buffer, weights_only=True)  # as if read back from disk
+    saved_rng = checkpoint["rng"]["torch"].clone()
+
+    torch.manual_seed(12345)  # the "new process": other random states, other initial weights
+    random.seed(12345)
+    fresh = _resume_objects(seed=99)
+    torch.manual_seed(777)
+    step = candidate(checkpoint, *fresh)
+    model, optimizer, scheduler, scaler = fresh
+
+    if isinstance(step, torch.Tensor) and step.numel() == 1:
+        step = step.item()
+    if step is None:
+        raise AssertionError("return the step to continue from (checkpoint['step']); your function returned None")
+    if step != _CRASH_AT:
+        raise AssertionError(
+            f"return the index of the next step to run: the checkpoint was saved after {_CRASH_AT} steps "
+            f"(steps 0..{_CRASH_AT - 1}), so training continues at step {_CRASH_AT}; you returned {step!r}"
+        )
+    if any(not torch.equal(p, checkpoint["model"][k]) for k, p in model.state_dict().items()):
+        raise AssertionError("the model's weights differ from the checkpoint's: model.load_state_dict(checkpoint['model'])")
+    opt_state = optimizer.state_dict()["state"]
+    if not opt_state or not torch.equal(opt_state[0]["exp_avg"], checkpoint["optimizer"]["state"][0]["exp_avg"]):
+        raise AssertionError(
+            "the optimizer's state (AdamW's moving averages and step counts) was not restored: "
+            "optimizer.load_state_dict(checkpoint['optimizer'])"
+        )
+    if scheduler.last_epoch != checkpoint["scheduler"]["last_epoch"] or scheduler.get_last_lr() != checkpoint["scheduler"]["_last_lr"]:
+        raise AssertionError(
+            f"the learning-rate scheduler restarted (last_epoch {scheduler.last_epoch}, learning rate "
+            f"{scheduler.get_last_lr()}) instead of continuing (last_epoch {checkpoint['scheduler']['last_epoch']}, "
+            f"{checkpoint['scheduler']['_last_lr']}): scheduler.load_state_dict(checkpoint['scheduler'])"
+        )
+    if scaler.get_scale() != checkpoint["scaler"]["scale"]:
+        raise AssertionError(
+            f"the GradScaler's scale is {scaler.get_scale()}, the checkpoint's {checkpoint['scaler']['scale']}: "
+            "scaler.load_state_dict(checkpoint['scaler'])"
+        )
+    if not torch.equal(torch.get_rng_state(), saved_rng):
+        raise AssertionError(
+            "the global torch random-number generator was not restored, so dropout will draw different masks "
+            "than the uninterrupted run: helpers.checkpoint.set_rng_state(checkpoint['rng'])"
+        )
+    resumed = _resume_train(model, optimizer, scheduler, scaler, step, _RESUME_STEPS)
+    for offset, (got, want) in enumerate(zip(resumed, reference[_CRASH_AT:])):
+        if not torch.equal(got, want):
+            raise AssertionError(
+                f"after resuming, the loss of step {_CRASH_AT + offset} is {got.item():.8f}, the uninterrupted run's "
+                f"{want.item():.8f}: something else must be restored"
+            )
+    if any(not torch.equal(p, final_reference[k]) for k, p in model.state_dict().items()):
+        raise AssertionError("the final weights differ from the uninterrupted run's")
+
+
+# --------------------------------------------------------------------------
+# 14.inference_state
+# --------------------------------------------------------------------------
+
+
+def _inference_state(checkpoint: dict, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The part of a training checkpoint that inference needs, compact and in ``dtype``.
+
+    Args:
+        checkpoint: a training checkpoint with a ``"model"`` state_dict (and
+            usually an optimizer, scheduler, RNG states, ... that inference
+            does not need).
+        dtype: a floating-point dtype, e.g. ``torch.float16`` or ``torch.float32``.
+
+    Returns:
+        A new dict with the keys of ``checkpoint["model"]`` only: floating-point
+        tensors converted to ``dtype``, other tensors (e.g. BatchNorm's int64
+        ``num_batches_tracked``) with their dtype unchanged. Each tensor owns
+        exactly its own elements (``torch.save`` of a view writes the view's
+        whole underlying storage), so the saved file holds nothing extra. The
+        checkpoint is left unchanged.
+    """
+    out = {}
+    for key, value in checkpoint["model"].items():
+        if value.is_floating_point():
+            value = value.to(dtype)
+        out[key] = value.detach().clone(memory_format=torch.contiguous_format)
+    return out
+
+
+def _inference_case() -> dict:
+    g = torch.Generator().manual_seed(140)
+    flat = torch.randn(64 * 32 + 32 + 10 * 64 + 10 + 20_000, generator=g)  # one big buffer, as some optimizers keep
+    sizes = [64 * 32, 32, 10 * 64, 10]
+    w1, b1, w2, b2 = torch.split(flat[: sum(sizes)], sizes)
+    model = OrderedDict(
+        [
+            ("hidden.weight", w1.view(32, 64)),  # views into `flat`
+            ("hidden.bias", b1),
+            ("norm.running_mean", torch.randn(32, generator=g)),
+            ("norm.num_batches_tracked", torch.tensor(300)),
+            ("out.weight", w2.view(10, 64)),
+            ("out.bias", b2),
+        ]
+    )
+    exp_avg = {i: torch.randn(5000, generator=g) for i in range(4)}
+    return {"model": model, "optimizer": {"state": exp_avg, "param_groups": []}, "step": 300, "rng": {"torch": torch.get_rng_state()}}
+
+
+def _saved_bytes(obj) -> int:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return len(buffer.getvalue())
+
+
+@exercise(
+    "14.inference_state",
+    "write inference_state(checkpoint, dtype) -> dict: the entries of checkpoint['model'] only, floating-point tensors "
+    "converted to dtype, other tensors unchanged, each a compact copy (no view into a larger storage), the "
+    "checkpoint left unchanged.",
+    reference=_inference_state,
+)
+def _test_inference_state(candidate) -> None:
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        checkpoint = _inference_case()
+        before = {k: v.clone() for k, v in checkpoint["model"].items()}
+        got = candidate(checkpoint, dtype)
+        if got is None:
+            raise AssertionError("return the new dict (your function returned None)")
+        if not isinstance(got, dict):
+            raise AssertionError(f"return a dict of name -> tensor, got {type(got).__name__}")
+        if any(not torch.equal(v, before[k]) or v.dtype != before[k].dtype for k, v in checkpoint["model"].items()):
+            raise AssertionError("leave the checkpoint unchanged: convert copies, not the checkpoint's own tensors (no in-place .half_())")
+        if set(got) != set(before):
+            extra = sorted(set(got) - set(before))
+            raise AssertionError(
+                f"keep exactly the keys of checkpoint['model'] (the model's state_dict); "
+                f"{'extra: ' + str(extra) if extra else 'missing: ' + str(sorted(set(before) - set(got)))}"
+            )
+        for key, original in before.items():
+            value = got[key]
+            if not isinstance(value, torch.Tensor):
+                raise AssertionError(f"got[{key!r}] should be a tensor, got {type(value).__name__}")
+            if not original.is_floating_point():
+                if value.dtype != original.dtype:
+                    raise AssertionError(
+                        f"{key!r} is an integer buffer ({original.dtype}); converting it to {value.dtype} changes its meaning "
+                        "and load_state_dict would copy it back anyway: convert only tensors where .is_floating_point()"
+                    )
+            elif value.dtype != dtype:
+                raise AssertionError(f"{key!r} should be {dtype}, got {value.dtype}")
+            if not torch.equal(value, original.to(value.dtype)):
+                raise AssertionError(f"the values of {key!r} changed beyond the dtype conversion")
+        compact = _saved_bytes(_inference_state(_inference_case(), dtype))
+        size = _saved_bytes(got)
+        if size > compact + 4096:
+            raise AssertionError(
+                f"with dtype={dtype} your result saves to {size:,} bytes, a compact copy to {compact:,}. Some tensors "
+                "are views into a larger buffer, and torch.save writes a view's whole storage (and .to(dtype) returns "
+                "the tensor itself when the dtype already matches): .clone() each tensor"
+            )

@@ -1,0 +1,318 @@
+"""Exercises of chapter 15 (mixed precision, stability, reproducibility): checkers and reference solutions."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import exercise
+
+# --------------------------------------------------------------------------
+# 15.float_limits
+# --------------------------------------------------------------------------
+
+
+def _float_limits(exponent_bits: int, mantissa_bits: int) -> tuple[float, float, float]:
+    """Largest finite value, smallest normal value and machine epsilon of a binary float format.
+
+    Args:
+        exponent_bits: width ``e`` of the exponent field (5 for float16, 8 for
+            bfloat16 and float32, 11 for float64).
+        mantissa_bits: stored fraction bits ``m``, without the implicit leading
+            1 (10 for float16, 7 for bfloat16, 23 for float32, 52 for float64).
+
+    Returns:
+        ``(max, smallest_normal, eps)`` as Python floats, for an IEEE 754-style
+        format whose all-ones exponent is reserved for inf and NaN (IEEE 754-2008,
+        section 3.4): bias ``b = 2**(e-1) - 1``; ``max = (2 - 2**-m) * 2**b``;
+        ``smallest_normal = 2**(1 - b)``; ``eps = 2**-m``, the gap between 1 and
+        the next representable number. They match ``torch.finfo``'s ``max``,
+        ``smallest_normal`` and ``eps``.
+    """
+    bias = 2 ** (exponent_bits - 1) - 1
+    largest = (2.0 - 2.0**-mantissa_bits) * 2.0**bias
+    return largest, 2.0 ** (1 - bias), 2.0**-mantissa_bits
+
+
+def _as_float(value, what: str) -> float:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise AssertionError(f"{what} should be a number, got {value!r}")
+    return float(value)
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9)
+
+
+@exercise(
+    "15.float_limits",
+    "return (max, smallest_normal, eps) of a binary floating-point format with exponent_bits exponent bits and "
+    "mantissa_bits stored fraction bits, as torch.finfo reports them (float16 is (5, 10), bfloat16 (8, 7)).",
+    reference=_float_limits,
+)
+def _test_float_limits(candidate) -> None:
+    formats = [
+        ("float16", 5, 10, torch.float16),
+        ("bfloat16", 8, 7, torch.bfloat16),
+        ("float32", 8, 23, torch.float32),
+        ("float64", 11, 52, torch.float64),
+        ("float8_e5m2", 5, 2, torch.float8_e5m2),
+    ]
+    for name, e, m, dtype in formats:
+        info = torch.finfo(dtype)
+        result = candidate(e, m)
+        try:
+            got_max, got_tiny, got_eps = result
+        except (TypeError, ValueError) as exc:
+            raise AssertionError(f"return a tuple (max, smallest_normal, eps); for {name} you returned {result!r}") from exc
+        got_max = _as_float(got_max, "max")
+        got_tiny = _as_float(got_tiny, "smallest_normal")
+        got_eps = _as_float(got_eps, "eps")
+        bias = 2 ** (e - 1) - 1
+        where = f"{name} (exponent_bits={e}, mantissa_bits={m})"
+        if not _close(got_eps, info.eps):
+            if _close(got_eps, info.eps / 2):
+                raise AssertionError(
+                    f"{where}: eps = {got_eps:g} is half of torch.finfo's {info.eps:g}. 2**-(m+1) is the largest "
+                    f"rounding error (the unit roundoff); eps is the gap from 1 to the next number, 2**-m"
+                )
+            raise AssertionError(f"{where}: eps should be {info.eps:g} (the gap from 1.0 to the next number), got {got_eps:g}")
+        if not _close(got_tiny, info.smallest_normal):
+            if _close(got_tiny, 2.0**-bias):
+                raise AssertionError(
+                    f"{where}: smallest_normal = 2**-bias = {got_tiny:g}, but the all-zeros exponent is reserved "
+                    f"for zero and subnormals, so the smallest normal exponent is 1 - bias: {info.smallest_normal:g}"
+                )
+            raise AssertionError(f"{where}: smallest_normal should be {info.smallest_normal:g}, got {got_tiny:g}")
+        if not _close(got_max, info.max):
+            if _close(got_max, 2.0**bias):
+                raise AssertionError(
+                    f"{where}: max = 2**bias = {got_max:g} forgets the mantissa: the largest significand is "
+                    f"1.111...1 in binary, that is 2 - 2**-m, so max is {info.max:g}"
+                )
+            if _close(got_max, 2.0 * 2.0**bias) or _close(got_max, (2.0 - 2.0**-m) * 2.0 ** (bias + 1)):
+                raise AssertionError(
+                    f"{where}: {got_max:g} uses the all-ones exponent, which IEEE formats reserve for inf and NaN; "
+                    f"the largest finite exponent is the bias, 2**(e-1) - 1 = {bias}"
+                )
+            raise AssertionError(f"{where}: max should be {info.max:g}, got {got_max:g}")
+    e, m = 6, 9  # a made-up format: the formula, not a lookup table
+    want = _float_limits(e, m)
+    got = tuple(_as_float(v, "each value") for v in candidate(e, m))
+    assert all(_close(a, b) for a, b in zip(got, want)), (
+        f"for a made-up format with exponent_bits={e}, mantissa_bits={m} expected {want}, got {got}: "
+        "compute from the bit counts rather than looking up torch.finfo"
+    )
+
+
+# --------------------------------------------------------------------------
+# 15.accumulate_gradients
+# --------------------------------------------------------------------------
+
+
+def _accumulate_gradients(model: nn.Module, loss_fn, micro_batches) -> None:
+    """Fill each parameter's ``.grad`` with the gradient of the mean loss over all micro-batches together.
+
+    Args:
+        model: the network (its parameters are not changed, only their ``.grad``).
+        loss_fn: ``loss_fn(outputs, targets)`` returns the **mean** loss over
+            the samples it is given (like ``F.cross_entropy``).
+        micro_batches: a list of ``(inputs, targets)`` pairs, possibly of
+            different sizes ``n_i``, ``N = sum(n_i)``.
+
+    Each micro-batch's mean loss is weighted by ``n_i / N`` before
+    ``backward()``, so that the accumulated ``.grad`` equals the gradient of
+    one batch of all ``N`` samples (for a model without batch-dependent
+    layers such as BatchNorm). Gradients present before the call are cleared
+    first.
+    """
+    model.zero_grad(set_to_none=True)
+    total = sum(len(targets) for _, targets in micro_batches)
+    for inputs, targets in micro_batches:
+        loss = loss_fn(model(inputs), targets) * (len(targets) / total)
+        loss.backward()
+
+
+def _grads(model: nn.Module) -> torch.Tensor:
+    return torch.cat([
+        (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in model.parameters()
+    ])
+
+
+def _accumulation_case(sizes: list[int], seed: int):
+    g = torch.Generator().manual_seed(seed)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3)).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)
+    n = sum(sizes)
+    x = torch.randn(n, 6, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (n,), generator=g)
+    chunks = list(zip(x.split(sizes), y.split(sizes)))
+    return model, x, y, chunks
+
+
+@exercise(
+    "15.accumulate_gradients",
+    "write accumulate_gradients(model, loss_fn, micro_batches): clear the old gradients, then run forward and "
+    "backward on each (inputs, targets) micro-batch so that the summed .grad equals the gradient of the mean loss "
+    "over all samples as one big batch, also when the micro-batches have different sizes. No optimizer step.",
+    reference=_accumulate_gradients,
+)
+def _test_accumulate_gradients(candidate) -> None:
+    for label, sizes in (("4 micro-batches of 8", [8, 8, 8, 8]), ("micro-batches of 20, 7 and 5", [20, 7, 5])):
+        model, x, y, chunks = _accumulation_case(sizes, seed=len(sizes))
+        params_before = [p.detach().clone() for p in model.parameters()]
+        # the big batch, as the target
+        model.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        want = _grads(model)
+        # what the common mistakes would produce
+        model.zero_grad()
+        for inputs, targets in chunks:
+            F.cross_entropy(model(inputs), targets).backward()
+        unscaled = _grads(model)
+        model.zero_grad()
+        F.cross_entropy(model(chunks[-1][0]), chunks[-1][1]).backward()
+        last_only = _grads(model)
+        divided_by_k = unscaled / len(sizes)
+        # stale gradients that a correct answer must clear first
+        for p in model.parameters():
+            p.grad = torch.full_like(p, 0.25)
+        stale = _grads(model)
+        result = candidate(model, F.cross_entropy, [(a.clone(), b.clone()) for a, b in chunks])
+        del result  # the return value is not used
+        if any(not torch.equal(p, q) for p, q in zip(model.parameters(), params_before)):
+            raise AssertionError("the parameters changed: only accumulate .grad, do not take an optimizer step")
+        if any(p.grad is None for p in model.parameters()):
+            raise AssertionError(f"{label}: some parameters have no .grad; call backward() on every micro-batch's loss")
+        got = _grads(model)
+
+        def near(a: torch.Tensor, got: torch.Tensor = got) -> bool:
+            return torch.allclose(got, a, rtol=1e-9, atol=1e-12)
+
+        if near(want):
+            continue
+        if near(want + stale) or near(divided_by_k + stale) or near(unscaled + stale):
+            raise AssertionError(
+                f"{label}: the gradients left over from before the call were added to yours; backward() "
+                "accumulates into .grad, so clear it first (model.zero_grad())"
+            )
+        if near(unscaled):
+            raise AssertionError(
+                f"{label}: your gradient is the *sum* of the micro-batch gradients, about "
+                f"{len(sizes)}x too large: scale each micro-batch's loss before backward()"
+            )
+        if near(last_only) or near(last_only / len(sizes)):
+            raise AssertionError(
+                f"{label}: only the last micro-batch's gradient is left: do not zero the gradients between "
+                "micro-batches, only once before the first"
+            )
+        if near(divided_by_k):
+            raise AssertionError(
+                f"{label}: dividing each loss by the number of micro-batches is right only when they are all the "
+                "same size. Weight each micro-batch's mean loss by its share of the samples, n_i / N"
+            )
+        raise AssertionError(
+            f"{label}: the accumulated gradient differs from the big batch's by up to "
+            f"{(got - want).abs().max().item():.3g}"
+        )
+
+
+# --------------------------------------------------------------------------
+# 15.clip_grad_norm
+# --------------------------------------------------------------------------
+
+
+def _clip_grad_norm(parameters, max_norm: float) -> torch.Tensor:
+    """Clip gradients by their global L2 norm, in place, like ``torch.nn.utils.clip_grad_norm_``.
+
+    Args:
+        parameters: an iterable of tensors (it may be a generator such as
+            ``model.parameters()``, which can be read only once); those whose
+            ``.grad`` is ``None`` are skipped.
+        max_norm: the largest allowed global norm.
+
+    Returns:
+        The global norm **before** clipping, a 0-d tensor:
+        ``sqrt(sum over parameters of ||grad||**2)``. When it exceeds
+        ``max_norm`` every gradient is multiplied by
+        ``max_norm / (total + 1e-6)`` (the same epsilon as PyTorch), so all keep
+        their direction relative to each other; otherwise nothing changes.
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coefficient)
+    return total
+
+
+def _clip_case(scale: float, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(4, 3), (3,), (2, 4), (5,)]
+    params = [torch.zeros(s, requires_grad=True) for s in shapes]
+    for p in params[:-1]:
+        p.grad = torch.randn(p.shape, generator=g) * scale
+    return params  # the last one has no gradient (e.g. a frozen or unused parameter)
+
+
+@exercise(
+    "15.clip_grad_norm",
+    "write clip_grad_norm(parameters, max_norm): compute the global L2 norm of all the gradients (skip .grad None), "
+    "scale every gradient in place by max_norm / (norm + 1e-6) when the norm exceeds max_norm, and return the norm "
+    "before clipping, like torch.nn.utils.clip_grad_norm_. parameters may be a generator.",
+    reference=_clip_grad_norm,
+)
+def _test_clip_grad_norm(candidate) -> None:
+    for label, scale, max_norm in (("large gradients", 3.0, 1.0), ("small gradients", 0.05, 1.0), ("max_norm 2.5", 2.0, 2.5)):
+        mine, theirs = _clip_case(scale, seed=1), _clip_case(scale, seed=1)
+        want_norm = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
+        per_param_ok = all(p.grad.norm() <= max_norm + 1e-5 for p in theirs[:-1])
+        got_norm = candidate(iter(mine), max_norm)  # a one-shot iterator, like model.parameters()
+        if got_norm is None:
+            raise AssertionError("return the total norm (before clipping), as clip_grad_norm_ does")
+        got_norm = _as_float(got_norm, "the returned norm")
+        if mine[-1].grad is not None:
+            raise AssertionError("a parameter whose .grad is None must be skipped, not given a gradient")
+        grads_equal = all(torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-7) for a, b in zip(mine[:-1], theirs[:-1]))
+        if not math.isclose(got_norm, want_norm.item(), rel_tol=1e-5):
+            clipped_norm = math.sqrt(sum(p.grad.norm().item() ** 2 for p in mine[:-1]))
+            if grads_equal and math.isclose(got_norm, clipped_norm, rel_tol=1e-4):
+                raise AssertionError(
+                    f"{label}: you returned the norm after clipping ({got_norm:.4g}); return the total norm "
+                    f"before clipping ({want_norm.item():.4g}), which is what you want to log"
+                )
+            sum_of_norms = sum(p.grad.norm().item() for p in _clip_case(scale, seed=1)[:-1])
+            if math.isclose(got_norm, sum_of_norms, rel_tol=1e-4):
+                raise AssertionError(
+                    f"{label}: {got_norm:.4g} is the sum of the per-parameter norms; the global norm is the square "
+                    f"root of the sum of their *squares* ({want_norm.item():.4g})"
+                )
+            raise AssertionError(f"{label}: the total norm is {want_norm.item():.4g}, you returned {got_norm:.4g}")
+        if grads_equal:
+            continue
+        unchanged = _clip_case(scale, seed=1)
+        if all(torch.allclose(a.grad, b.grad) for a, b in zip(mine[:-1], unchanged[:-1])):
+            raise AssertionError(
+                f"{label}: the gradients were not clipped. If you read `parameters` twice (once for the norm, once "
+                "to scale), a generator such as model.parameters() is empty the second time: make a list first"
+            )
+        if scale < 1 and want_norm.item() < max_norm:
+            raise AssertionError(
+                f"{label}: the norm {want_norm.item():.4g} is below max_norm {max_norm}, so the gradients must stay "
+                "as they are; clipping only ever scales down (clamp the factor at 1)"
+            )
+        if per_param_ok and all(p.grad.norm() <= max_norm + 1e-5 for p in mine[:-1]):
+            raise AssertionError(
+                f"{label}: it looks as if each parameter was clipped on its own; scale all gradients by the same "
+                "factor max_norm / global_norm, so that their directions relative to each other are kept"
+            )
+        raise AssertionError(f"{label}: after clipping the gradients differ from clip_grad_norm_'s")

@@ -1,0 +1,983 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: PyTorch course (.venv)
+#     language: python
+#     name: pytorch-course
+# ---
+
+# %% [markdown]
+# # 12 · Regularisation and normalisation
+#
+# A network with hundreds of thousands of weights can memorise a thousand images: the
+# training accuracy reaches 100 % while the accuracy on new images stays far
+# behind. **Regularisation** is everything that narrows that gap without
+# adding data; this chapter looks at the two workhorses, dropout and weight
+# decay. **Normalisation** layers (BatchNorm, LayerNorm, GroupNorm,
+# InstanceNorm) keep the activations inside a network in a steady range,
+# which makes training faster and more stable. They differ in one thing only,
+# *which values share a mean and a variance*, and that one thing decides how
+# they behave with small batches and whether `model.eval()` matters.
+#
+# **What you will learn**
+# - what `nn.Dropout` computes in training and in evaluation mode, and why
+#   it scales by 1/(1 − p), checked exactly;
+# - how BatchNorm's running statistics are updated (the momentum rule, the
+#   unbiased variance), checked by hand, and what goes wrong when a trained
+#   BatchNorm network is evaluated without `model.eval()`;
+# - the normalisation axes of BatchNorm, LayerNorm, GroupNorm and
+#   InstanceNorm on an `[N, C, H, W]` tensor, each checked against
+#   hand-computed statistics, with a diagram;
+# - weight decay as L2 regularisation, and AdamW's decoupled form;
+# - an overfitting experiment on 1,000 Fashion-MNIST images: no
+#   regularisation, dropout, weight decay and both, with curves and the
+#   train–test gap measured;
+# - three mistakes: a batch of one in BatchNorm, `F.dropout` that ignores
+#   `eval()`, and LayerNorm given the wrong shape.
+#
+# **Prerequisites:** chapters 03 (`train()`/`eval()`, buffers), 05 (the MLP,
+# `helpers.training`), 07 (BatchNorm in a CNN) and 10 (AdamW).
+#
+# **Estimated time:** 60 minutes.
+
+# %% tags=["parameters"]
+TRAIN_IMAGES = 1000  # training images of the overfitting experiment (a random subset of Fashion-MNIST)
+VAL_IMAGES = 1000  # other training images held out for the validation curves
+TEST_IMAGES = 10000  # test images for the final numbers (the first ones; 10,000 = all)
+HIDDEN = (256, 256)  # hidden widths of the over-sized MLP (about 270,000 weights for 1,000 images)
+EPOCHS = 30  # epochs of each of the four runs
+BATCH_SIZE = 100  # images per optimizer step
+LR = 1e-3  # AdamW's learning rate
+INPUT_DROPOUT = 0.2  # dropout on the input pixels (Srivastava et al. 2014 use 0.2)
+DROPOUT = 0.5  # dropout after each hidden layer (Srivastava et al. 2014 use 0.5)
+WEIGHT_DECAY = 5.0  # AdamW's decoupled decay; large because the run is short (see the text)
+MAX_LOSS_GAP_RATIO = 0.75  # each regularised run's loss gap must be below this fraction of the baseline's
+MIN_ACC_GAP_REDUCTION = 0.03  # dropout + weight decay must shrink the accuracy gap by at least this much
+BN_TRAIN_IMAGES = 6000  # training images for the BatchNorm network of the eval() demonstration
+BN_EPOCHS = 2  # its epochs
+SEED = 0
+
+# %% [markdown]
+# ## Setup
+
+# %%
+import copy
+import time
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from matplotlib.colors import ListedColormap
+from torch import nn
+
+from helpers.data import fashion_mnist
+from helpers.device import pick_device, seed_everything
+from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
+from helpers.models import count_parameters
+from helpers.report import ChapterReport
+
+generator = seed_everything(SEED)
+device = pick_device()
+report = ChapterReport("12_regularization_normalization")
+notebook_start = time.perf_counter()
+print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} CPU threads")
+
+# %% [markdown]
+# ## Dropout
+#
+# `nn.Dropout(p)` sets each element of its input to zero with probability
+# `p`, independently, on every forward pass. A unit can then never rely on
+# one particular other unit being present, so the network spreads what it
+# learns over many units instead of building fragile combinations that only
+# fit the training set (Srivastava et al., *Dropout*, JMLR 2014).
+#
+# Zeroing a fraction `p` of the values would shrink the layer's output by a
+# factor (1 − p) on average, and the next layer would see smaller inputs in
+# training than at test time, when nothing is dropped. PyTorch therefore
+# uses **inverted dropout**: in training mode the elements it keeps are
+# multiplied by 1/(1 − p), so the *expected* value of every output equals
+# its input. In evaluation mode (`model.eval()`) dropout does nothing at all.
+# A tensor of ones makes this visible, since every output is either 0 or
+# exactly 1/(1 − p):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+p = 0.2
+dropout = nn.Dropout(p)
+ones = torch.ones(1000, 1000)
+
+dropout.train()
+torch.manual_seed(SEED)
+out = dropout(ones)
+values = out.unique().tolist()
+scale = torch.tensor(1 / (1 - p)).item()  # 1/(1 - p) rounded to float32, the dtype of the tensors
+print(f"train mode, p = {p}: the output takes the values {values}; 1/(1 - p) = {scale}")
+print(f"fraction of zeros {(out == 0).float().mean().item():.2f} (p = {p}), mean {out.mean().item():.2f} (input mean 1)")
+
+dropout.eval()
+same = dropout(ones)
+print(f"eval mode: output equals the input: {torch.equal(same, ones)}; it is the very same tensor: {same is ones}")
+
+# %%
+assert values == [0.0, scale], f"train-mode dropout should give only 0 and 1/(1-p), got {values}"
+assert abs((out == 0).float().mean().item() - p) < 0.005, "about a fraction p of the elements should be zeroed"
+assert abs(out.mean().item() - 1.0) < 0.005, "inverted dropout should keep the mean at 1 (up to sampling noise)"
+assert torch.equal(same, ones), "in eval mode dropout must be the identity"
+
+# %% [markdown]
+# The mean is kept **in expectation**: one draw is noisy, the average over
+# many draws is not. Each output element is 0 with probability p and
+# x/(1 − p) otherwise, so its expected value is (1 − p) · x/(1 − p) = x. Here
+# we average many dropout draws of a random input, element by element, and
+# watch the largest deviation from the input shrink like 1/√draws, as an
+# average of independent draws does:
+
+# %%
+torch.manual_seed(SEED)
+x = torch.randn(200)
+dropout.train()
+total = torch.zeros_like(x)
+draw_counts, deviations = [], []
+for k in range(1, 4001):
+    total += dropout(x)
+    if k in (1, 4, 16, 64, 256, 1024, 4000):
+        draw_counts.append(k)
+        deviations.append((total / k - x).abs().max().item())
+        print(f"average of {k:5d} draws: largest deviation from the input {deviations[-1]:.4f}")
+assert deviations[-1] < 0.1 * deviations[0], "the average of many dropout draws should approach the input"
+
+fig, (ax_mask, ax_dev) = plt.subplots(1, 2, figsize=(9, 3))
+dropout_image = nn.Dropout(0.5).train()(torch.ones(16, 16))
+ax_mask.imshow(dropout_image.numpy(), cmap="gray", vmin=0, vmax=2)
+ax_mask.set(title="Dropout(0.5) on ones(16, 16): black 0, white 2", xticks=[], yticks=[])
+ax_dev.loglog(draw_counts, deviations, "o-", label="measured")
+ax_dev.loglog(draw_counts, [deviations[0] / k**0.5 for k in draw_counts], "--", label="1/sqrt(draws)")
+ax_dev.set(xlabel="dropout draws averaged", ylabel="max |average - input|", title="the mean is kept in expectation")
+ax_dev.legend()
+ax_dev.grid(alpha=0.3)
+plt.show()
+
+# %% [markdown]
+# Older papers describe the other convention: keep the values unscaled in
+# training and multiply by (1 − p) at test time. Both give the same expected
+# values; the inverted form leaves the test-time network untouched, which is
+# why frameworks use it. Remember the `p` in PyTorch is the probability of
+# *dropping*, not of keeping (the original paper and TensorFlow 1's
+# `tf.nn.dropout(keep_prob=...)` use the keep probability).
+#
+# For images, `nn.Dropout2d` drops whole channels instead of single pixels:
+# neighbouring pixels of a feature map are so alike that dropping one of
+# them removes almost no information.
+#
+# ## BatchNorm and its running statistics
+#
+# `nn.BatchNorm2d(C)` (Ioffe & Szegedy, 2015) normalises each channel with
+# the mean and variance of the current batch, over the images and all
+# positions: n = N · H · W values per channel. Then it scales and shifts
+# with two learned parameters per channel, `weight` (γ) and `bias` (β):
+#
+# $$y = \frac{x - \mu_\text{batch}}{\sqrt{\sigma^2_\text{batch} + \varepsilon}}\,\gamma + \beta .$$
+#
+# At test time there may be no batch (one image), and a prediction should
+# not depend on which other images are in it. So during training BatchNorm
+# also keeps **running averages** of the batch statistics, two *buffers*
+# (chapter 03) that the optimizer does not touch, and `eval()` mode
+# normalises with them instead. After every training-mode forward pass:
+#
+# $$\text{running} \leftarrow (1 - m)\cdot\text{running} + m\cdot\text{batch statistic},\qquad m = \texttt{momentum} = 0.1 .$$
+#
+# Two details are easy to get wrong:
+#
+# - `momentum` is the weight of the **new** batch, the opposite of an
+#   optimizer's momentum (where 0.9 means "keep 90 % of the old");
+# - the normalisation uses the *biased* batch variance (divided by n), but
+#   `running_var` stores the *unbiased* one (divided by n − 1), because it
+#   estimates the variance of the whole data set from a sample.
+#
+# `running_mean` starts at 0, `running_var` at 1, and `num_batches_tracked`
+# counts the batches. Let us feed three batches of `[4, 3, 2, 2]` (n = 16
+# values per channel, so n/(n − 1) = 16/15 is easy to see) and redo every
+# number by hand:
+
+# %%
+torch.manual_seed(SEED)
+bn = nn.BatchNorm2d(3)  # momentum=0.1, eps=1e-5, weight 1, bias 0
+print("buffers:", {name: tuple(b.shape) for name, b in bn.named_buffers()})
+batches = [torch.randn(4, 3, 2, 2) * (k + 1) + 2 * k for k in range(3)]
+
+hand_mean, hand_var = torch.zeros(3), torch.ones(3)
+bn.train()
+for k, xb in enumerate(batches, start=1):
+    y = bn(xb)
+    batch_mean = xb.mean(dim=(0, 2, 3))  # one value per channel
+    biased_var = xb.var(dim=(0, 2, 3), correction=0)  # divided by n: used to normalise
+    unbiased_var = xb.var(dim=(0, 2, 3), correction=1)  # divided by n - 1: goes into running_var
+    hand_mean = 0.9 * hand_mean + 0.1 * batch_mean
+    hand_var = 0.9 * hand_var + 0.1 * unbiased_var
+    hand_y = (xb - batch_mean.view(1, 3, 1, 1)) / torch.sqrt(biased_var.view(1, 3, 1, 1) + bn.eps)
+    wrong_y = (xb - batch_mean.view(1, 3, 1, 1)) / torch.sqrt(unbiased_var.view(1, 3, 1, 1) + bn.eps)
+    assert torch.allclose(y, hand_y, atol=1e-5), "training mode should normalise with the biased batch variance"
+    assert not torch.allclose(y, wrong_y, atol=1e-3), "... and not with the unbiased one"
+    print(f"after batch {k}: running_mean {[round(v, 4) for v in bn.running_mean.tolist()]}, "
+          f"by hand {[round(v, 4) for v in hand_mean.tolist()]}")
+    print(f"{'':15}running_var  {[round(v, 4) for v in bn.running_var.tolist()]}, "
+          f"by hand {[round(v, 4) for v in hand_var.tolist()]}")
+
+# %%
+assert torch.allclose(bn.running_mean, hand_mean, atol=1e-6), "running_mean should follow (1-m)*old + m*batch_mean"
+assert torch.allclose(bn.running_var, hand_var, atol=1e-6), "running_var should follow the rule with the UNBIASED variance"
+assert bn.num_batches_tracked.item() == 3, "num_batches_tracked counts the training-mode forward passes"
+bn.eval()
+eval_y = bn(batches[0])
+hand_eval_y = (batches[0] - hand_mean.view(1, 3, 1, 1)) / torch.sqrt(hand_var.view(1, 3, 1, 1) + bn.eps)
+assert torch.allclose(eval_y, hand_eval_y, atol=1e-5), "eval mode should normalise with the running statistics"
+print("eval mode normalises with running_mean and running_var: checked")
+
+# %% [markdown]
+# With `momentum=None` BatchNorm keeps a plain cumulative average instead:
+# batch k gets weight 1/k, so after k batches the running mean is the
+# average of the k batch means. That suits a final pass over the training
+# data to re-estimate the statistics (for example after averaging weights):
+
+# %%
+cumulative = nn.BatchNorm2d(3, momentum=None).train()
+for xb in batches:
+    cumulative(xb)
+average_of_means = torch.stack([xb.mean(dim=(0, 2, 3)) for xb in batches]).mean(dim=0)
+print("momentum=None: running_mean", [round(v, 4) for v in cumulative.running_mean.tolist()],
+      "= the average of the batch means", [round(v, 4) for v in average_of_means.tolist()])
+assert torch.allclose(cumulative.running_mean, average_of_means, atol=1e-6)
+
+# %% [markdown]
+# ### A trained network, evaluated in the wrong mode
+#
+# Now the real consequence. We train a small MLP with `BatchNorm1d` after
+# each hidden layer on Fashion-MNIST (28×28 greyscale photos of clothes in
+# ten classes, Xiao et al. 2017; harder than MNIST digits) and evaluate it
+# on the test set in several ways. `BatchNorm1d` on `[N, features]`
+# normalises each feature over the batch, exactly as `BatchNorm2d` does per
+# channel. First the data, as one normalised tensor (chapter 05's recipe):
+
+# %%
+train_raw, test_raw = fashion_mnist(train=True), fashion_mnist(train=False)
+CLASSES = train_raw.classes
+all_train = train_raw.data.float() / 255
+PIXEL_MEAN, PIXEL_STD = all_train.mean().item(), all_train.std().item()
+all_train = (all_train - PIXEL_MEAN) / PIXEL_STD  # [60000, 28, 28]
+all_train_y = train_raw.targets
+test_x = ((test_raw.data.float() / 255 - PIXEL_MEAN) / PIXEL_STD)[:TEST_IMAGES]
+test_y = test_raw.targets[:TEST_IMAGES]
+print(f"Fashion-MNIST: {len(all_train):,} training and {len(test_x):,} test images; pixel mean {PIXEL_MEAN:.4f}, "
+      f"std {PIXEL_STD:.4f}")
+print("classes:", ", ".join(CLASSES))
+
+
+# %%
+def batches_of(x, y, batch_size, generator=None):
+    """Mini-batches (x, y) of two tensors, shuffled when a generator is given."""
+    order = torch.randperm(len(y), generator=generator) if generator is not None else torch.arange(len(y))
+    for index in order.split(batch_size):
+        yield x[index], y[index]
+
+
+seed_everything(SEED)
+bn_net = nn.Sequential(
+    nn.Flatten(),
+    nn.Linear(784, 256, bias=False), nn.BatchNorm1d(256), nn.ReLU(),  # no bias: BatchNorm subtracts the mean anyway
+    nn.Linear(256, 256, bias=False), nn.BatchNorm1d(256), nn.ReLU(),
+    nn.Linear(256, 10),
+).to(device)
+bn_optimizer = torch.optim.AdamW(bn_net.parameters(), lr=LR)
+bn_x, bn_y = all_train[:BN_TRAIN_IMAGES], all_train_y[:BN_TRAIN_IMAGES]
+start = time.perf_counter()
+for _ in range(BN_EPOCHS):
+    bn_net.train()
+    for xb, yb in batches_of(bn_x, bn_y, 64, generator):
+        loss = F.cross_entropy(bn_net(xb.to(device)), yb.to(device))
+        bn_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        bn_optimizer.step()
+print(f"trained on {len(bn_y):,} images for {BN_EPOCHS} epochs in {time.perf_counter() - start:.1f} s")
+
+
+# %% [markdown]
+# `helpers.training.evaluate` calls `model.eval()` first. To show the
+# mistake we need an evaluation that leaves the mode alone; it runs on a
+# **copy**, because every training-mode forward pass also updates the
+# running statistics, and we do not want the test images to leak into the
+# model. We compare four ways of evaluating the same weights:
+#
+# - `eval()` mode, in batches of 500 (the right way; the batch size does not
+#   matter in eval mode, as we check);
+# - training mode, with shuffled batches of 500: the batch statistics are
+#   close to the data set's, so little changes;
+# - training mode, with batches of 8: the statistics of 8 images are noisy;
+# - training mode, with the test images **sorted by class** in batches of
+#   100: every batch holds one kind of clothing. This is what happens when
+#   a test set is stored in class order, or a service predicts a batch of
+#   similar requests.
+
+# %%
+@torch.no_grad()
+def predictions_as_is(net, images, batch_size, order=None):
+    """Predicted classes for images, in batches, with net in whatever mode it is in (no eval() call)."""
+    order = torch.arange(len(images)) if order is None else order
+    preds = torch.empty(len(images), dtype=torch.long)
+    for index in order.split(batch_size):
+        preds[index] = net(images[index].to(device)).argmax(dim=1).cpu()
+    return preds
+
+
+bn_net.eval()
+eval_preds = predictions_as_is(bn_net, test_x, 500)
+eval_preds_single = predictions_as_is(bn_net, test_x[:200], 1)
+assert torch.equal(eval_preds[:200], eval_preds_single), "in eval mode the batch size must not change any prediction"
+careless = copy.deepcopy(bn_net).train()  # the mistake, on a copy
+shuffled = torch.randperm(len(test_y), generator=torch.Generator().manual_seed(SEED))
+by_class = torch.argsort(test_y, stable=True)
+settings = {
+    "eval() mode, any batch size": eval_preds,
+    "train() mode, shuffled batches of 500": predictions_as_is(careless, test_x, 500, shuffled),
+    "train() mode, shuffled batches of 8": predictions_as_is(careless, test_x, 8, shuffled),
+    "train() mode, batches of 100 sorted by class": predictions_as_is(careless, test_x, 100, by_class),
+}
+bn_accuracy = {name: (preds == test_y).float().mean().item() for name, preds in settings.items()}
+for name, acc in bn_accuracy.items():
+    changed = (settings[name] != eval_preds).float().mean().item()
+    print(f"{name:46s} test accuracy {acc:6.1%}   predictions that differ from eval(): {changed:6.1%}")
+drift = (careless[2].running_mean - bn_net[2].running_mean).abs().max().item()
+print(f"the copy's running_mean moved by up to {drift:.3f}: evaluating in train() mode changed the model")
+
+fig, ax = plt.subplots(figsize=(9, 2.6))
+ax.barh(list(bn_accuracy)[::-1], [100 * a for a in bn_accuracy.values()][::-1], color=["tab:red", "tab:orange", "tab:orange", "tab:green"])
+ax.set(xlabel="test accuracy (%)", xlim=(0, 100), title="the same trained weights, evaluated four ways")
+ax.grid(axis="x", alpha=0.3)
+plt.show()
+
+# %%
+acc_eval = bn_accuracy["eval() mode, any batch size"]
+acc_sorted = bn_accuracy["train() mode, batches of 100 sorted by class"]
+acc_small = bn_accuracy["train() mode, shuffled batches of 8"]
+report.record("BatchNorm net test accuracy, eval() mode", 100 * acc_eval, "%", digits=1)
+report.record("same net in train() mode, batches of 8", 100 * acc_small, "%", digits=1)
+report.record("same net in train() mode, class-sorted batches", 100 * acc_sorted, "%", digits=1)
+assert acc_sorted < acc_eval - 0.2, "class-sorted batches in train() mode should cost a lot of accuracy"
+assert acc_small < acc_eval, "noisy statistics of 8 images should cost accuracy"
+assert drift > 0, "train-mode forward passes update the running statistics"
+
+# %% [markdown]
+# With batches sorted by class, BatchNorm subtracts the mean of *that class*
+# from every image in the batch: exactly the information the classifier
+# needed is removed, and the accuracy collapses. With small shuffled batches
+# the damage is smaller but the predictions are **random**: they depend on
+# which other images happened to share the batch. Here is one test image
+# (the first one the network is not sure about), predicted in training
+# mode together with three different sets of seven other test images:
+
+# %%
+with torch.no_grad():
+    eval_probs = F.softmax(bn_net.eval()(test_x.to(device)), dim=1).cpu()
+unsure = ((eval_probs.max(dim=1).values > 0.5) & (eval_probs.max(dim=1).values < 0.9)).nonzero()
+target = unsure[0].item() if len(unsure) else 0
+others = torch.cat([torch.arange(target), torch.arange(target + 1, len(test_y))])
+with torch.no_grad():
+    p_eval = eval_probs[target, test_y[target]].item()
+    probabilities = []
+    for trial in range(3):
+        mates = others[torch.randperm(len(others), generator=torch.Generator().manual_seed(trial))[:7]]
+        batch = torch.cat([test_x[target : target + 1], test_x[mates]])
+        probs = F.softmax(careless(batch.to(device)), dim=1)[0].cpu()
+        probabilities.append(probs[test_y[target]].item())
+        print(f"train() mode, batch-mates set {trial}: P({CLASSES[test_y[target]]}) = {probabilities[-1]:.3f}, "
+              f"predicted {CLASSES[probs.argmax()]}")
+print(f"test image {target}, eval() mode, alone or in any batch:  P({CLASSES[test_y[target]]}) = {p_eval:.3f}")
+spread = max(probabilities) - min(probabilities)
+_ = report.record("spread of one image's probability across batch-mates (train mode)", spread, digits=3)
+
+# %%
+assert spread > 0.01, "in train() mode one image's prediction should depend on its batch-mates"
+
+# %% [markdown]
+# **The rule:** `model.eval()` before evaluating or predicting, and
+# `model.train()` before training again. `eval()` switches every submodule:
+# dropout off, BatchNorm on its running statistics. It does not turn off
+# gradients; add `torch.no_grad()` or `torch.inference_mode()` for that.
+#
+# ## Which values share statistics: Batch, Layer, Group and InstanceNorm
+#
+# All four layers compute (x − mean)/√(var + ε) with the *biased* variance
+# and then apply a learned scale and shift. They differ in the set of values
+# that one mean and variance are computed over. For an activation tensor
+# `[N, C, H, W]`:
+#
+# | layer | statistics over | one mean per | depends on the batch? |
+# | --- | --- | --- | --- |
+# | `nn.BatchNorm2d(C)` | N, H, W | channel | yes (running averages in eval) |
+# | `nn.LayerNorm([C, H, W])` | C, H, W | sample | no |
+# | `nn.GroupNorm(G, C)` | C/G channels, H, W | sample and group | no |
+# | `nn.InstanceNorm2d(C)` | H, W | sample and channel | no |
+#
+# Only BatchNorm mixes different samples, so it is the only one whose
+# output for an image depends on the rest of the batch, that needs running
+# statistics, and that behaves differently in `eval()` mode. LayerNorm,
+# GroupNorm (Wu & He, 2018) and InstanceNorm (Ulyanov et al., 2016) treat
+# every sample on its own, so they work the same with a batch of 1 and
+# in both modes. That is why transformers use LayerNorm (there over the
+# last dimension only: `nn.LayerNorm(d_model)` on `[N, T, d_model]`, one
+# mean per token), and detection and segmentation models with tiny batches
+# use GroupNorm.
+#
+# Let us check every row against statistics computed by hand, with
+# `torch.mean` and `torch.var` over the stated dimensions:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+torch.manual_seed(SEED)
+N, C, H, W, G = 4, 6, 3, 3, 3
+x = torch.randn(N, C, H, W) * 2 + 1
+x_grouped = x.reshape(N, G, C // G, H, W)  # group g holds the consecutive channels g*C/G ... (g+1)*C/G - 1
+
+
+def normalise_over(t, dims):
+    """(t - mean) / sqrt(biased var + eps) with the statistics taken over dims."""
+    return (t - t.mean(dim=dims, keepdim=True)) / torch.sqrt(t.var(dim=dims, keepdim=True, correction=0) + 1e-5)
+
+
+layers = {
+    "BatchNorm2d(6)": (nn.BatchNorm2d(C), normalise_over(x, (0, 2, 3)), C),
+    "LayerNorm([6, 3, 3])": (nn.LayerNorm([C, H, W]), normalise_over(x, (1, 2, 3)), N),
+    "GroupNorm(3, 6)": (nn.GroupNorm(G, C), normalise_over(x_grouped, (2, 3, 4)).reshape(N, C, H, W), N * G),
+    "InstanceNorm2d(6)": (nn.InstanceNorm2d(C), normalise_over(x, (2, 3)), N * C),
+}
+print(f"x: {tuple(x.shape)} = [N, C, H, W]")
+print(f"{'layer':22s} {'sets of statistics':>18s} {'values per set':>15s} {'max |layer - hand|':>19s}")
+for name, (layer, by_hand, n_sets) in layers.items():
+    layer.train()
+    diff = (layer(x) - by_hand).abs().max().item()
+    assert diff < 1e-5, f"{name}: the layer's output differs from the hand-computed normalisation by {diff:.2e}"
+    print(f"{name:22s} {n_sets:18d} {x.numel() // n_sets:15d} {'< 1e-5':>19s}")
+
+# %% [markdown]
+# (At initialisation every layer's scale is 1 and its shift 0, and
+# `InstanceNorm2d` has no affine parameters unless `affine=True`, so the
+# outputs are the bare normalisations.) A second check: only BatchNorm
+# changes between the modes, and only BatchNorm gives a different output for
+# a sample when the other samples of the batch change:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+other = torch.cat([x[:1], torch.randn(N - 1, C, H, W) * 5])  # same first sample, different batch-mates
+for name, (layer, _, _) in layers.items():
+    layer.train()
+    train_out, first_with_others = layer(x), layer(other)[:1]
+    layer.eval()
+    eval_out = layer(x)
+    mode_matters = not torch.allclose(train_out, eval_out, atol=1e-5)
+    mates_matter = not torch.allclose(train_out[:1], first_with_others, atol=1e-5)
+    print(f"{name:22s} eval() changes the output: {mode_matters!s:5s}   batch-mates change sample 0: {mates_matter}")
+    assert mode_matters == mates_matter == name.startswith("BatchNorm")
+
+# %% [markdown]
+# The diagram colours the elements of one `[N, C, H, W]` tensor by the set
+# of statistics they belong to: one row per sample, one block of H·W
+# positions per channel. The colours are not drawn by hand: the gradient of
+# one output element with respect to the input is non-zero exactly on the
+# values that share its statistics, so autograd tells us which elements
+# belong together, and we check that against the table above.
+
+# %%
+def statistics_sets(name, N, C, H, W, G):
+    """An int tensor [N, C, H, W]: the index of the set of statistics each element belongs to."""
+    n = torch.arange(N).view(N, 1, 1, 1).expand(N, C, H, W)
+    c = torch.arange(C).view(1, C, 1, 1).expand(N, C, H, W)
+    return {"BatchNorm": c, "LayerNorm": n, "GroupNorm": n * G + c // (C // G), "InstanceNorm": n * C + c}[name]
+
+
+def sharing_with(layer, shape, element):
+    """Bool [N, C, H, W]: the inputs that output `element` depends on (non-zero gradient)."""
+    x = torch.randn(shape, requires_grad=True)
+    layer.train()(x)[element].backward()
+    return x.grad != 0
+
+
+dn, dc, dh, dw, dg = 4, 6, 2, 2, 3  # a small tensor for the drawing
+demo_layers = {
+    "BatchNorm": nn.BatchNorm2d(dc), "LayerNorm": nn.LayerNorm([dc, dh, dw]),
+    "GroupNorm": nn.GroupNorm(dg, dc), "InstanceNorm": nn.InstanceNorm2d(dc),
+}
+torch.manual_seed(SEED)
+fig, axes = plt.subplots(2, 2, figsize=(9, 4.6), layout="constrained")
+palette = ListedColormap(plt.get_cmap("tab20").colors + plt.get_cmap("tab20b").colors)
+for ax, (name, layer) in zip(axes.flat, demo_layers.items()):
+    sets = statistics_sets(name, dn, dc, dh, dw, dg)
+    for element in [(0, 0, 0, 0), (2, 3, 1, 0), (3, 5, 1, 1)]:
+        measured = sharing_with(layer, (dn, dc, dh, dw), element)
+        assert torch.equal(measured, sets == sets[element]), f"{name}: the diagram disagrees with autograd"
+    ax.imshow(sets.reshape(dn, dc * dh * dw).numpy() % palette.N, cmap=palette, vmin=0, vmax=palette.N - 1, aspect="auto")
+    for boundary in range(1, dc):
+        ax.axvline(boundary * dh * dw - 0.5, color="white", linewidth=2)
+    ax.set_xticks([c * dh * dw + (dh * dw - 1) / 2 for c in range(dc)], [f"C{c}" for c in range(dc)])
+    ax.set_yticks(range(dn), [f"N{n}" for n in range(dn)])
+    ax.set_title(f"{name}: {int(sets.max()) + 1} sets of statistics", fontsize=10)
+fig.suptitle(f"one colour = one mean and variance; each channel block holds its H·W = {dh * dw} positions ({dg} groups)")
+plt.show()
+
+# %% [markdown]
+# Read the columns and rows: BatchNorm colours by column block (a channel
+# across all samples), LayerNorm by row (a whole sample), GroupNorm by
+# row and pair of channels, InstanceNorm by single cell block (one channel of
+# one sample). GroupNorm with G = 1 is LayerNorm over (C, H, W), and with
+# G = C it is InstanceNorm (apart from the shape of the affine parameters);
+# Exercise 3 writes GroupNorm by hand.
+#
+# ## Weight decay
+#
+# Weight decay pulls every weight towards zero a little at every step. With
+# plain SGD it is the same as adding an **L2 penalty** (λ/2)·‖w‖² to the
+# loss: its gradient is λ·w, which `torch.optim.SGD(weight_decay=λ)` adds to
+# each gradient for you. Smaller weights make a smoother function that
+# cannot bend around every training point, which is why it regularises.
+# One step each way, on a random linear regression:
+
+# %%
+torch.manual_seed(SEED)
+features, targets_reg = torch.randn(32, 5), torch.randn(32)
+w0 = torch.randn(5)
+lam, lr = 0.1, 0.05
+
+
+def one_sgd_step(weight_decay, penalty):
+    w = w0.clone().requires_grad_(True)
+    optimizer = torch.optim.SGD([w], lr=lr, weight_decay=weight_decay)
+    loss = F.mse_loss(features @ w, targets_reg) + penalty * 0.5 * w.pow(2).sum()
+    loss.backward()
+    optimizer.step()
+    return w.detach()
+
+
+with_decay = one_sgd_step(weight_decay=lam, penalty=0.0)
+with_penalty = one_sgd_step(weight_decay=0.0, penalty=lam)
+print(f"SGD(weight_decay={lam}):          {[round(v, 5) for v in with_decay.tolist()]}")
+print(f"SGD on loss + {lam}/2 * ||w||^2:   {[round(v, 5) for v in with_penalty.tolist()]}")
+assert torch.allclose(with_decay, with_penalty, atol=1e-6), "for SGD, weight_decay must equal an L2 penalty"
+
+# %% [markdown]
+# For Adam the two are **not** the same. Adam divides each gradient by a
+# running estimate of its size, and that division also rescales the λ·w
+# term, so weights with large gradients are hardly decayed at all.
+# `torch.optim.AdamW` (Loshchilov & Hutter, 2019) *decouples* the decay: it
+# multiplies the weights by (1 − lr·λ) before the Adam step, whatever the
+# gradient. Chapter 10 derives both updates in full; here one consequence is
+# enough. With a zero gradient, AdamW shrinks every weight by exactly
+# (1 − lr·λ), in proportion to its size; Adam with `weight_decay` feeds λ·w
+# through its normalisation and moves every weight by about lr, large or
+# small:
+
+# %%
+def one_zero_gradient_step(optimizer_class, weight_decay, lr=1e-3):
+    w = torch.tensor([4.0, 0.5, -0.01])
+    w.requires_grad_(True)
+    optimizer = optimizer_class([w], lr=lr, weight_decay=weight_decay)
+    w.grad = torch.zeros_like(w)
+    optimizer.step()
+    return w.detach()
+
+
+start_w = torch.tensor([4.0, 0.5, -0.01])
+adamw_w = one_zero_gradient_step(torch.optim.AdamW, weight_decay=0.1)
+adam_w = one_zero_gradient_step(torch.optim.Adam, weight_decay=0.1)
+print(f"start:                           {[round(v, 6) for v in start_w.tolist()]}")
+print(f"AdamW(lr=1e-3, weight_decay=0.1): {[round(v, 6) for v in adamw_w.tolist()]}  (x {1 - 1e-3 * 0.1})")
+print(f"Adam(lr=1e-3, weight_decay=0.1):  {[round(v, 6) for v in adam_w.tolist()]}  (each moved by about 1e-3)")
+assert torch.allclose(adamw_w, start_w * (1 - 1e-3 * 0.1), rtol=0, atol=1e-7), "AdamW: w * (1 - lr * wd)"
+assert torch.allclose(adam_w, start_w - 1e-3 * start_w.sign(), atol=1e-6), "Adam + L2: w - lr * sign(w)"
+
+# %% [markdown]
+# So with AdamW the strength of the pull is the product lr·λ per step: a
+# weight left alone by the gradient shrinks by a factor e^(−lr·λ·steps). The
+# usual values (λ = 0.01 to 0.1) are meant for runs of tens of thousands of
+# steps. Our experiment below has only 300 steps at lr = 10⁻³, so it needs
+# a λ of a few units to have a visible effect: what carries over between
+# runs is lr·λ·steps, not λ alone.
+#
+# Which parameters to decay? Usually only the weight matrices: biases and
+# the scales and shifts of normalisation layers are few, do not make the
+# function more complex, and pulling a LayerNorm scale towards 0 would
+# switch the layer off. The common recipe (chapter 10 shows it with
+# `param_groups`) puts every parameter with one dimension into a group with
+# `weight_decay=0`:
+
+
+# %%
+def decay_groups(model, weight_decay):
+    """Two parameter groups: matrices (and conv kernels) decayed, vectors (biases, norm scales) not."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+groups = decay_groups(bn_net, WEIGHT_DECAY)
+print(f"decayed: {sum(p.numel() for p in groups[0]['params']):,} values in {len(groups[0]['params'])} tensors; "
+      f"not decayed: {sum(p.numel() for p in groups[1]['params']):,} values in {len(groups[1]['params'])} tensors")
+
+# %% [markdown]
+# ## An overfitting experiment
+#
+# Now the regularisers at work. We take **1,000** random Fashion-MNIST
+# training images and an MLP far too large for them (two hidden layers of
+# 256: about 270 weights per training image), and train it four times with
+# the same seed, data order and optimizer (AdamW, lr 10⁻³), changing only
+# the regularisation:
+#
+# 1. **baseline**: no dropout, no weight decay;
+# 2. **dropout**: 0.2 on the input pixels and 0.5 after each hidden layer,
+#    the recipe of Srivastava et al.;
+# 3. **weight decay**: AdamW's decoupled decay on the weight matrices;
+# 4. **both**.
+#
+# After every epoch we measure, in `eval()` mode, the loss and accuracy on
+# the 1,000 training images and on 1,000 *other* training images held out
+# for validation. The final figures use the real test set. The quantity to
+# watch is the **gap**: how much better the network does on the images it
+# was trained on than on new ones.
+
+# %%
+split = torch.randperm(len(all_train_y), generator=torch.Generator().manual_seed(SEED))
+train_index, val_index = split[:TRAIN_IMAGES], split[TRAIN_IMAGES : TRAIN_IMAGES + VAL_IMAGES]
+small_x, small_y = all_train[train_index], all_train_y[train_index]
+val_x, val_y = all_train[val_index], all_train_y[val_index]
+print(f"training subset {tuple(small_x.shape)}, validation {tuple(val_x.shape)}, test {tuple(test_x.shape)}")
+print("training images per class:", torch.bincount(small_y, minlength=10).tolist())
+
+
+def make_mlp(input_dropout, dropout):
+    """Flatten -> Dropout -> [Linear -> ReLU -> Dropout] * len(HIDDEN) -> Linear (a dropout of 0 is the identity)."""
+    layers, width = [nn.Flatten(), nn.Dropout(input_dropout)], 784
+    for hidden in HIDDEN:
+        layers += [nn.Linear(width, hidden), nn.ReLU(), nn.Dropout(dropout)]
+        width = hidden
+    layers.append(nn.Linear(width, 10))
+    return nn.Sequential(*layers)
+
+
+@torch.no_grad()
+def loss_and_accuracy(model, x, y):
+    """Mean cross-entropy and accuracy of model on tensors x, y, in eval() mode, in batches of 1000."""
+    model.eval()
+    logits = torch.cat([model(xb.to(device)).cpu() for xb in x.split(1000)])
+    return F.cross_entropy(logits, y).item(), (logits.argmax(dim=1) == y).float().mean().item()
+
+
+print(f"the MLP has {count_parameters(make_mlp(0.0, 0.0)):,} parameters for {TRAIN_IMAGES:,} training images")
+
+# %%
+runs = {  # name: (input dropout, hidden dropout, weight decay)
+    "baseline": (0.0, 0.0, 0.0),
+    "dropout": (INPUT_DROPOUT, DROPOUT, 0.0),
+    "weight decay": (0.0, 0.0, WEIGHT_DECAY),
+    "both": (INPUT_DROPOUT, DROPOUT, WEIGHT_DECAY),
+}
+curves, models = {}, {}
+start = time.perf_counter()
+for name, (input_dropout, dropout_p, weight_decay) in runs.items():
+    seed_everything(SEED)  # same initial weights for every run
+    model = make_mlp(input_dropout, dropout_p).to(device)
+    optimizer = torch.optim.AdamW(decay_groups(model, weight_decay), lr=LR)
+    order = torch.Generator().manual_seed(SEED)  # same batch order for every run
+    curve = {"train_loss": [], "train_acc": [], "val_loss": [], "val_acc": []}
+    for _ in range(EPOCHS):
+        model.train()
+        for xb, yb in batches_of(small_x, small_y, BATCH_SIZE, order):
+            loss = F.cross_entropy(model(xb.to(device)), yb.to(device))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        for split_name, (xs, ys) in {"train": (small_x, small_y), "val": (val_x, val_y)}.items():
+            split_loss, split_acc = loss_and_accuracy(model, xs, ys)
+            curve[f"{split_name}_loss"].append(split_loss)
+            curve[f"{split_name}_acc"].append(split_acc)
+    curves[name], models[name] = curve, model
+    print(f"{name:12s} after {EPOCHS} epochs: train acc {curve['train_acc'][-1]:6.1%}, val acc {curve['val_acc'][-1]:6.1%}")
+experiment_seconds = time.perf_counter() - start
+print(f"four runs in {experiment_seconds:.1f} s")
+
+# %%
+colors = {"baseline": "tab:red", "dropout": "tab:blue", "weight decay": "tab:green", "both": "tab:purple"}
+epochs = range(1, EPOCHS + 1)
+fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(9, 3.4), layout="constrained")
+for name, curve in curves.items():
+    ax_acc.plot(epochs, [100 * a for a in curve["train_acc"]], "--", color=colors[name])
+    ax_acc.plot(epochs, [100 * a for a in curve["val_acc"]], "-", color=colors[name], label=name)
+    ax_loss.plot(epochs, curve["train_loss"], "--", color=colors[name])
+    ax_loss.plot(epochs, curve["val_loss"], "-", color=colors[name], label=name)
+ax_acc.set(xlabel="epoch", ylabel="accuracy (%)", title="accuracy: train dashed, validation solid")
+ax_loss.set(xlabel="epoch", ylabel="cross-entropy", title="loss: train dashed, validation solid", yscale="log")
+for ax in (ax_acc, ax_loss):
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+fig.suptitle(f"an MLP with {count_parameters(make_mlp(0.0, 0.0)):,} weights on {TRAIN_IMAGES:,} Fashion-MNIST images")
+plt.show()
+for name, curve in curves.items():
+    best = min(range(EPOCHS), key=curve["val_loss"].__getitem__)
+    print(f"{name:12s} validation loss lowest after epoch {best + 1:2d} ({curve['val_loss'][best]:.3f}), "
+          f"after epoch {EPOCHS}: {curve['val_loss'][-1]:.3f}")
+
+# %% [markdown]
+# The final numbers, on the real test set. The **accuracy gap** is the
+# training accuracy minus the test accuracy; the **loss gap** is the test
+# loss minus the training loss. The last column is the size (L2 norm) of
+# all weight matrices together:
+
+# %%
+results = {}
+print(f"{'run':12s} {'train acc':>9s} {'test acc':>9s} {'acc gap':>8s} | {'train loss':>10s} {'test loss':>9s} "
+      f"{'loss gap':>8s} | {'||W||':>6s}")
+for name, model in models.items():
+    train_loss, train_acc = loss_and_accuracy(model, small_x, small_y)
+    test_loss, test_acc = loss_and_accuracy(model, test_x, test_y)
+    weight_norm = torch.sqrt(sum(p.pow(2).sum() for p in model.parameters() if p.ndim >= 2)).item()
+    results[name] = {"train_acc": train_acc, "test_acc": test_acc, "acc_gap": train_acc - test_acc,
+                     "loss_gap": test_loss - train_loss, "test_loss": test_loss}
+    print(f"{name:12s} {train_acc:9.1%} {test_acc:9.1%} {train_acc - test_acc:8.1%} | {train_loss:10.3f} "
+          f"{test_loss:9.3f} {test_loss - train_loss:8.3f} | {weight_norm:6.1f}")
+    report.record(f"{name}: test accuracy", 100 * test_acc, "%", digits=1)
+    report.record(f"{name}: train-test accuracy gap", 100 * (train_acc - test_acc), "points", digits=1)
+    report.record(f"{name}: test-train loss gap", test_loss - train_loss, digits=3)
+
+# %%
+base = results["baseline"]
+for name in ("dropout", "weight decay", "both"):
+    assert results[name]["loss_gap"] < MAX_LOSS_GAP_RATIO * base["loss_gap"], (
+        f"{name}: loss gap {results[name]['loss_gap']:.3f} is not below {MAX_LOSS_GAP_RATIO} x the baseline's "
+        f"{base['loss_gap']:.3f}: the regulariser did not reduce overfitting"
+    )
+assert results["both"]["acc_gap"] < base["acc_gap"] - MIN_ACC_GAP_REDUCTION, (
+    f"dropout + weight decay: accuracy gap {results['both']['acc_gap']:.1%} is not at least "
+    f"{MIN_ACC_GAP_REDUCTION:.0%} below the baseline's {base['acc_gap']:.1%}"
+)
+print("every regulariser reduced the gap")
+
+# %% [markdown]
+# What the curves and the table show:
+#
+# - The **baseline** memorises: its training accuracy climbs to nearly
+#   100 % and its training loss falls towards zero, while the validation
+#   loss reaches its lowest point early (the epoch is printed under the
+#   figure) and then *rises* again. The network becomes ever more
+#   confident on the training images, including where it is wrong on new
+#   ones.
+# - **Dropout** and **weight decay** each keep the validation loss far
+#   lower, and the loss gap shrinks to a fraction of the baseline's.
+#   Weight decay does it visibly through the size of the weights (the last
+#   column). Together they close the gap most.
+# - The *test accuracy* moves much less than the gap. Regularisation mainly
+#   stops the network from becoming over-confident; it cannot invent the
+#   information that 1,000 images do not contain. More data (or
+#   augmentation, chapter 07) is the stronger cure, and regularisation that
+#   is too strong makes the network underfit: try `WEIGHT_DECAY = 20` and
+#   watch the training accuracy fall.
+#
+# ## Pitfalls
+#
+# ### 1. A batch of one in BatchNorm, in training mode
+#
+# With a single sample per batch, `BatchNorm1d` would compute the variance
+# of one value. PyTorch refuses:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+bn_net.train()
+try:
+    bn_net(test_x[:1].to(device))
+except ValueError as err:
+    print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
+# It happens in two places. In evaluation code: the fix is `model.eval()`.
+# And in training, when the last batch of an epoch holds one sample
+# (e.g. 1,025 images in batches of 64): the fix is
+# `DataLoader(..., drop_last=True)` for the training loader. (`BatchNorm2d`
+# accepts one image, since it still has H·W values per channel, but the
+# statistics of one image are poor.)
+
+# %%
+bn_net.eval()
+with torch.no_grad():
+    print("after bn_net.eval(): one image ->", CLASSES[bn_net(test_x[:1].to(device)).argmax().item()],
+          f"(true: {CLASSES[test_y[0]]})")
+
+# %% [markdown]
+# ### 2. `F.dropout` that ignores `eval()`
+#
+# The functional form `F.dropout(x, p)` has a third argument, `training`,
+# whose default is **True**. It knows nothing about the module's mode, so a
+# `forward` written with it keeps dropping in `eval()` mode. No error, just
+# predictions that change from call to call:
+
+
+# %%
+class LeakyDropoutNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(784, 64), nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.fc2(F.dropout(F.relu(self.fc1(x.flatten(1))), p=0.5))  # the bug: training=True always
+
+
+class FixedDropoutNet(LeakyDropoutNet):
+    def forward(self, x):
+        return self.fc2(F.dropout(F.relu(self.fc1(x.flatten(1))), p=0.5, training=self.training))
+
+
+images = test_x[:16]
+for cls in (LeakyDropoutNet, FixedDropoutNet):
+    torch.manual_seed(SEED)
+    net = cls().eval()
+    with torch.no_grad():
+        repeatable = torch.equal(net(images), net(images))
+    print(f"{cls.__name__:16s} in eval() mode: two calls give the same output: {repeatable}")
+    assert repeatable == (cls is FixedDropoutNet)
+
+# %% [markdown]
+# **Fix:** pass `training=self.training`, or better, create an
+# `nn.Dropout` module in `__init__`: `model.eval()` reaches every
+# submodule and switches it off.
+#
+# ### 3. LayerNorm given the wrong shape
+#
+# `nn.LayerNorm(normalized_shape)` normalises over the **last**
+# `len(normalized_shape)` dimensions, and those must match exactly. Given
+# `nn.LayerNorm(C)` for a `[N, C, H, W]` tensor, it looks for C at the end:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+try:
+    nn.LayerNorm(C)(x)
+except RuntimeError as err:
+    print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
+# The error is lucky. When W happens to equal C, the same line runs and
+# silently normalises each row of pixels over its width instead:
+
+# %%
+square = torch.randn(2, 8, 5, 8)  # C = 8 and W = 8
+wrong = nn.LayerNorm(8)(square)  # runs: statistics over W only
+right = nn.LayerNorm([8, 5, 8])(square)  # statistics over C, H, W
+print(f"LayerNorm(8) ran on {tuple(square.shape)}; largest difference from LayerNorm([8, 5, 8]): "
+      f"{(wrong - right).abs().max().item():.2f}")
+assert not torch.allclose(wrong, right, atol=1e-3)
+
+# %% [markdown]
+# **Fix:** say which dimensions you mean: `nn.LayerNorm([C, H, W])` for
+# per-sample statistics over a whole feature map (or `nn.GroupNorm(1, C)`,
+# with one scale per channel instead of one per element), or move the
+# channels last, `x.permute(0, 2, 3, 1)`, for `nn.LayerNorm(C)` over the
+# channels at each position (as ConvNeXt does).
+#
+# ## Exercises
+#
+# Each exercise has a stub for you to fill in, then a checker cell that
+# prints **PASSED**, **NOT YET** with a hint, or **TODO** while the stub
+# still raises `NotImplementedError`. If you are stuck,
+# `solution("12.inverted_dropout")` returns the reference solution.
+#
+# ### Exercise 1: inverted dropout with a given mask
+#
+# Write `inverted_dropout(x, keep, p)`: `keep` is a bool tensor of x's shape,
+# True where an element survives; `p` is the drop probability. Return what
+# `nn.Dropout(p)` would return in training mode with that mask, as a new
+# tensor (leave `x` alone).
+
+
+# %%
+def inverted_dropout(x, keep, p):
+    """x with the elements where keep is False set to 0, and the others scaled for dropout probability p."""
+    raise NotImplementedError
+
+
+# %%
+result = check("12.inverted_dropout", inverted_dropout)
+
+# %% [markdown]
+# ### Exercise 2: BatchNorm's running statistics
+#
+# Write `bn_running_stats(batches, momentum)`: given a list of
+# `[N, C, H, W]` tensors, return `(running_mean, running_var)`, each `[C]`,
+# that a fresh `nn.BatchNorm2d(C, momentum=momentum)` holds after seeing
+# these batches in training mode. `momentum=None` means the cumulative
+# average. Do not use BatchNorm itself; the checker compares with it.
+
+
+# %%
+def bn_running_stats(batches, momentum):
+    """(running_mean, running_var) of a fresh BatchNorm2d after the given training-mode batches."""
+    raise NotImplementedError
+
+
+# %%
+result = check("12.bn_running_stats", bn_running_stats)
+
+# %% [markdown]
+# ### Exercise 3: GroupNorm by hand
+#
+# Write `group_norm(x, num_groups, weight, bias, eps=1e-5)` for `x` of
+# shape `[N, C, *]` (any number of spatial dimensions, also none) without
+# `nn.GroupNorm` or `F.group_norm`. Group g holds the consecutive channels
+# g·C/G to (g + 1)·C/G − 1; `weight` and `bias` have one value per channel.
+# The checker compares with `F.group_norm`. When it passes, the cell also
+# uses your function as LayerNorm and as InstanceNorm.
+
+
+# %%
+def group_norm(x, num_groups, weight, bias, eps=1e-5):
+    """GroupNorm of x [N, C, *]: per-sample, per-group statistics, then a per-channel scale and shift."""
+    raise NotImplementedError
+
+
+# %%
+result = check("12.group_norm", group_norm)
+if result.passed:
+    ones_c, zeros_c = torch.ones(C), torch.zeros(C)
+    as_layer_norm = torch.allclose(group_norm(x, 1, ones_c, zeros_c), nn.LayerNorm([C, H, W])(x), atol=1e-5)
+    as_instance_norm = torch.allclose(group_norm(x, C, ones_c, zeros_c), nn.InstanceNorm2d(C)(x), atol=1e-5)
+    print(f"your group_norm with G = 1 equals LayerNorm([C, H, W]): {as_layer_norm}; "
+          f"with G = C it equals InstanceNorm2d: {as_instance_norm}")
+
+# %% [markdown]
+# ## Summary
+#
+# - `nn.Dropout(p)` zeroes elements with probability p and scales the rest
+#   by 1/(1 − p) in training mode (inverted dropout), so every output keeps
+#   its input's value in expectation; in `eval()` mode it is the identity.
+#   `F.dropout` needs `training=self.training`.
+# - BatchNorm normalises with the batch's mean and *biased* variance, and
+#   keeps running averages, `(1 − momentum)·old + momentum·new`, with the
+#   *unbiased* variance; `eval()` switches to them. Evaluating a trained
+#   BatchNorm network in training mode makes predictions depend on the
+#   batch: with class-sorted batches the accuracy collapsed, and the
+#   running statistics changed.
+# - BatchNorm shares statistics over (N, H, W), LayerNorm over (C, H, W),
+#   GroupNorm over (C/G, H, W) and InstanceNorm over (H, W); only BatchNorm
+#   mixes samples, so only it depends on the batch and on the mode.
+# - Weight decay is an L2 penalty for SGD; AdamW decouples it and shrinks
+#   the weights by (1 − lr·λ) per step, so what matters is lr·λ·steps.
+#   Decay weight matrices, not biases or normalisation parameters.
+# - On 1,000 images an over-sized MLP memorises; dropout and weight decay
+#   each cut the train–test loss gap to a fraction, and together they
+#   shrink the accuracy gap too, while the test accuracy itself moves
+#   little.
+#
+# **Next:** chapter 13 attacks the small-data problem from the other side:
+# instead of constraining a network trained from scratch, it starts from
+# one pretrained on a large data set (transfer learning).
+
+# %%
+print(f"notebook ran in {time.perf_counter() - notebook_start:.0f} s")
+report.finish()

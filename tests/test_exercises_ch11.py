@@ -1,0 +1,162 @@
+"""Exercises of chapter 11: realistic wrong answers fail with a hint; right variants pass."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from helpers.exercises import check
+from tests.exercise_support import assert_rejected
+
+# --------------------------------------------------------------------------
+# 11.warmup_cosine_lr
+# --------------------------------------------------------------------------
+
+
+def _cosine(step, base_lr, warmup_steps, total_steps, eta_min):
+    k, T = step - warmup_steps, total_steps - warmup_steps
+    return eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * k / T)) / 2
+
+
+def test_warmup_from_zero_fails():
+    def from_zero(step, base_lr, warmup_steps, total_steps, start_factor, eta_min):
+        if step < warmup_steps:
+            return base_lr * step / warmup_steps
+        return _cosine(step, base_lr, warmup_steps, total_steps, eta_min)
+
+    assert_rejected("11.warmup_cosine_lr", from_zero, "start_factor")
+
+
+def test_warmup_reaching_the_peak_one_step_early_fails():
+    def early_peak(step, base_lr, warmup_steps, total_steps, start_factor, eta_min):
+        if step < warmup_steps:
+            frac = step / (warmup_steps - 1) if warmup_steps > 1 else 1.0
+            return base_lr * (start_factor + (1 - start_factor) * frac)
+        return _cosine(step, base_lr, warmup_steps, total_steps, eta_min)
+
+    assert_rejected("11.warmup_cosine_lr", early_peak, "warmup_steps - 1")
+
+
+def test_cosine_counting_from_step_zero_of_the_run_fails():
+    def global_step(step, base_lr, warmup_steps, total_steps, start_factor, eta_min):
+        if step < warmup_steps:
+            return base_lr * (start_factor + (1 - start_factor) * step / warmup_steps)
+        T = total_steps - warmup_steps
+        return eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * step / T)) / 2
+
+    assert_rejected("11.warmup_cosine_lr", global_step, "step - warmup_steps")
+
+
+def test_cosine_over_total_steps_fails():
+    def long_cosine(step, base_lr, warmup_steps, total_steps, start_factor, eta_min):
+        if step < warmup_steps:
+            return base_lr * (start_factor + (1 - start_factor) * step / warmup_steps)
+        k = step - warmup_steps
+        return eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * k / total_steps)) / 2
+
+    assert_rejected("11.warmup_cosine_lr", long_cosine, "T_max")
+
+
+def test_cosine_ignoring_eta_min_fails():
+    def no_floor(step, base_lr, warmup_steps, total_steps, start_factor, eta_min):
+        return _cosine(step, base_lr, warmup_steps, total_steps, 0.0) if step >= warmup_steps else (
+            base_lr * (start_factor + (1 - start_factor) * step / warmup_steps))
+
+    assert_rejected("11.warmup_cosine_lr", no_floor, "eta_min")
+
+
+def test_cosine_one_step_ahead_fails():
+    def ahead(step, base_lr, warmup_steps, total_steps, start_factor, eta_min):
+        if step < warmup_steps:
+            return base_lr * (start_factor + (1 - start_factor) * step / warmup_steps)
+        return _cosine(step + 1, base_lr, warmup_steps, total_steps, eta_min)
+
+    assert_rejected("11.warmup_cosine_lr", ahead, "Off by one")
+
+
+def test_warmup_cosine_returning_a_tensor_is_accepted():
+    def as_tensor(step, base_lr, warmup_steps, total_steps, start_factor, eta_min):
+        step_t = torch.tensor(float(step), dtype=torch.float64)
+        if step < warmup_steps:
+            return base_lr * (start_factor + (1 - start_factor) * step_t / warmup_steps)
+        k = step_t - warmup_steps
+        return eta_min + (base_lr - eta_min) * (1 + torch.cos(math.pi * k / (total_steps - warmup_steps))) / 2
+
+    assert check("11.warmup_cosine_lr", as_tensor, show=False).passed
+
+
+def test_warmup_cosine_returning_a_list_fails():
+    def as_list(step, base_lr, warmup_steps, total_steps, start_factor, eta_min):
+        return [base_lr]
+
+    assert_rejected("11.warmup_cosine_lr", as_list, "float")
+
+
+# --------------------------------------------------------------------------
+# 11.total_steps
+# --------------------------------------------------------------------------
+
+
+def test_total_steps_ignoring_drop_last_fails():
+    def always_ceil(epochs, dataset_size, batch_size, drop_last, accumulation_steps):
+        return epochs * math.ceil(math.ceil(dataset_size / batch_size) / accumulation_steps)
+
+    assert_rejected("11.total_steps", always_ceil, "drop_last")
+
+
+def test_total_steps_ignoring_accumulation_fails():
+    def per_batch(epochs, dataset_size, batch_size, drop_last, accumulation_steps):
+        batches = dataset_size // batch_size if drop_last else math.ceil(dataset_size / batch_size)
+        return epochs * batches
+
+    assert_rejected("11.total_steps", per_batch, "accumulation")
+
+
+def test_total_steps_dropping_the_leftover_group_fails():
+    def floor_groups(epochs, dataset_size, batch_size, drop_last, accumulation_steps):
+        batches = dataset_size // batch_size if drop_last else math.ceil(dataset_size / batch_size)
+        return epochs * (batches // accumulation_steps)
+
+    assert_rejected("11.total_steps", floor_groups, "ceil")
+
+
+def test_total_steps_grouping_across_epochs_fails():
+    def across_epochs(epochs, dataset_size, batch_size, drop_last, accumulation_steps):
+        batches = dataset_size // batch_size if drop_last else math.ceil(dataset_size / batch_size)
+        return math.ceil(epochs * batches / accumulation_steps)
+
+    assert_rejected("11.total_steps", across_epochs, "every epoch")
+
+
+def test_total_steps_minus_one_fails():
+    def minus_one(epochs, dataset_size, batch_size, drop_last, accumulation_steps):
+        batches = dataset_size // batch_size if drop_last else math.ceil(dataset_size / batch_size)
+        return epochs * math.ceil(batches / accumulation_steps) - 1
+
+    assert_rejected("11.total_steps", minus_one, "minus one")
+
+
+def test_total_steps_one_epoch_fails():
+    def one_epoch(epochs, dataset_size, batch_size, drop_last, accumulation_steps):
+        batches = dataset_size // batch_size if drop_last else math.ceil(dataset_size / batch_size)
+        return math.ceil(batches / accumulation_steps)
+
+    assert_rejected("11.total_steps", one_epoch, "epochs")
+
+
+def test_total_steps_float_division_fails():
+    def float_count(epochs, dataset_size, batch_size, drop_last, accumulation_steps):
+        return epochs * dataset_size / batch_size / accumulation_steps
+
+    assert_rejected("11.total_steps", float_count, "int")
+
+
+def test_total_steps_with_a_real_loader_is_accepted():
+    from torch.utils.data import DataLoader
+
+    def with_loader(epochs, dataset_size, batch_size, drop_last, accumulation_steps):
+        loader = DataLoader(range(dataset_size), batch_size=batch_size, drop_last=drop_last)
+        return epochs * -(-len(loader) // accumulation_steps)
+
+    assert check("11.total_steps", with_loader, show=False).passed

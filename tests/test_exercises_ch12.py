@@ -1,0 +1,179 @@
+"""Exercises of chapter 12: realistic wrong answers fail with a hint (the generic checks are in test_exercises.py)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from helpers.exercises import check
+from tests.exercise_support import assert_rejected
+
+# --------------------------------------------------------------------------
+# 12.inverted_dropout
+# --------------------------------------------------------------------------
+
+
+def test_dropout_without_scaling_fails():
+    assert_rejected("12.inverted_dropout", lambda x, keep, p: x * keep, "(1 - p)")
+
+
+def test_dropout_scaled_by_one_over_p_fails():
+    assert_rejected("12.inverted_dropout", lambda x, keep, p: x * keep / p if p > 0 else x * keep, "DROPPING")
+
+
+def test_dropout_multiplied_by_keep_probability_fails():
+    assert_rejected("12.inverted_dropout", lambda x, keep, p: x * keep * (1 - p), "non-inverted")
+
+
+def test_dropout_with_inverted_mask_fails():
+    assert_rejected("12.inverted_dropout", lambda x, keep, p: x * ~keep / (1 - p), "KEPT")
+
+
+def test_dropout_in_place_fails():
+    def in_place(x, keep, p):
+        x[~keep] = 0
+        return x.div_(1 - p)
+
+    assert_rejected("12.inverted_dropout", in_place, "in place")
+
+
+def test_dropout_with_masked_fill_is_accepted():
+    assert check("12.inverted_dropout", lambda x, keep, p: x.masked_fill(~keep, 0) / (1 - p), show=False).passed
+
+
+# --------------------------------------------------------------------------
+# 12.bn_running_stats
+# --------------------------------------------------------------------------
+
+
+def _running(batches, momentum, *, correction=1, flip=False, start=True, per_image_var=False, fixed=False):
+    c = batches[0].shape[1]
+    mean = torch.zeros(c, dtype=batches[0].dtype) if start else None
+    var = torch.ones(c, dtype=batches[0].dtype) if start else None
+    for k, x in enumerate(batches, start=1):
+        w = (0.1 if fixed else 1 / k) if momentum is None else momentum
+        w = 1 - w if flip else w
+        bm = x.mean(dim=(0, 2, 3))
+        bv = x.flatten(2).var(dim=2, correction=correction).mean(0) if per_image_var else x.var(dim=(0, 2, 3), correction=correction)
+        mean = bm if mean is None else (1 - w) * mean + w * bm
+        var = bv if var is None else (1 - w) * var + w * bv
+    return mean, var
+
+
+def test_running_var_biased_fails():
+    assert_rejected("12.bn_running_stats", lambda b, m: _running(b, m, correction=0), "UNBIASED")
+
+
+def test_running_stats_with_optimizer_style_momentum_fails():
+    assert_rejected("12.bn_running_stats", lambda b, m: _running(b, m, flip=True), "weight of the NEW batch")
+
+
+def test_running_stats_starting_from_first_batch_fails():
+    assert_rejected("12.bn_running_stats", lambda b, m: _running(b, m, start=False), "running_var = 1")
+
+
+def test_running_var_per_image_fails():
+    assert_rejected("12.bn_running_stats", lambda b, m: _running(b, m, per_image_var=True), "N * H * W")
+
+
+def test_running_stats_ignoring_momentum_none_fails():
+    assert_rejected("12.bn_running_stats", lambda b, m: _running(b, m if m is not None else 0.1), "cumulative")
+
+
+def test_running_stats_last_batch_only_fails():
+    def last_only(batches, momentum):
+        return batches[-1].mean(dim=(0, 2, 3)), batches[-1].var(dim=(0, 2, 3))
+
+    assert_rejected("12.bn_running_stats", last_only, "differs from nn.BatchNorm2d")
+
+
+def test_running_stats_with_batchnorm_itself_fails():
+    def with_module(batches, momentum):
+        bn = torch.nn.BatchNorm2d(batches[0].shape[1], momentum=momentum).double().train()
+        for x in batches:
+            bn(x)
+        return bn.running_mean.detach(), bn.running_var.detach()
+
+    assert_rejected("12.bn_running_stats", with_module, "tensor.var")
+
+
+def test_running_stats_returning_one_tensor_fails():
+    assert_rejected("12.bn_running_stats", lambda b, m: torch.zeros(3), "pair")
+
+
+# --------------------------------------------------------------------------
+# 12.group_norm
+# --------------------------------------------------------------------------
+
+
+def _shape(x):
+    return (1, x.shape[1]) + (1,) * (x.ndim - 2)
+
+
+def test_group_norm_unbiased_variance_fails():
+    def unbiased(x, g, w, b, eps=1e-5):
+        flat = x.reshape(x.shape[0], g, -1)
+        out = (flat - flat.mean(-1, keepdim=True)) / torch.sqrt(flat.var(-1, keepdim=True) + eps)
+        return out.reshape(x.shape) * w.reshape(_shape(x)) + b.reshape(_shape(x))
+
+    assert_rejected("12.group_norm", unbiased, "biased")
+
+
+def test_group_norm_without_affine_fails():
+    def no_affine(x, g, w, b, eps=1e-5):
+        flat = x.reshape(x.shape[0], g, -1)
+        return ((flat - flat.mean(-1, keepdim=True)) / torch.sqrt(flat.var(-1, keepdim=True, correction=0) + eps)).reshape(x.shape)
+
+    assert_rejected("12.group_norm", no_affine, "weight and bias")
+
+
+def test_group_norm_interleaved_groups_fails():
+    def interleaved(x, g, w, b, eps=1e-5):
+        n, c = x.shape[:2]
+        flat = x.reshape(n, c // g, g, -1).transpose(1, 2).reshape(n, g, -1)
+        out = (flat - flat.mean(-1, keepdim=True)) / torch.sqrt(flat.var(-1, keepdim=True, correction=0) + eps)
+        out = out.reshape(n, g, c // g, -1).transpose(1, 2).reshape(x.shape)
+        return out * w.reshape(_shape(x)) + b.reshape(_shape(x))
+
+    assert_rejected("12.group_norm", interleaved, "CONSECUTIVE")
+
+
+def test_group_norm_per_channel_fails():
+    def per_channel(x, g, w, b, eps=1e-5):
+        flat = x.reshape(x.shape[0], x.shape[1], -1)
+        out = (flat - flat.mean(-1, keepdim=True)) / torch.sqrt(flat.var(-1, keepdim=True, correction=0) + eps)
+        return out.reshape(x.shape) * w.reshape(_shape(x)) + b.reshape(_shape(x))
+
+    assert_rejected("12.group_norm", per_channel, "InstanceNorm")
+
+
+def test_group_norm_pooling_the_batch_fails():
+    def pooled(x, g, w, b, eps=1e-5):
+        n = x.shape[0]
+        flat = x.reshape(n, g, -1)
+        mean = flat.mean(dim=(0, 2), keepdim=True)
+        var = flat.var(dim=(0, 2), keepdim=True, correction=0)
+        return ((flat - mean) / torch.sqrt(var + eps)).reshape(x.shape) * w.reshape(_shape(x)) + b.reshape(_shape(x))
+
+    assert_rejected("12.group_norm", pooled, "per sample")
+
+
+def test_group_norm_calling_the_library_fails():
+    assert_rejected("12.group_norm", lambda x, g, w, b, eps=1e-5: F.group_norm(x, g, w, b, eps), "yourself")
+    assert_rejected("12.group_norm", lambda x, g, w, b, eps=1e-5: torch.group_norm(x, g, w, b, eps), "yourself")
+
+
+def test_library_functions_are_restored_after_checking():
+    check("12.group_norm", lambda x, g, w, b, eps=1e-5: F.group_norm(x, g, w, b, eps), show=False)
+    x = torch.randn(2, 4, 3)
+    assert torch.allclose(F.group_norm(x, 2), torch.nn.GroupNorm(2, 4, affine=False)(x))
+
+
+def test_group_norm_calling_layer_norm_per_group_is_accepted():
+    def via_layer_norm(x, g, w, b, eps=1e-5):
+        n = x.shape[0]
+        flat = x.reshape(n, g, -1)
+        out = F.layer_norm(flat, flat.shape[-1:], eps=eps).reshape(x.shape)
+        return out * w.reshape(_shape(x)) + b.reshape(_shape(x))
+
+    assert check("12.group_norm", via_layer_norm, show=False).passed

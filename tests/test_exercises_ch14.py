@@ -1,0 +1,176 @@
+"""Exercises of chapter 14: realistic wrong answers fail with a hint (the generic checks are in test_exercises.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from helpers.checkpoint import set_rng_state
+from helpers.exercises import check, solution
+from tests.exercise_support import assert_rejected
+
+# --------------------------------------------------------------------------
+# 14.state_dict_diff
+# --------------------------------------------------------------------------
+
+
+def _diff(a, b, same):
+    out = {"missing": [k for k in a if k not in b], "unexpected": [k for k in b if k not in a], "shape": [], "changed": []}
+    for k in a:
+        if k in b:
+            if a[k].shape != b[k].shape:
+                out["shape"].append(k)
+            elif not same(a[k], b[k]):
+                out["changed"].append(k)
+    return out
+
+
+def test_diff_with_allclose_fails():
+    assert_rejected("14.state_dict_diff", lambda a, b: _diff(a, b, lambda x, y: torch.allclose(x, y)), "torch.equal", "allclose")
+
+
+def test_diff_by_identity_fails():
+    assert_rejected("14.state_dict_diff", lambda a, b: _diff(a, b, lambda x, y: x is y), "is")
+
+
+def test_diff_ignoring_dtype_fails():
+    assert_rejected("14.state_dict_diff", lambda a, b: _diff(a, b, torch.equal), "dtype")
+
+
+def test_diff_without_shape_check_fails():
+    def no_shape(a, b):
+        out = {"missing": [k for k in a if k not in b], "unexpected": [k for k in b if k not in a], "shape": []}
+        out["changed"] = [k for k in a if k in b and (a[k].dtype != b[k].dtype or not torch.equal(a[k], b[k]))]
+        return out
+
+    assert_rejected("14.state_dict_diff", no_shape, "shape")
+
+
+def test_diff_with_missing_and_unexpected_swapped_fails():
+    def swapped(a, b):
+        out = solution("14.state_dict_diff")(a, b)
+        out["missing"], out["unexpected"] = out["unexpected"], out["missing"]
+        return out
+
+    assert_rejected("14.state_dict_diff", swapped, "swapped")
+
+
+def test_diff_with_wrong_keys_fails():
+    def load_state_dict_names(a, b):
+        out = solution("14.state_dict_diff")(a, b)
+        return {"missing_keys": out["missing"], "unexpected_keys": out["unexpected"], "shape": out["shape"], "changed": out["changed"]}
+
+    assert_rejected("14.state_dict_diff", load_state_dict_names, "exactly the keys")
+
+
+def test_diff_returning_sets_or_sorted_lists_is_accepted():
+    def as_sets(a, b):
+        return {k: sorted(v) for k, v in solution("14.state_dict_diff")(a, b).items()}
+
+    assert check("14.state_dict_diff", as_sets, show=False).passed
+
+
+# --------------------------------------------------------------------------
+# 14.resume
+# --------------------------------------------------------------------------
+
+
+def _partial_resume(*, model=True, optimizer=True, scheduler=True, scaler=True, rng=True, offset=0):
+    def resume(checkpoint, m, o, s, sc):
+        if model:
+            m.load_state_dict(checkpoint["model"])
+        if optimizer:
+            o.load_state_dict(checkpoint["optimizer"])
+        if scheduler:
+            s.load_state_dict(checkpoint["scheduler"])
+        if scaler:
+            sc.load_state_dict(checkpoint["scaler"])
+        if rng:
+            set_rng_state(checkpoint["rng"])
+        return checkpoint["step"] + offset
+
+    return resume
+
+
+def test_resume_forgetting_the_rng_fails():
+    assert_rejected("14.resume", _partial_resume(rng=False), "set_rng_state", "dropout")
+
+
+def test_resume_forgetting_the_scheduler_fails():
+    assert_rejected("14.resume", _partial_resume(scheduler=False), "scheduler.load_state_dict")
+
+
+def test_resume_forgetting_the_optimizer_fails():
+    assert_rejected("14.resume", _partial_resume(optimizer=False), "optimizer.load_state_dict")
+
+
+def test_resume_forgetting_the_scaler_fails():
+    assert_rejected("14.resume", _partial_resume(scaler=False), "scaler.load_state_dict")
+
+
+def test_resume_forgetting_the_model_fails():
+    assert_rejected("14.resume", _partial_resume(model=False), "model.load_state_dict")
+
+
+def test_resume_returning_the_next_step_plus_one_fails():
+    assert_rejected("14.resume", _partial_resume(offset=1), "continues at step")
+
+
+def test_resume_returning_nothing_fails():
+    def no_return(checkpoint, m, o, s, sc):
+        _partial_resume()(checkpoint, m, o, s, sc)
+
+    assert_rejected("14.resume", no_return, "None")
+
+
+def test_resume_restoring_only_torch_rng_is_accepted():
+    def torch_only(checkpoint, m, o, s, sc):
+        m.load_state_dict(checkpoint["model"])
+        o.load_state_dict(checkpoint["optimizer"])
+        s.load_state_dict(checkpoint["scheduler"])
+        sc.load_state_dict(checkpoint["scaler"])
+        torch.set_rng_state(checkpoint["rng"]["torch"])
+        return checkpoint["step"]
+
+    assert check("14.resume", torch_only, show=False).passed
+
+
+def test_resume_checker_leaves_numpy_rng_alone():
+    np.random.seed(5)
+    expected = np.random.rand(3)
+    np.random.seed(5)
+    check("14.resume", solution("14.resume"), show=False)
+    assert (np.random.rand(3) == expected).all()
+
+
+# --------------------------------------------------------------------------
+# 14.inference_state
+# --------------------------------------------------------------------------
+
+
+def test_inference_converting_integer_buffers_fails():
+    assert_rejected("14.inference_state", lambda ckpt, dtype: {k: v.to(dtype) for k, v in ckpt["model"].items()}, "integer buffer")
+
+
+def test_inference_keeping_views_fails():
+    def views(ckpt, dtype):
+        return {k: v.to(dtype) if v.is_floating_point() else v for k, v in ckpt["model"].items()}
+
+    assert_rejected("14.inference_state", views, "clone")
+
+
+def test_inference_keeping_the_whole_checkpoint_fails():
+    def everything(ckpt, dtype):
+        return {k: v.clone() for k, v in ckpt["model"].items()} | {"optimizer": ckpt["optimizer"]}
+
+    assert_rejected("14.inference_state", everything, "extra")
+
+
+def test_inference_converting_in_place_fails():
+    def in_place(ckpt, dtype):
+        for k, v in ckpt["model"].items():
+            if v.is_floating_point():
+                ckpt["model"][k] = v.to(dtype).clone()
+        return ckpt["model"]
+
+    assert_rejected("14.inference_state", in_place, "unchanged")

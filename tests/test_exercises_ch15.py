@@ -1,0 +1,188 @@
+"""Exercises of chapter 15: realistic wrong answers fail with a hint (the generic checks
+of every exercise live in tests/test_exercises.py)."""
+
+from __future__ import annotations
+
+import torch
+
+from helpers.exercises import check, solution
+from tests.exercise_support import assert_rejected
+
+# --------------------------------------------------------------------------
+# 15.float_limits
+# --------------------------------------------------------------------------
+
+
+def _limits(max_fn, tiny_fn=lambda b, m: 2.0 ** (1 - b), eps_fn=lambda m: 2.0**-m):
+    def candidate(e, m):
+        bias = 2 ** (e - 1) - 1
+        return max_fn(bias, m), tiny_fn(bias, m), eps_fn(m)
+
+    return candidate
+
+
+def test_float_limits_without_mantissa_fails():
+    assert_rejected("15.float_limits", _limits(lambda b, m: 2.0**b), "mantissa")
+
+
+def test_float_limits_using_the_reserved_exponent_fails():
+    assert_rejected("15.float_limits", _limits(lambda b, m: (2 - 2.0**-m) * 2.0 ** (b + 1)), "inf and NaN")
+
+
+def test_float_limits_smallest_normal_off_by_one_fails():
+    assert_rejected("15.float_limits", _limits(lambda b, m: (2 - 2.0**-m) * 2.0**b, tiny_fn=lambda b, m: 2.0**-b), "1 - bias")
+
+
+def test_float_limits_unit_roundoff_instead_of_eps_fails():
+    wrong = _limits(lambda b, m: (2 - 2.0**-m) * 2.0**b, eps_fn=lambda m: 2.0 ** -(m + 1))
+    assert_rejected("15.float_limits", wrong, "unit roundoff")
+
+
+def test_float_limits_lookup_table_fails():
+    table = {(5, 10): torch.float16, (8, 7): torch.bfloat16, (8, 23): torch.float32, (11, 52): torch.float64,
+             (5, 2): torch.float8_e5m2}
+
+    def lookup(e, m):
+        info = torch.finfo(table.get((e, m), torch.float32))
+        return info.max, info.smallest_normal, info.eps
+
+    assert_rejected("15.float_limits", lookup, "made-up format")
+
+
+def test_float_limits_tensors_are_accepted():
+    def as_tensors(e, m):
+        return tuple(torch.tensor(v, dtype=torch.float64) for v in solution("15.float_limits")(e, m))
+
+    assert check("15.float_limits", as_tensors, show=False).passed
+
+
+# --------------------------------------------------------------------------
+# 15.accumulate_gradients
+# --------------------------------------------------------------------------
+
+
+def test_accumulate_without_scaling_fails():
+    def unscaled(model, loss_fn, micro_batches):
+        model.zero_grad()
+        for x, y in micro_batches:
+            loss_fn(model(x), y).backward()
+
+    assert_rejected("15.accumulate_gradients", unscaled, "sum")
+
+
+def test_accumulate_dividing_by_k_fails_for_unequal_sizes():
+    def by_k(model, loss_fn, micro_batches):
+        model.zero_grad()
+        for x, y in micro_batches:
+            (loss_fn(model(x), y) / len(micro_batches)).backward()
+
+    assert_rejected("15.accumulate_gradients", by_k, "n_i / N")
+
+
+def test_accumulate_zeroing_inside_the_loop_fails():
+    def zero_each_time(model, loss_fn, micro_batches):
+        total = sum(len(y) for _, y in micro_batches)
+        for x, y in micro_batches:
+            model.zero_grad()
+            (loss_fn(model(x), y) * len(y) / total).backward()
+
+    assert_rejected("15.accumulate_gradients", zero_each_time, "only the last")
+
+
+def test_accumulate_without_clearing_old_gradients_fails():
+    def no_zero(model, loss_fn, micro_batches):
+        total = sum(len(y) for _, y in micro_batches)
+        for x, y in micro_batches:
+            (loss_fn(model(x), y) * len(y) / total).backward()
+
+    assert_rejected("15.accumulate_gradients", no_zero, "zero_grad")
+
+
+def test_accumulate_with_an_optimizer_step_fails():
+    def with_step(model, loss_fn, micro_batches):
+        solution("15.accumulate_gradients")(model, loss_fn, micro_batches)
+        torch.optim.SGD(model.parameters(), lr=0.1).step()
+
+    assert_rejected("15.accumulate_gradients", with_step, "optimizer step")
+
+
+# --------------------------------------------------------------------------
+# 15.clip_grad_norm
+# --------------------------------------------------------------------------
+
+
+def _global_norm(grads):
+    return torch.sqrt(sum(g.pow(2).sum() for g in grads))
+
+
+def test_clip_returning_norm_after_clipping_fails():
+    def after(parameters, max_norm):
+        grads = [p.grad for p in parameters if p.grad is not None]
+        total = _global_norm(grads)
+        for g in grads:
+            g.mul_(min(1.0, max_norm / (total.item() + 1e-6)))
+        return _global_norm(grads)
+
+    assert_rejected("15.clip_grad_norm", after, "before clipping")
+
+
+def test_clip_sum_of_norms_fails():
+    def summed(parameters, max_norm):
+        grads = [p.grad for p in parameters if p.grad is not None]
+        total = sum(g.norm() for g in grads)
+        for g in grads:
+            g.mul_(min(1.0, max_norm / (total.item() + 1e-6)))
+        return total
+
+    assert_rejected("15.clip_grad_norm", summed, "squares")
+
+
+def test_clip_reading_the_generator_twice_fails():
+    def twice(parameters, max_norm):
+        total = _global_norm([p.grad for p in parameters if p.grad is not None])
+        for p in parameters:  # empty the second time for a generator
+            if p.grad is not None:
+                p.grad.mul_(min(1.0, max_norm / (total.item() + 1e-6)))
+        return total
+
+    assert_rejected("15.clip_grad_norm", twice, "generator")
+
+
+def test_clip_scaling_up_small_gradients_fails():
+    def always(parameters, max_norm):
+        grads = [p.grad for p in parameters if p.grad is not None]
+        total = _global_norm(grads)
+        for g in grads:
+            g.mul_(max_norm / (total + 1e-6))
+        return total
+
+    assert_rejected("15.clip_grad_norm", always, "only ever scales down")
+
+
+def test_clip_per_parameter_fails():
+    def per_parameter(parameters, max_norm):
+        grads = [p.grad for p in parameters if p.grad is not None]
+        total = _global_norm(grads)
+        for g in grads:
+            g.mul_(min(1.0, max_norm / (g.norm().item() + 1e-6)))
+        return total
+
+    assert_rejected("15.clip_grad_norm", per_parameter, "each parameter")
+
+
+def test_clip_giving_none_grads_a_gradient_fails():
+    def fills_none(parameters, max_norm):
+        params = list(parameters)
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+    assert_rejected("15.clip_grad_norm", fills_none, "None")
+
+
+def test_clip_calling_torch_is_accepted():
+    def torch_version(parameters, max_norm):
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+
+    assert check("15.clip_grad_norm", torch_version, show=False).passed
