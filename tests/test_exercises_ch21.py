@@ -1,0 +1,151 @@
+"""Exercises of chapter 21: realistic wrong answers fail with a hint, right variants pass."""
+
+from __future__ import annotations
+
+import torch
+
+from helpers.exercises import check, solution
+from tests.exercise_support import assert_rejected
+
+# --------------------------------------------------------------------------
+# 21.clip_per_sample
+# --------------------------------------------------------------------------
+
+
+def _norms(grads):
+    return torch.stack([g.flatten(start_dim=1).norm(dim=1) for g in grads.values()], dim=1).norm(dim=1)
+
+
+def test_clip_per_sample_per_tensor_fails():
+    def per_tensor(grads, max_norm):
+        out = {}
+        for name, g in grads.items():
+            n = g.flatten(start_dim=1).norm(dim=1)
+            factor = (max_norm / (n + 1e-6)).clamp(max=1.0)
+            out[name] = (g * factor.view(-1, *([1] * (g.dim() - 1)))).mean(0)
+        return out
+
+    assert_rejected("21.clip_per_sample", per_tensor, "each parameter tensor")
+
+
+def test_clip_per_sample_clipping_the_mean_fails():
+    def clip_mean(grads, max_norm):
+        mean = {k: g.mean(0) for k, g in grads.items()}
+        total = torch.sqrt(sum(m.pow(2).sum() for m in mean.values()))
+        return {k: m * min(1.0, max_norm / (total.item() + 1e-6)) for k, m in mean.items()}
+
+    assert_rejected("21.clip_per_sample", clip_mean, "batch-mean")
+
+
+def test_clip_per_sample_scaling_up_fails():
+    def always_scale(grads, max_norm):
+        factor = max_norm / (_norms(grads) + 1e-6)
+        return {k: torch.einsum("b,b...->...", factor, g) / len(factor) for k, g in grads.items()}
+
+    assert_rejected("21.clip_per_sample", always_scale, "min(1, max_norm / norm)")
+
+
+def test_clip_per_sample_sum_fails():
+    def summed(grads, max_norm):
+        factor = (max_norm / (_norms(grads) + 1e-6)).clamp(max=1.0)
+        return {k: torch.einsum("b,b...->...", factor, g) for k, g in grads.items()}
+
+    assert_rejected("21.clip_per_sample", summed, "average")
+
+
+def test_clip_per_sample_not_averaged_fails():
+    def per_example(grads, max_norm):
+        factor = (max_norm / (_norms(grads) + 1e-6)).clamp(max=1.0)
+        return {k: g * factor.view(-1, *([1] * (g.dim() - 1))) for k, g in grads.items()}
+
+    assert_rejected("21.clip_per_sample", per_example, "batch dimension")
+
+
+def test_clip_per_sample_zero_gradient_nan_fails():
+    def no_eps(grads, max_norm):
+        norms = _norms(grads)
+        factor = torch.clamp(norms, max=max_norm) / norms  # 0 / 0 for an all-zero gradient
+        return {k: torch.einsum("b,b...->...", factor, g) / len(factor) for k, g in grads.items()}
+
+    assert_rejected("21.clip_per_sample", no_eps, "NaN")
+
+
+def test_clip_per_sample_in_place_fails():
+    def in_place(grads, max_norm):
+        factor = (max_norm / (_norms(grads) + 1e-6)).clamp(max=1.0)
+        for g in grads.values():
+            g.mul_(factor.view(-1, *([1] * (g.dim() - 1))))
+        return {k: g.mean(0) for k, g in grads.items()}
+
+    assert_rejected("21.clip_per_sample", in_place, "unchanged")
+
+
+def test_clip_per_sample_loop_with_clamp_min_is_accepted():
+    def loop(grads, max_norm):
+        names = list(grads)
+        B = grads[names[0]].shape[0]
+        total = {k: torch.zeros_like(grads[k][0]) for k in names}
+        for i in range(B):
+            norm = torch.sqrt(sum(grads[k][i].pow(2).sum() for k in names))
+            scale = min(1.0, max_norm / max(norm.item(), 1e-12))
+            for k in names:
+                total[k] += grads[k][i] * scale
+        return {k: v / B for k, v in total.items()}
+
+    assert check("21.clip_per_sample", loop, show=False).passed
+
+
+# --------------------------------------------------------------------------
+# 21.hvp
+# --------------------------------------------------------------------------
+
+
+def test_hvp_gradient_times_v_fails():
+    def grad_times_v(f, x, v):
+        return torch.func.grad(f)(x) * v
+
+    assert_rejected("21.hvp", grad_times_v, "grad(f)(x) * v")
+
+
+def test_hvp_directional_derivative_fails():
+    def directional(f, x, v):
+        return (torch.func.grad(f)(x) * v).sum()
+
+    assert_rejected("21.hvp", directional, "one number")
+
+
+def test_hvp_returning_the_jvp_pair_fails():
+    def pair(f, x, v):
+        return torch.func.jvp(torch.func.grad(f), (x,), (v,))
+
+    assert_rejected("21.hvp", pair, "second element")
+
+
+def test_hvp_finite_differences_fails():
+    def finite(f, x, v, eps=1e-3):
+        g = torch.func.grad(f)
+        return (g(x + eps * v) - g(x)) / eps
+
+    assert_rejected("21.hvp", finite, "finite differences")
+
+
+def test_hvp_diagonal_only_fails():
+    def diagonal(f, x, v):
+        H = torch.func.hessian(f)(x).reshape(x.numel(), x.numel())
+        return (H.diagonal() * v.flatten()).reshape(x.shape)
+
+    assert_rejected("21.hvp", diagonal, "diagonal")
+
+
+def test_hvp_via_full_hessian_and_vjp_are_accepted():
+    def full(f, x, v):
+        H = torch.func.hessian(f)(x).reshape(x.numel(), x.numel())
+        return (H @ v.flatten()).reshape(x.shape)
+
+    def reverse_over_reverse(f, x, v):
+        _, pullback = torch.func.vjp(torch.func.grad(f), x)
+        return pullback(v)[0]
+
+    assert check("21.hvp", full, show=False).passed
+    assert check("21.hvp", reverse_over_reverse, show=False).passed
+    assert check("21.hvp", solution("21.hvp"), show=False).passed
