@@ -1,0 +1,185 @@
+"""Exercises of chapter 16 (torch.compile)."""
+
+from __future__ import annotations
+
+import io
+import math
+from contextlib import redirect_stderr
+
+import torch
+
+from . import exercise
+
+# --------------------------------------------------------------------------
+# 16.no_graph_break
+# --------------------------------------------------------------------------
+
+
+def _normalise_positive(x: torch.Tensor) -> torch.Tensor:
+    """The chapter's function with graph breaks: ``x / max(x)`` if the maximum is positive, else ``x - max(x)``."""
+    top = x.max().item()
+    if top > 0:
+        return x / top
+    return x - top
+
+
+def _normalise_positive_no_break(x: torch.Tensor) -> torch.Tensor:
+    """The same values as :func:`_normalise_positive` for any float tensor ``x``, in one graph.
+
+    Both branches are computed and ``torch.where`` picks one, on a 0-d tensor
+    condition, so Dynamo never needs the value of ``x`` to trace it.
+    """
+    top = x.max()
+    return torch.where(top > 0, x / top, x - top)
+
+
+def _explain(candidate, x: torch.Tensor):
+    import torch._dynamo
+
+    with redirect_stderr(io.StringIO()):  # Dynamo logs a warning for .item(); the hint says it instead
+        return torch._dynamo.explain(candidate)(x)
+
+
+@exercise(
+    "16.no_graph_break",
+    "write normalise_positive_no_break(x): the same values as normalise_positive(x) (x / max if the maximum "
+    "is positive, x - max otherwise) for any float tensor, in one graph with no graph breaks "
+    "(torch._dynamo.explain reports graph_break_count == 0).",
+    reference=_normalise_positive_no_break,
+)
+def _test_no_graph_break(candidate) -> None:
+    g = torch.Generator().manual_seed(16)
+    cases = {
+        "a vector with a positive maximum": torch.randn(8, generator=g).abs() + 0.1,
+        "a matrix with a positive maximum": torch.randn(4, 5, generator=g),
+        "a vector of negative numbers": -torch.rand(6, generator=g) - 0.5,
+        "a matrix of negative numbers": -torch.rand(3, 4, generator=g) - 0.1,
+        "a vector whose maximum is 0": torch.tensor([-2.0, 0.0, -1.0]),
+    }
+    cases["a matrix with a positive maximum"][1, 2] = 3.0
+    for label, x in cases.items():
+        want = _normalise_positive(x.clone())
+        got = candidate(x.clone())
+        if not isinstance(got, torch.Tensor):
+            raise AssertionError(f"return a tensor; for {label} you returned {type(got).__name__}")
+        if got.shape != want.shape:
+            raise AssertionError(f"for {label} of shape {tuple(x.shape)} the result should keep that shape, got {tuple(got.shape)}")
+        if not torch.allclose(got, want, atol=1e-6):
+            if x.max() > 0 and torch.allclose(got, x - x.max()):
+                raise AssertionError(f"for {label} you subtracted the maximum; when it is positive, divide by it")
+            if x.max() <= 0 and torch.allclose(got, x / x.max()):
+                raise AssertionError(
+                    f"for {label} you divided by the maximum; when it is not positive (negative or 0), subtract it"
+                )
+            raise AssertionError(f"for {label} the values differ from normalise_positive: expected {want}, got {got}")
+    for label, x in list(cases.items())[:3]:
+        explanation = _explain(candidate, x)
+        if explanation.graph_break_count:
+            reasons = "; ".join(r.reason.splitlines()[0] for r in explanation.break_reasons)
+            raise AssertionError(
+                f"torch._dynamo.explain finds {explanation.graph_break_count} graph break(s) for {label}: {reasons}. "
+                "Keep the maximum a tensor (no .item()) and choose between the branches with torch.where"
+            )
+        if explanation.graph_count != 1:
+            raise AssertionError(f"expected exactly one graph, torch._dynamo.explain found {explanation.graph_count}")
+
+
+# --------------------------------------------------------------------------
+# 16.break_even_calls
+# --------------------------------------------------------------------------
+
+
+def _break_even_calls(compile_s: float, eager_s: float, compiled_s: float) -> int | None:
+    """Calls after which compiling has paid for itself.
+
+    Args:
+        compile_s: seconds spent compiling (once), >= 0.
+        eager_s: seconds per call of the eager function, > 0.
+        compiled_s: seconds per call of the compiled function, > 0.
+
+    Returns:
+        The smallest int ``n >= 1`` with ``compile_s + n * compiled_s <= n * eager_s``,
+        that is ``ceil(compile_s / (eager_s - compiled_s))`` but at least 1; or
+        ``None`` when the compiled function is not faster per call (it never catches up,
+        unless compiling was free).
+    """
+    saving = eager_s - compiled_s
+    if saving <= 0:
+        return 1 if compile_s <= 0 and saving == 0 else None
+    n = max(1, math.ceil(compile_s / saving))
+    # guard against rounding in the division: step to the exact boundary
+    while n > 1 and compile_s + (n - 1) * compiled_s <= (n - 1) * eager_s:
+        n -= 1
+    while compile_s + n * compiled_s > n * eager_s:
+        n += 1
+    return n
+
+
+def _as_calls(value, args):
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        raise AssertionError(f"return a whole number of calls (an int) or None; for {args} you returned {value!r}")
+    return value
+
+
+@exercise(
+    "16.break_even_calls",
+    "write break_even_calls(compile_s, eager_s, compiled_s): the smallest int n >= 1 with "
+    "compile_s + n * compiled_s <= n * eager_s, or None when that never happens.",
+    reference=_break_even_calls,
+)
+def _test_break_even_calls(candidate) -> None:
+    cases = [  # (compile_s, eager_s, compiled_s)
+        (10.0, 0.050, 0.012),  # the chapter's chain, roughly
+        (7.5, 0.004, 0.00125),  # 2727.3 -> 2728
+        (2.0, 1.0, 0.5),  # exactly 4 calls (binary fractions: no rounding)
+        (3.0, 0.5, 0.25),  # exactly 12 calls
+        (0.3, 1.0, 0.2),  # pays off at the first call
+        (0.0, 0.02, 0.01),  # free compile: 1 call
+        (11.0, 0.015, 0.0147),  # tiny gain: many calls
+    ]
+    never = [(18.0, 0.015, 0.016), (5.0, 0.01, 0.01)]  # slower, or no faster, per call
+    for args in cases:
+        want = _break_even_calls(*args)
+        got = _as_calls(candidate(*args), args)
+        if got == want:
+            continue
+        compile_s, eager_s, compiled_s = args
+        if got is None:
+            raise AssertionError(f"for {args} compiling does pay off, after {want} calls; you returned None")
+        if got == 0:
+            raise AssertionError(f"for {args} you returned 0; the answer is at least 1 call (n >= 1)")
+        if got == want - 1:
+            raise AssertionError(
+                f"for {args} you returned {got}, one call too few: after {got} calls compiled has cost "
+                f"{compile_s + got * compiled_s:.4g} s and eager {got * eager_s:.4g} s. Round up (math.ceil), "
+                "not down, and include the boundary where both are equal"
+            )
+        if got == want + 1:
+            raise AssertionError(
+                f"for {args} you returned {got}, one call too many: at {want} calls the totals are "
+                f"{compile_s + want * compiled_s:.4g} s (compiled) and {want * eager_s:.4g} s (eager): '<=' counts as paid off"
+            )
+        if compiled_s > 0 and got == math.ceil(compile_s / eager_s):
+            raise AssertionError(
+                f"for {args} you returned {got} = compile_s / eager_s: the compiled calls cost time too; "
+                "each call saves eager_s - compiled_s, not eager_s"
+            )
+        raise AssertionError(f"for {args} the break-even is {want} calls; you returned {got}")
+    for args in never:
+        try:
+            got = candidate(*args)
+        except ZeroDivisionError as exc:
+            raise AssertionError(
+                f"for {args} (compiled not faster per call) your function divided by zero; return None when "
+                "eager_s - compiled_s <= 0"
+            ) from exc
+        got = _as_calls(got, args)
+        if got is not None:
+            raise AssertionError(
+                f"for {args} the compiled function is not faster per call, so it never catches up: return None, "
+                f"not {got}"
+            )

@@ -1,0 +1,878 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: PyTorch course (.venv)
+#     language: python
+#     name: pytorch-course
+# ---
+
+# %% [markdown]
+# # 17 · The profiler
+#
+# "Why is my training slow?" is a question to answer with measurements, not
+# guesses. PyTorch ships a profiler, `torch.profiler`, that records every
+# operator your code runs: how long it took on the CPU (and on the GPU, when
+# there is one), with which input shapes, and how much memory it allocated.
+# This chapter profiles a small CNN training on real MNIST images, reads the
+# tables and traces the profiler produces, and then uses it for what it is
+# for: finding a real bottleneck, fixing it, and measuring the fix.
+#
+# **What you will learn**
+# - `torch.profiler.profile` with `ProfilerActivity.CPU` (and `CUDA` when a
+#   GPU is present), and `record_function` labels for your own code;
+# - reading `key_averages()` tables: self time versus total time, sorted and
+#   grouped by input shape;
+# - `schedule(wait, warmup, active, repeat)` with `prof.step()` in a training
+#   loop: which steps get recorded, and why the first ones are skipped;
+# - exporting a Chrome trace and writing TensorBoard trace files;
+# - memory profiling: which operator allocated the most;
+# - a starved `DataLoader` found in a profile, fixed two ways, and
+#   re-measured: a before/after table.
+#
+# **Prerequisites:** chapters 05 (the training loop on MNIST), 06 (the
+# `DataLoader`, workers) and 07 (`transforms.v2` augmentation, augmenting
+# whole batches).
+#
+# **Estimated time:** 45 minutes.
+
+# %% tags=["parameters"]
+BATCH_SIZE = 64  # images per training step
+TRAIN_IMAGES = 2048  # the first MNIST training images the loaders draw from
+PROFILE_STEPS = 4  # training steps in the first (unscheduled) profile
+WAIT = 1  # the schedule of the training-loop profile: steps off at the start of each cycle,
+WARMUP = 1  # steps profiled but discarded,
+ACTIVE = 2  # steps recorded,
+REPEAT = 2  # and cycles in all
+LOOP_STEPS = 10  # steps the scheduled training loop runs (WAIT + WARMUP + ACTIVE) * REPEAT = 8 of them profile
+BOTTLENECK_STEPS = 6  # recorded training steps in each before/after profile (after 1 warm-up step)
+TIMED_BATCHES = 12  # batches per timed pass in the before/after table
+MIN_RUN_TIME = 0.5  # seconds of timed runs helpers.bench.measure collects per variant
+MIN_DATA_SHARE = 0.5  # the starved loop must spend at least this share of a step loading data
+MIN_SPEEDUP = 1.3  # the batched fix must make a training pass at least this much faster
+SEED = 0
+
+# %% [markdown]
+# ## Setup
+#
+# The profiler's C++ side (a library called Kineto) writes log lines such
+# as `profiler_start` and, on a machine without a GPU,
+# `gpuGetDeviceCount failed` straight to the process's standard error,
+# below Python, where `warnings.catch_warnings` cannot catch them. They are
+# harmless, but they would clutter every cell, so the first lines of the
+# setup lower Kineto's and c10's log levels. Both are read when the
+# libraries load, so they must be set **before** `import torch`; in a
+# script you would set them in the shell instead.
+
+# %%
+import os
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # 6: none of Kineto's levels (0 verbose ... 5 USDT) is printed
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10's C++ warnings, such as the allocator's notes
+
+import json  # noqa: E402  (the environment variables above must come first)
+import math  # noqa: E402
+import multiprocessing  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.profiler import (  # noqa: E402
+    ProfilerAction,
+    ProfilerActivity,
+    profile,
+    record_function,
+    schedule,
+    tensorboard_trace_handler,
+)
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
+from torchvision.transforms import v2  # noqa: E402
+
+from helpers.bench import measure, speedup, timing_table  # noqa: E402
+from helpers.data import mnist  # noqa: E402
+from helpers.device import pick_device, seed_everything  # noqa: E402
+from helpers.exercises import check, solution  # noqa: E402, F401  (solution: for when you are stuck)
+from helpers.paths import build_dir, rel  # noqa: E402
+from helpers.report import ChapterReport  # noqa: E402
+
+generator = seed_everything(SEED)
+device = pick_device()
+report = ChapterReport("17_profiler")
+notebook_start = time.perf_counter()
+OUT = build_dir() / "profiler"  # everything this chapter writes
+shutil.rmtree(OUT, ignore_errors=True)  # a re-run starts clean
+OUT.mkdir(parents=True)
+FORK = sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} CPU threads; writing to {rel(OUT)}/")
+
+# %% [markdown]
+# ## Something to profile
+#
+# A small CNN (two 3×3 convolutions with max-pooling, then two linear
+# layers) trained on the first `TRAIN_IMAGES` MNIST digits. One training
+# step is the five steps of chapter 04, with a `record_function` label
+# around each phase. `record_function(name)` is a context manager that
+# marks a span of your own code; the profiler shows it next to PyTorch's
+# operators, so the table can say "the backward pass took this long", not
+# only "`aten::convolution_backward` took this long". Outside a profiler
+# it costs next to nothing, so labels can stay in your code.
+
+# %%
+raw = mnist(train=True)
+images = raw.data[:TRAIN_IMAGES].unsqueeze(1).float().div(255)  # [N, 1, 28, 28] in [0, 1]
+labels = raw.targets[:TRAIN_IMAGES]
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # derived in chapter 05
+
+
+def make_model():
+    torch.manual_seed(SEED)
+    return nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),  # [B, 8, 14, 14]
+        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),  # [B, 16, 7, 7]
+        nn.Flatten(), nn.Linear(16 * 7 * 7, 64), nn.ReLU(), nn.Linear(64, 10),
+    ).to(device)
+
+
+model = make_model()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def train_step(x, y):
+    """One optimisation step on the batch (x, y), each phase under its own label."""
+    x, y = x.to(device), y.to(device)
+    with record_function("forward"):
+        loss = F.cross_entropy(model(x), y)
+    with record_function("backward"):
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+    with record_function("optimizer"):
+        optimizer.step()
+    return loss
+
+
+x0 = (images[:BATCH_SIZE] - MNIST_MEAN) / MNIST_STD
+y0 = labels[:BATCH_SIZE]
+print(f"one batch: x {tuple(x0.shape)}, y {tuple(y0.shape)}; first loss {train_step(x0, y0).item():.3f}")
+
+# %% [markdown]
+# ## A first profile
+#
+# `profile(activities=[...])` records everything that runs inside the
+# `with` block. `ProfilerActivity.CPU` records the operators as the CPU
+# runs them; `ProfilerActivity.CUDA` adds the GPU kernels, which run
+# asynchronously and have their own timeline. `record_shapes=True` also
+# stores each operator's input shapes (used below). We profile
+# `PROFILE_STEPS` steps; the first step above was left out on purpose,
+# because a first call pays one-time costs (memory pools, lazy setup) that
+# say nothing about the steady state.
+
+# %%
+activities = [ProfilerActivity.CPU]
+if torch.cuda.is_available():
+    activities.append(ProfilerActivity.CUDA)
+    print("CUDA device present: profiling CPU operators and GPU kernels")
+else:
+    print("no CUDA device: profiling the CPU only (ProfilerActivity.CUDA skipped)")
+SORT_KEY = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+
+with profile(activities=activities, record_shapes=True) as prof:
+    for _ in range(PROFILE_STEPS):
+        train_step(x0, y0)
+averages = prof.key_averages()
+print(f"{len(prof.events()):,} events recorded, {len(averages)} distinct names")
+
+# %% [markdown]
+# `prof.events()` is every single event; `key_averages()` groups them by
+# name and sums them up. Its `table()` prints the result. Two kinds of time
+# appear in every row:
+#
+# - **CPU total**: from entering the operator to leaving it, *including*
+#   the operators it called. `forward` has a large total, because the whole
+#   forward pass runs inside it.
+# - **Self CPU**: the total minus the time spent in child operators: the
+#   work done in this operator itself. The self times add up to the
+#   profile's total, so **sort by self time to find where time goes**.
+#
+# `row_limit` keeps the table short and `max_name_column_width` keeps it
+# narrow:
+
+# %%
+print(averages.table(sort_by=SORT_KEY, row_limit=10, max_name_column_width=34))
+
+# %% [markdown]
+# The list is led by the convolutions (`aten::mkldnn_convolution` is the
+# CPU implementation behind `nn.Conv2d`, through oneDNN), their backward
+# (`aten::convolution_backward`), and the pooling. The labels have small
+# self times: they only *contain* work. The same numbers as attributes, to
+# use in code:
+
+# %%
+by_name = {e.key: e for e in averages}
+label_ms = {name: by_name[name].cpu_time_total / 1e3 for name in ("forward", "backward", "optimizer")}
+for name, ms in label_ms.items():
+    print(f"{name:10s} {by_name[name].count} calls, CPU total {ms:7.2f} ms, self {by_name[name].self_cpu_time_total / 1e3:5.2f} ms")
+top = max(averages, key=lambda e: e.self_cpu_time_total)
+self_sum = sum(e.self_cpu_time_total for e in averages)
+print(f"largest self CPU time: {top.key} ({top.self_cpu_time_total / self_sum:.0%} of all self time)")
+report.record("top operator by self CPU time", top.key)
+
+# %%
+for name in ("forward", "backward", "optimizer"):
+    assert by_name[name].count == PROFILE_STEPS, f"the {name!r} label should appear once per step"
+    assert by_name[name].self_cpu_time_total < by_name[name].cpu_time_total, f"{name!r} contains child operators"
+assert top.key.startswith("aten::"), f"the largest self time should be a PyTorch operator, not a label: {top.key}"
+assert label_ms["backward"] > label_ms["optimizer"], "the backward pass should cost more than the SGD update"
+
+# %% [markdown]
+# ### Grouped by input shape
+#
+# An operator name often hides several different calls: our network runs
+# `aten::conv2d` twice per step, on `[64, 1, 28, 28]` and on
+# `[64, 8, 14, 14]`. `key_averages(group_by_input_shape=True)` keeps one
+# row per (name, input shapes) pair and adds an *Input Shapes* column. It
+# needs `record_shapes=True` when profiling; without it every shape is
+# empty and nothing is split.
+
+# %%
+by_shape = prof.key_averages(group_by_input_shape=True)
+print(by_shape.table(sort_by=SORT_KEY, row_limit=6, max_name_column_width=26, max_shapes_column_width=44))
+
+# %%
+conv_shapes = {str(e.input_shapes[0]) for e in by_shape if e.key == "aten::conv2d"}
+print("aten::conv2d was called on inputs of shape:", sorted(conv_shapes))
+assert conv_shapes == {str([BATCH_SIZE, 1, 28, 28]), str([BATCH_SIZE, 8, 14, 14])}, conv_shapes
+
+# %% [markdown]
+# This is how you find, for example, that one layer of a model is slow
+# because of its shape, or that a variable-length batch recompiles or
+# reallocates for every new length.
+#
+# ## Profiling a training loop with a schedule
+#
+# Profiling every step of a long run makes the profiler's own cost and
+# output huge. A **schedule** records only some steps. You call
+# `prof.step()` at the end of every iteration; the profiler counts steps
+# from 0 and asks the schedule what to do with each:
+#
+# - `skip_first` steps (default 0) are ignored once, at the very start;
+# - then each cycle has `wait` steps where the profiler is off,
+# - `warmup` steps where it runs but throws the results away (its own
+#   start-up costs would otherwise land in the first recorded step),
+# - and `active` steps that are recorded. At the end of each cycle the
+#   `on_trace_ready` callback gets the profiler, to print or save the
+#   cycle's results;
+# - `repeat` cycles in all (0: until the loop ends).
+#
+# The schedule is a plain function from step number to a `ProfilerAction`,
+# so we can print what it will do before we run it. Our loop runs
+# `LOOP_STEPS` steps with `WAIT, WARMUP, ACTIVE, REPEAT`:
+
+# %%
+loop_schedule = schedule(wait=WAIT, warmup=WARMUP, active=ACTIVE, repeat=REPEAT)
+actions = [loop_schedule(step) for step in range(LOOP_STEPS)]
+planned = [step for step, action in enumerate(actions) if action in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)]
+print(f"schedule(wait={WAIT}, warmup={WARMUP}, active={ACTIVE}, repeat={REPEAT}):")
+for step, action in enumerate(actions):
+    print(f"  step {step:2d}: {action.name}")
+
+# %% [markdown]
+# Now the real loop. `on_trace_ready` is any callable that takes the
+# profiler. Ours does two things at the end of each cycle: it writes the
+# cycle's trace with `tensorboard_trace_handler` (next section), and it
+# notes which steps the cycle holds. The profiler wraps each step in a
+# label `ProfilerStep#N`, so the step numbers can be read from the events.
+# The data comes from a plain shuffled `DataLoader`, each batch normalised
+# on the way.
+
+# %%
+TB_DIR = OUT / "tensorboard"
+write_trace = tensorboard_trace_handler(str(TB_DIR), worker_name="course")  # worker_name: else host name + pid
+recorded_cycles = []
+
+
+def on_cycle_done(p):
+    write_trace(p)
+    steps = sorted({int(e.trace_name.split("#")[1]) for e in p.events() if e.trace_name.startswith("ProfilerStep#")})
+    recorded_cycles.append(steps)
+
+
+def endless(loader):
+    """Batches from loader, epoch after epoch."""
+    while True:
+        yield from loader
+
+
+plain_loader = DataLoader(list(zip(images, labels)), batch_size=BATCH_SIZE, shuffle=True, generator=generator)
+batches = endless(plain_loader)
+with warnings.catch_warnings(record=True) as caught:  # see pitfall 2
+    warnings.simplefilter("always")
+    with profile(activities=activities, schedule=loop_schedule, on_trace_ready=on_cycle_done) as prof:
+        for _ in range(LOOP_STEPS):
+            x, y = next(batches)
+            train_step((x - MNIST_MEAN) / MNIST_STD, y)
+            prof.step()  # tell the profiler a step ended
+for w in caught:
+    print(f"{w.category.__name__}: {w.message}")
+print("steps recorded, per cycle:", recorded_cycles)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+recorded = [step for cycle in recorded_cycles for step in cycle]
+print(f"recorded steps {recorded}; planned by the schedule {planned}")
+assert recorded == planned, "the profiler should record exactly the steps the schedule marks RECORD"
+assert len(recorded_cycles) == REPEAT, f"expected {REPEAT} cycles, each handed to on_trace_ready"
+
+# %% [markdown]
+# Each cycle skipped `WAIT` step(s), warmed up on the next, and recorded
+# the `ACTIVE` after that; after `REPEAT` cycles the profiler stayed off.
+# Exercise 2 asks you to predict these step numbers for any schedule.
+#
+# ## Traces: Chrome / Perfetto and TensorBoard
+#
+# A table sums everything up; a **trace** keeps every event on a timeline,
+# one row per thread (and per GPU stream), so you can see what ran when,
+# what waited, and where the gaps are. `prof.export_chrome_trace(path)`
+# writes the Chrome trace-event JSON format. To look at it, open
+# `chrome://tracing` in Chrome or Chromium, or https://ui.perfetto.dev in
+# any browser (it runs locally in the page; the file is not uploaded), and
+# load the file. Keys `w`/`s` zoom, `a`/`d` pan.
+#
+# We profile two more steps and export them. A trace is plain JSON, so we
+# can also read it ourselves:
+
+# %%
+with profile(activities=activities, record_shapes=True) as prof:
+    for _ in range(2):
+        train_step(x0, y0)
+trace_path = OUT / "two_steps.json"
+prof.export_chrome_trace(str(trace_path))
+trace = json.loads(trace_path.read_text())
+spans = [e for e in trace["traceEvents"] if e.get("ph") == "X"]  # "X": a complete event, with start and duration
+print(f"{rel(trace_path)}: {trace_path.stat().st_size / 1024:.0f} KB, {len(spans):,} timed events")
+print("the first events by start time:")
+for event in sorted(spans, key=lambda e: e["ts"])[:8]:
+    print(f"  {event['name']:32s} category {event['cat']:16s} {event['dur']:9.1f} us")
+
+# %%
+assert trace_path.stat().st_size > 0 and len(spans) > 0, "the exported trace should hold timed events"
+assert {"forward", "backward", "optimizer"} <= {e["name"] for e in spans}, "our labels should be in the trace"
+_ = report.record("Chrome trace size, two steps", round(trace_path.stat().st_size / 1024), "KB")
+
+# %% [markdown]
+# Each event has a name, a category (`cpu_op` for PyTorch operators,
+# `user_annotation` for our `record_function` labels), a start `ts` and a
+# duration `dur` in microseconds, and, with `record_shapes=True`, its input
+# shapes under `args`. A trace grows fast, a few hundred KB per small step
+# here; that is another reason for a schedule with few active steps.
+#
+# `tensorboard_trace_handler(dir)` wrote one such file per cycle of the
+# scheduled loop above, named `<worker>.<time in ns>.pt.trace.json` (we
+# set the worker name; by default it is the host name and process id, so
+# that the processes of a distributed job do not overwrite each other):
+
+# %%
+tb_files = sorted(TB_DIR.iterdir())
+for path in tb_files:
+    print(f"{rel(path)}  ({path.stat().st_size / 1024:.0f} KB)")
+assert len(tb_files) == REPEAT and all(p.name.endswith(".pt.trace.json") for p in tb_files), "one trace per cycle"
+
+# %% [markdown]
+# These are Chrome traces too, so Perfetto opens them. The folder is what
+# the TensorBoard profiler plugin reads: `pip install tensorboard
+# torch-tb-profiler`, then `tensorboard --logdir build/profiler/tensorboard`
+# and open its PyTorch Profiler tab. (TensorBoard is not installed in this
+# course's environment, so we stop at the files; note that the plugin is
+# no longer actively developed, and PyTorch's documentation now points to
+# Perfetto and the Chrome trace viewer as well.)
+#
+# ## Memory profiling
+#
+# `profile_memory=True` records every allocation and free of tensor
+# memory, attributed to the operator that made it. The table gains two
+# columns:
+#
+# - **CPU Mem**: memory allocated by the operator *and its children*,
+#   minus what they freed;
+# - **Self CPU Mem**: the same for the operator alone. Negative values are
+#   memory freed, such as the activations that the backward pass releases.
+#
+# (On a GPU the matching columns are *CUDA Mem* and *Self CUDA Mem*.) Sorted
+# by self memory, the table shows which operators allocate the most:
+
+# %%
+MEM_KEY = "self_cuda_memory_usage" if torch.cuda.is_available() else "self_cpu_memory_usage"
+with profile(activities=activities, profile_memory=True, record_shapes=True) as prof:
+    train_step(x0, y0)
+memory = prof.key_averages()
+print(memory.table(sort_by=MEM_KEY, row_limit=6, max_name_column_width=34))
+
+# %%
+LABELS = ("forward", "backward", "optimizer")
+allocations = sorted(
+    ((e.key, getattr(e, MEM_KEY) / 2**20) for e in memory if e.key not in LABELS and e.key != "aten::empty"),
+    key=lambda item: -item[1],
+)
+top_alloc_name, top_alloc_mb = allocations[0]
+activation_mb = BATCH_SIZE * 8 * 28 * 28 * 4 / 2**20  # the first convolution's output, float32
+empty = next(e for e in memory if e.key == "aten::empty")
+print(f"aten::empty: {getattr(empty, MEM_KEY) / 2**20:.2f} MB in {empty.count} calls, for the operators that called it")
+for name, mb in allocations[:3]:
+    print(f"{name:36s} {mb:6.2f} MB in one step")
+relu_mb = BATCH_SIZE * (8 * 28 * 28 + 16 * 14 * 14 + 64) * 4 / 2**20  # the three ReLU outputs, float32
+print(f"by hand: the three ReLU outputs, {BATCH_SIZE} x (8x28x28 + 16x14x14 + 64) floats = {relu_mb:.2f} MB")
+report.record("largest allocating operator", top_alloc_name)
+_ = report.record("its allocation per step", top_alloc_mb, "MB", digits=2)
+
+# %%
+assert top_alloc_mb > 0 and top_alloc_name.startswith("aten::"), (top_alloc_name, top_alloc_mb)
+assert top_alloc_mb >= activation_mb, "the top allocator should allocate at least one full-size activation"
+if not torch.cuda.is_available():
+    assert abs(top_alloc_mb - relu_mb) < 0.01 * relu_mb, "on the CPU the top allocation should be one copy of the ReLU outputs"
+
+# %% [markdown]
+# `aten::empty` tops the raw table because it *is* the allocation: many
+# operators (the convolutions among them) create their output by calling
+# it, so their memory shows up as `aten::empty`'s self memory, and in
+# their own *CPU Mem* column. Looking past it, the largest allocators
+# allocate exactly the activation sizes we can compute by hand: ReLU's
+# output (`aten::clamp_min`) and its gradient in the backward pass
+# (`aten::threshold_backward`) are one full copy of each activation.
+# A picture of the two rankings, time and memory, for this training step:
+
+# %%
+time_rows = sorted(averages, key=lambda e: e.self_cpu_time_total, reverse=True)[:6]
+fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(9, 3))
+ax_t.barh([e.key for e in time_rows][::-1], [e.self_cpu_time_total / 1e3 / PROFILE_STEPS for e in time_rows][::-1])
+ax_t.set_xlabel("self CPU time per step (ms)")
+ax_t.set_title("where the time goes")
+ax_m.barh([name for name, _ in allocations[:6]][::-1], [mb for _, mb in allocations[:6]][::-1], color="tab:orange")
+ax_m.set_xlabel("memory allocated in one step (MB)")
+ax_m.set_title("where the memory goes")
+for ax in (ax_t, ax_m):
+    ax.tick_params(axis="y", labelsize=7)
+plt.show()
+
+# %% [markdown]
+# Max-pooling also allocates more than its small output suggests: it
+# keeps the *indices* of the maxima (int64, twice the size of float32
+# values) for the backward pass. Memory profiling is how you find such
+# things; chapter 18 is about reducing them.
+#
+# ## A real bottleneck: a starved DataLoader
+#
+# Now a training loop as it is often written. A `Dataset` opens each image
+# and runs a random augmentation in `__getitem__`, here
+# `v2.RandomAffine` (rotation up to ±15°, shift up to 10 %, scale 0.9 to
+# 1.1; a classic for handwritten digits), and a `DataLoader` with the
+# default `num_workers=0` calls it 64 times per batch, in the main process,
+# while the model waits.
+
+
+# %%
+class AugmentedMNIST(Dataset):
+    """MNIST images with a random affine augmentation per sample, as float [1, 28, 28] normalised."""
+
+    def __init__(self, mnist_set, n):
+        self.mnist_set, self.n = mnist_set, n
+        self.transform = v2.Compose([
+            v2.ToImage(),  # PIL image -> uint8 tensor [1, 28, 28]
+            v2.RandomAffine(degrees=15, translate=(0.1, 0.1), scale=(0.9, 1.1)),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize([MNIST_MEAN], [MNIST_STD]),
+        ])
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        image, label = self.mnist_set[i]  # a PIL image and an int
+        return self.transform(image), label
+
+
+starved_loader = DataLoader(AugmentedMNIST(raw, TRAIN_IMAGES), batch_size=BATCH_SIZE, shuffle=True, drop_last=True)
+
+# %% [markdown]
+# We profile `BOTTLENECK_STEPS` steps (after one warm-up step), with one
+# label around fetching the batch and one around the training step. The
+# `DataLoader` also labels itself: its `__next__` appears as
+# `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`.
+
+
+# %%
+def profile_loop(loader, steps):
+    """Profile `steps` training steps fed by `loader` (after one warm-up step); return the profiler."""
+    batches = endless(loader)
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
+        for _ in range(1 + steps):
+            with record_function("load batch"):
+                x, y = next(batches)
+            with record_function("train step"):
+                train_step(x, y)
+            prof.step()
+    return prof
+
+
+def loop_breakdown(prof, steps):
+    """Milliseconds per step spent under the 'load batch' and 'train step' labels."""
+    totals = {e.key: e.cpu_time_total / 1e3 / steps for e in prof.key_averages()}
+    return {"load batch": totals["load batch"], "train step": totals["train step"]}
+
+
+prof = profile_loop(starved_loader, BOTTLENECK_STEPS)
+top_level = [e for e in prof.key_averages() if e.key in ("load batch", "train step") or e.key.startswith("enumerate(")]
+for e in sorted(top_level, key=lambda e: -e.cpu_time_total):
+    print(f"{e.key:58s} {e.cpu_time_total / 1e3 / BOTTLENECK_STEPS:7.1f} ms per step")
+before = loop_breakdown(prof, BOTTLENECK_STEPS)
+data_share_before = before["load batch"] / (before["load batch"] + before["train step"])
+print(f"share of each step spent loading data: {data_share_before:.0%}")
+report.record("data-loading share, per-sample augmentation", 100 * data_share_before, "%", digits=1)
+
+# %% [markdown]
+# Where inside the loading? The ten largest self times of the whole loop:
+
+# %%
+print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10, max_name_column_width=44))
+
+# %%
+assert data_share_before >= MIN_DATA_SHARE, (
+    f"the profile should show the loop starved by data loading: {data_share_before:.0%} of each step, "
+    f"expected at least {MIN_DATA_SHARE:.0%}"
+)
+
+# %% [markdown]
+# That is the bottleneck, in the profiler's own numbers: more than half of
+# every step goes into preparing the batch, and the model, the part we
+# care about, waits. The second table shows why: the time is spread over
+# many small operators (`aten::grid_sampler_2d`, `aten::copy_`, ...) called
+# 64 times per batch, plus Python overhead between them that no single
+# operator owns. Two standard fixes:
+#
+# 1. **Do the work on whole batches.** Keep the images as one uint8
+#    tensor, index a batch, and augment all 64 images with a few tensor
+#    operations. For affine transforms that is `F.affine_grid`, which turns
+#    one 2×3 matrix *per image* into sampling grids, and `F.grid_sample`,
+#    which samples all images at once (chapter 07 did the same for crops
+#    and flips). The per-sample Python overhead disappears, and the work
+#    moves to wherever the batch is, a GPU included.
+# 2. **Load in parallel.** `num_workers=2` runs `__getitem__` in two
+#    worker processes, which prepare the next batches while the main
+#    process trains; `persistent_workers=True` keeps them alive between
+#    epochs instead of starting new ones each time (chapter 06).
+#
+# Fix 1, written out:
+
+
+# %%
+def random_affine_batch(x, generator, degrees=15.0, translate=0.1, scale=(0.9, 1.1)):
+    """Per-image random rotation, shift and scale of x: float [B, C, H, W] -> float [B, C, H, W].
+
+    The same ranges as v2.RandomAffine(degrees, (translate, translate), scale); pixels that come from
+    outside the image are 0.
+    """
+    B = x.shape[0]
+
+    def uniform(low, high):
+        return low + (high - low) * torch.rand(B, generator=generator)
+
+    angle = uniform(-degrees, degrees) * math.pi / 180
+    zoom = uniform(*scale)
+    # grid coordinates run from -1 to 1 across the image, so a shift of a fraction f of the width is 2f
+    shift_x, shift_y = uniform(-2 * translate, 2 * translate), uniform(-2 * translate, 2 * translate)
+    cos, sin = torch.cos(angle) / zoom, torch.sin(angle) / zoom
+    theta = torch.stack([torch.stack([cos, -sin, shift_x], 1), torch.stack([sin, cos, shift_y], 1)], 1)  # [B, 2, 3]
+    grid = F.affine_grid(theta.to(x.device), list(x.shape), align_corners=False)  # [B, H, W, 2]
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+class BatchAugmented:
+    """Shuffled batches (x, y) from uint8 images [N, 1, 28, 28], augmented and normalised a batch at a time."""
+
+    def __init__(self, uint8_images, labels, batch_size, generator):
+        self.images, self.labels = uint8_images, labels
+        self.batch_size, self.generator = batch_size, generator
+
+    def __len__(self):
+        return len(self.labels) // self.batch_size
+
+    def __iter__(self):
+        order = torch.randperm(len(self.labels), generator=self.generator)
+        for k in range(len(self)):
+            index = order[k * self.batch_size : (k + 1) * self.batch_size]
+            x = self.images[index].float().div(255)
+            yield (random_affine_batch(x, self.generator) - MNIST_MEAN) / MNIST_STD, self.labels[index]
+
+
+uint8_images = raw.data[:TRAIN_IMAGES].unsqueeze(1)  # [N, 1, 28, 28] uint8, as stored
+batched_loader = BatchAugmented(uint8_images, labels, BATCH_SIZE, generator)
+
+# %% [markdown]
+# Before trusting a fix, check that it still does the same job. Sixteen
+# draws of each augmentation on the same digit (undoing the normalisation
+# to draw them):
+
+# %%
+digit = 5
+torch.manual_seed(SEED)  # v2 transforms draw from the global generator
+per_sample = torch.stack([AugmentedMNIST(raw, TRAIN_IMAGES)[digit][0] for _ in range(8)])
+batched = random_affine_batch(images[digit : digit + 1].expand(8, -1, -1, -1), torch.Generator().manual_seed(SEED))
+shown = torch.cat([per_sample * MNIST_STD + MNIST_MEAN, batched])
+fig, axes = plt.subplots(2, 8, figsize=(9, 2.6))
+for ax, image in zip(axes.flat, shown):
+    ax.imshow(image[0].clamp(0, 1), cmap="gray", vmin=0, vmax=1)
+    ax.axis("off")
+axes[0, 0].set_title("v2.RandomAffine, one image at a time", fontsize=9, loc="left")
+axes[1, 0].set_title("random_affine_batch, the whole batch at once", fontsize=9, loc="left")
+plt.show()
+assert batched.shape == (8, 1, 28, 28) and not torch.equal(batched[0], batched[1]), "each image gets its own draw"
+
+# %% [markdown]
+# Fix 2 is a change of two arguments. Worker processes need `fork` to see
+# classes defined in a notebook (chapter 06), so elsewhere the cell falls
+# back to `num_workers=0` and says so.
+
+# %%
+workers = 2 if FORK else 0
+worker_loader = DataLoader(
+    AugmentedMNIST(raw, TRAIN_IMAGES), batch_size=BATCH_SIZE, shuffle=True, drop_last=True,
+    num_workers=workers, persistent_workers=workers > 0, multiprocessing_context="fork" if FORK else None,
+)
+print(f"worker loader: num_workers={workers}" + ("" if FORK else " ('fork' is not available here: no workers)"))
+
+# %% [markdown]
+# ### Re-profiled
+#
+# The same profile of the batched version:
+
+# %%
+prof = profile_loop(batched_loader, BOTTLENECK_STEPS)
+after = loop_breakdown(prof, BOTTLENECK_STEPS)
+data_share_after = after["load batch"] / (after["load batch"] + after["train step"])
+print(f"{'ms per step':24s} {'load batch':>10s} {'train step':>10s} {'data share':>10s}")
+for name, parts in (("per-sample augmentation", before), ("batched augmentation", after)):
+    share = parts["load batch"] / (parts["load batch"] + parts["train step"])
+    print(f"{name:24s} {parts['load batch']:10.1f} {parts['train step']:10.1f} {share:10.0%}")
+report.record("data-loading share, batched augmentation", 100 * data_share_after, "%", digits=1)
+assert data_share_after < data_share_before / 2, "the batched augmentation should cut the data share at least in half"
+
+# %% [markdown]
+# ### Re-measured
+#
+# A profile shows where time goes, but the profiler adds its own overhead
+# to every operator. The verdict on a fix is a plain timing without the
+# profiler: `helpers.bench.measure` times one pass of `TIMED_BATCHES`
+# training steps per loader, with a warm-up and repeats, and reports the
+# median. The worker loader keeps its workers between passes
+# (`persistent_workers=True`), as it would between epochs.
+
+
+# %%
+def training_pass(loader):
+    """TIMED_BATCHES training steps on batches from a fresh iterator over loader."""
+    for k, (x, y) in enumerate(loader):
+        if k == TIMED_BATCHES:
+            break
+        train_step(x, y)
+
+
+variants = {
+    "per-sample, num_workers=0": starved_loader,
+    f"per-sample, num_workers={workers}": worker_loader,
+    "batched augmentation": batched_loader,
+}
+timings = [measure(lambda loader=loader: training_pass(loader), label=name, min_run_time=MIN_RUN_TIME)
+           for name, loader in variants.items()]
+variants.clear()
+del worker_loader  # its persistent workers stop when the last reference to the loader goes
+print(f"one pass of {TIMED_BATCHES} training steps of {BATCH_SIZE} images:")
+print(timing_table(timings))
+starved_t, worker_t, batched_t = timings
+batched_speedup = speedup(starved_t, batched_t)
+worker_speedup = speedup(starved_t, worker_t)
+report.record("speed-up, batched augmentation", batched_speedup, "x", digits=2)
+_ = report.record(f"speed-up, num_workers={workers}", worker_speedup, "x", digits=2)
+
+# %%
+assert batched_speedup >= MIN_SPEEDUP, (
+    f"the batched augmentation should make the training pass at least {MIN_SPEEDUP}x faster, "
+    f"measured {batched_speedup:.2f}x"
+)
+
+# %% [markdown]
+# The batched augmentation removes the bottleneck: the loop is now
+# limited by the model. The profile predicted the size of the win: a step
+# that spent most of its time loading now spends little (the check asks
+# for at least `MIN_SPEEDUP`, well below what a quiet machine shows, to
+# leave room for a busy one). The workers help less on this machine, and how much varies from
+# run to run: two workers plus the training process share only two CPU
+# cores here, so the augmentation is moved, not removed. On a machine with
+# spare cores, workers are the quickest fix and need no change to the
+# dataset; batched tensor operations are the more thorough one.
+#
+# The measurement habit matters more than this particular fix: profile,
+# find the largest share, change one thing, and measure again without the
+# profiler.
+#
+# ## Pitfalls
+#
+# ### 1. A schedule without `prof.step()`
+#
+# The schedule only moves when you call `prof.step()`. Forget it, and the
+# profiler stays at step 0, in the `wait` phase, for the whole loop; it
+# never records, and asking for the results fails:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+try:
+    with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=2)) as prof:
+        for _ in range(6):
+            train_step(x0, y0)  # ... and no prof.step()
+    prof.key_averages()
+except AssertionError as err:
+    print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
+# **Fix:** call `prof.step()` once at the end of every iteration, as in the
+# training loop above (or pass no schedule, to record everything).
+#
+# ### 2. `repeat` > 1 and `key_averages()` after the loop
+#
+# After the loop, `prof.key_averages()` holds the events of the **last**
+# cycle only: the profiler clears them at the end of each cycle, once
+# `on_trace_ready` has had them. PyTorch warns about it:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def count_steps(acc_events):
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=2, repeat=2), acc_events=acc_events) as p:
+        for _ in range(6):
+            train_step(x0, y0)
+            p.step()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        n = {e.key: e.count for e in p.key_averages()}["forward"]
+    return n, [str(w.message) for w in caught]
+
+
+n_last, messages = count_steps(acc_events=False)
+for message in messages:
+    print(f"UserWarning: {message}")
+n_all, _ = count_steps(acc_events=True)
+print(f"'forward' steps in key_averages(): {n_last} with the default, {n_all} with acc_events=True")
+assert (n_last, n_all) == (2, 4)
+
+# %% [markdown]
+# **Fix:** read each cycle in `on_trace_ready` (as our loop did), or pass
+# `acc_events=True` to keep the events of all cycles. (The same warning
+# appeared when our scheduled loop began its second cycle; there it was
+# harmless, because `on_cycle_done` read each cycle as it ended.)
+#
+# ### 3. A misspelt sort key
+#
+# `table(sort_by=...)` takes the name of an attribute of the averaged
+# events, such as `self_cpu_time_total` or `cpu_memory_usage`, not the
+# column title:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+try:
+    memory.table(sort_by="self_cpu_time")
+except AttributeError as err:
+    print(f"{type(err).__name__}: {err}")
+print(memory.table(sort_by="self_cpu_time_total", row_limit=1, max_name_column_width=30).splitlines()[1].split()[:3])
+
+# %% [markdown]
+# **Fix:** use `self_cpu_time_total`, `cpu_time_total`,
+# `self_cpu_memory_usage`, ... (on a GPU: `self_cuda_time_total`,
+# `self_cuda_memory_usage`).
+#
+# ## Exercises
+#
+# Each exercise has a stub for you to fill in, then a checker cell that
+# prints **PASSED**, **NOT YET** with a hint, or **TODO** while the stub
+# still raises `NotImplementedError`. If you are stuck,
+# `solution("17.top_ops")` returns the reference solution.
+#
+# ### Exercise 1: the top operators
+#
+# Write `top_ops(averages, k)`: given the result of `prof.key_averages()`,
+# return the names (`.key`) of the `k` entries with the largest **self**
+# CPU time (`.self_cpu_time_total`), largest first; all of them if there
+# are fewer than `k`. The checker uses a real profile; when it passes, the
+# cell prints the top three operators of our first profile.
+
+
+# %%
+def top_ops(averages, k):
+    """Names of the k entries of `averages` with the largest self CPU time, largest first."""
+    raise NotImplementedError
+
+
+# %%
+result = check("17.top_ops", top_ops)
+if result.passed:
+    print("top 3 by self CPU time:", top_ops(averages, 3))
+
+# %% [markdown]
+# ### Exercise 2: which steps does a schedule record?
+#
+# Write `recorded_steps(wait, warmup, active, repeat, skip_first, num_steps)`:
+# the sorted list of step numbers (counting from 0) that
+# `schedule(wait=..., warmup=..., active=..., repeat=..., skip_first=...)`
+# records in a loop of `num_steps` iterations that calls `prof.step()`
+# at the end of each. Remember: `skip_first` steps come once, at the
+# start; each cycle is `wait`, then `warmup`, then `active` steps; and
+# `repeat=0` means "cycle until the loop ends". Do not call the profiler:
+# work it out. The checker runs the real profiler with the same schedules
+# and compares.
+
+
+# %%
+def recorded_steps(wait, warmup, active, repeat, skip_first, num_steps):
+    """Step numbers (0-based) recorded by the schedule within num_steps steps."""
+    raise NotImplementedError
+
+
+# %%
+result = check("17.recorded_steps", recorded_steps)
+if result.passed:
+    print("schedule(wait=2, warmup=1, active=2, repeat=0, skip_first=3), 15 steps:", recorded_steps(2, 1, 2, 0, 3, 15))
+
+# %% [markdown]
+# ## Summary
+#
+# - `profile(activities=[ProfilerActivity.CPU] (+ CUDA))` records every
+#   operator; `record_function("name")` labels your own code, and the
+#   `DataLoader` labels itself.
+# - In `key_averages().table()`, **self** time is the operator's own work
+#   and adds up to the total; sort by it (`sort_by="self_cpu_time_total"`)
+#   to find where time goes. `record_shapes=True` plus
+#   `group_by_input_shape=True` splits an operator by input shape.
+# - `schedule(wait, warmup, active, repeat, skip_first)` with `prof.step()`
+#   records only the steps you choose; `on_trace_ready` gets each cycle;
+#   `acc_events=True` keeps all cycles.
+# - `export_chrome_trace` writes a timeline for `chrome://tracing` or
+#   Perfetto; `tensorboard_trace_handler` writes one per cycle for
+#   `tensorboard --logdir`.
+# - `profile_memory=True` attributes allocations to operators (the *Mem*
+#   columns); `aten::empty` is the allocation itself, and the largest
+#   allocators were the activations and their gradients.
+# - The starved `DataLoader` showed up as the largest share of each step;
+#   batching the augmentation removed it, and a plain timing without the
+#   profiler confirmed the speed-up (the figures are in the report below).
+#
+# **Next:** chapter 18 takes the memory columns further: where the memory
+# of training goes (parameters, gradients, optimizer state, activations)
+# and how checkpointing, accumulation and mixed precision reduce it.
+
+# %%
+print(f"notebook ran in {time.perf_counter() - notebook_start:.0f} s")
+report.finish()

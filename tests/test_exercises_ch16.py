@@ -1,0 +1,130 @@
+"""Exercises of chapter 16: realistic wrong answers fail with a hint (the generic checks
+live in tests/test_exercises.py)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from helpers.exercises import check
+from tests.exercise_support import assert_rejected
+
+# --------------------------------------------------------------------------
+# 16.no_graph_break
+# --------------------------------------------------------------------------
+
+
+def test_no_graph_break_original_with_item_fails():
+    def original(x):
+        top = x.max().item()
+        if top > 0:
+            return x / top
+        return x - top
+
+    assert_rejected("16.no_graph_break", original, "graph break", "torch.where")
+
+
+def test_no_graph_break_tensor_if_fails():
+    def tensor_if(x):
+        top = x.max()
+        if top > 0:  # still a data-dependent branch
+            return x / top
+        return x - top
+
+    assert_rejected("16.no_graph_break", tensor_if, "graph break")
+
+
+def test_no_graph_break_always_dividing_fails():
+    def always_divide(x):
+        return x / x.max()
+
+    assert_rejected("16.no_graph_break", always_divide, "subtract")
+
+
+def test_no_graph_break_branches_swapped_fails():
+    def swapped(x):
+        top = x.max()
+        return torch.where(top > 0, x - top, x / top)
+
+    assert_rejected("16.no_graph_break", swapped, "divide")
+
+
+def test_no_graph_break_strict_comparison_at_zero_fails():
+    def nonnegative(x):
+        top = x.max()
+        return torch.where(top >= 0, x / top, x - top)
+
+    assert_rejected("16.no_graph_break", nonnegative, "maximum is 0")
+
+
+def test_no_graph_break_clamp_variant_is_accepted():
+    def clamped(x):
+        top = x.max()
+        positive = top > 0
+        return torch.where(positive, x / torch.where(positive, top, 1.0), x - top)
+
+    assert check("16.no_graph_break", clamped, show=False).passed
+
+
+# --------------------------------------------------------------------------
+# 16.break_even_calls
+# --------------------------------------------------------------------------
+
+
+def test_break_even_rounding_down_fails():
+    def floor(compile_s, eager_s, compiled_s):
+        saving = eager_s - compiled_s
+        return None if saving <= 0 else max(1, math.floor(compile_s / saving))
+
+    assert_rejected("16.break_even_calls", floor, "one call too few")
+
+
+def test_break_even_floor_plus_one_fails():
+    def floor_plus_one(compile_s, eager_s, compiled_s):
+        saving = eager_s - compiled_s
+        return None if saving <= 0 else math.floor(compile_s / saving) + 1
+
+    assert_rejected("16.break_even_calls", floor_plus_one, "one call too many")
+
+
+def test_break_even_ignoring_compiled_call_time_fails():
+    def no_compiled_time(compile_s, eager_s, compiled_s):
+        return None if eager_s <= compiled_s else max(1, math.ceil(compile_s / eager_s))
+
+    assert_rejected("16.break_even_calls", no_compiled_time, "compiled calls cost time too")
+
+
+def test_break_even_dividing_by_zero_fails():
+    def unguarded(compile_s, eager_s, compiled_s):
+        return max(1, math.ceil(compile_s / (eager_s - compiled_s)))
+
+    assert_rejected("16.break_even_calls", unguarded, "None")
+
+
+def test_break_even_infinity_for_never_fails():
+    def infinite(compile_s, eager_s, compiled_s):
+        saving = eager_s - compiled_s
+        return math.inf if saving <= 0 else max(1, math.ceil(compile_s / saving))
+
+    assert_rejected("16.break_even_calls", infinite, "None")
+
+
+def test_break_even_zero_for_free_compile_fails():
+    def zero(compile_s, eager_s, compiled_s):
+        saving = eager_s - compiled_s
+        return None if saving <= 0 else math.ceil(compile_s / saving)
+
+    assert_rejected("16.break_even_calls", zero, "at least 1")
+
+
+def test_break_even_loop_is_accepted():
+    def loop(compile_s, eager_s, compiled_s):
+        if compiled_s >= eager_s:
+            return None
+        n = 1
+        while compile_s + n * compiled_s > n * eager_s:
+            n += 1
+        return n
+
+    assert check("16.break_even_calls", loop, show=False).passed
