@@ -30,9 +30,10 @@ def pytest_terminal_summary(terminalreporter):
         return
     tr = terminalreporter
     tr.section("seconds per notebook")
-    tr.write_line(f"{'notebook':28s} {'nbval (defaults)':>17s} {'papermill (smoke)':>18s}")
+    w = max(len("notebook"), *(len(stem) for stem in stems))
+    tr.write_line(f"{'notebook':{w}s} {'nbval (defaults)':>17s} {'papermill (smoke)':>18s}")
     for stem in stems:
         nbval = f"{_nbval[stem]:.1f}" if stem in _nbval else "-"
         smoke = f"{_smoke[stem]:.1f}" if stem in _smoke else "-"
-        tr.write_line(f"{stem:28s} {nbval:>17s} {smoke:>18s}")
-    tr.write_line(f"{'total':28s} {sum(_nbval.values()):>17.1f} {sum(_smoke.values()):>18.1f}")
+        tr.write_line(f"{stem:{w}s} {nbval:>17s} {smoke:>18s}")
+    tr.write_line(f"{'total':{w}s} {sum(_nbval.values()):>17.1f} {sum(_smoke.values()):>18.1f}")

@@ -260,9 +260,9 @@ assert zero_shot_acc[matching] >= MIN_ZERO_SHOT_ACCURACY, "the ImageNet weights 
 for name in ("ImageNet mean/std (torchvision's)", "no normalisation, [0, 1]"):
     assert zero_shot_acc[name] <= zero_shot_acc[matching], f"{name} should not beat the matching preprocessing"
 assert zero_shot_acc["mean=std=0.5, symmetric padding"] < zero_shot_acc[matching], "TF padding should fit TF weights better"
-report.record("zero-shot accuracy, matching preprocessing", 100 * zero_shot_acc[matching], "%")
-report.record("zero-shot accuracy, ImageNet mean/std", 100 * zero_shot_acc["ImageNet mean/std (torchvision's)"], "%")
-_ = report.record("zero-shot accuracy, symmetric padding", 100 * zero_shot_acc["mean=std=0.5, symmetric padding"], "%")
+report.record("zero-shot accuracy, matching preprocessing", 100 * zero_shot_acc[matching], "%", digits=1)
+report.record("zero-shot accuracy, ImageNet mean/std", 100 * zero_shot_acc["ImageNet mean/std (torchvision's)"], "%", digits=1)
+_ = report.record("zero-shot accuracy, symmetric padding", 100 * zero_shot_acc["mean=std=0.5, symmetric padding"], "%", digits=1)
 
 # %% [markdown]
 # Far above chance, so the weights are real ImageNet weights. The wrong
@@ -451,9 +451,9 @@ for arm in ("(a) feature extraction", "(b) fine-tuning"):
         f"{arm} ({acc[arm]:.1%}) should beat training from scratch ({acc['(c) from scratch']:.1%}) "
         f"by at least {MIN_PRETRAINED_MARGIN:.0%} on the same budget"
     )
-report.record("test accuracy, feature extraction", 100 * acc["(a) feature extraction"], "%")
-report.record("test accuracy, fine-tuning", 100 * acc["(b) fine-tuning"], "%")
-_ = report.record("test accuracy, from scratch", 100 * acc["(c) from scratch"], "%")
+report.record("test accuracy, feature extraction", 100 * acc["(a) feature extraction"], "%", digits=1)
+report.record("test accuracy, fine-tuning", 100 * acc["(b) fine-tuning"], "%", digits=1)
+_ = report.record("test accuracy, from scratch", 100 * acc["(c) from scratch"], "%", digits=1)
 
 # %% [markdown]
 # On this budget, a few hundred images and a few dozen steps, the network

@@ -606,10 +606,14 @@ assert ensemble_acc >= MIN_ENSEMBLE_ACCURACY, f"ensemble accuracy {ensemble_acc:
 assert ensemble_acc >= member_acc.mean().item(), "the ensemble should be at least as accurate as its average member"
 
 # %% [markdown]
-# The speed-up of one batched call over `N_MODELS` calls is modest for
-# models this small on a CPU, where each call is already a few matrix
-# products; it grows with many small models and on a GPU, where one large
-# kernel keeps the device busy instead of many tiny ones.
+# Look at the measured speed-up above before believing any rule of thumb.
+# With models this small on a CPU, one batched call may gain little or even
+# lose against `N_MODELS` separate calls: each member's call is already a
+# few matrix products that keep both cores busy, and the batched matrix
+# products that `vmap` produces are not always faster than the separate
+# ones. Batching pays off with many tiny models, and above all on a GPU,
+# where one large kernel keeps the device busy instead of many small ones
+# that each leave most of it idle.
 #
 # ## MAML: meta-learning with grad of grad
 #
