@@ -31,7 +31,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import re
@@ -41,6 +40,7 @@ from typing import Any
 
 import torch
 
+from .data import file_digest
 from .paths import atomic_write, rel
 
 __all__ = [
@@ -55,9 +55,6 @@ __all__ = [
     "set_rng_state",
     "verify_checkpoint",
 ]
-
-_CHUNK = 1 << 20  # bytes read at a time while hashing
-
 
 class CheckpointError(RuntimeError):
     """A checkpoint file is missing, incomplete, corrupt or cannot be loaded safely.
@@ -106,11 +103,7 @@ def _step_of(path: Path, prefix: str) -> int | None:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return file_digest(path, "sha256")
 
 
 def _fsync_directory(directory: Path) -> None:
