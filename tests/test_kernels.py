@@ -1,0 +1,354 @@
+"""helpers.kernels: the C++ softmax op, its input checks, the loader's errors and
+lock handling, the CUDA sources compiled with nvcc, and the CUDA ops on a GPU.
+
+The builds go where the notebook's go ($TORCH_EXTENSIONS_DIR, else
+build/torch_extensions) with the same names and flags, so whichever runs
+first compiles and the other reuses the build.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers import kernels
+from helpers.kernels import KernelBuildError
+
+INF = float("inf")
+has_compiler = kernels.shutil.which(os.environ.get("CXX", "c++")) is not None
+
+
+def _nvcc() -> str | None:
+    home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    candidate = Path(home) / "bin" / "nvcc"
+    return kernels.shutil.which("nvcc") or (str(candidate) if candidate.is_file() else None)
+
+
+needs_compiler = pytest.mark.skipif(not has_compiler, reason="no C++ compiler on this machine")
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the CUDA ops cannot run here")
+
+
+@pytest.fixture(scope="module")
+def ops():
+    return kernels.load_cpu_ops()
+
+
+# ------------------------------------------------------------ correctness ----
+
+
+def _edge_cases(dtype):
+    finite = torch.finfo(dtype).max
+    masked = torch.randn(3, 9, dtype=dtype, generator=torch.Generator().manual_seed(0))
+    masked[:, ::2] = -INF
+    return {
+        "one column": torch.randn(5, 1, dtype=dtype),
+        "one row, long": torch.randn(1, 100_003, dtype=dtype),
+        "huge magnitudes": torch.tensor([[1e30, -1e30, 0.0, 3e37], [finite, -finite, finite, 0.0]], dtype=dtype),
+        "-inf masks": masked,
+        "constant row": torch.full((2, 6), 7.0, dtype=dtype),
+        "cols not multiple of 4": torch.randn(4, 13, dtype=dtype),
+    }
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+def test_cpu_softmax_matches_torch_on_edge_cases(ops, dtype):
+    tol = 1e-6 if dtype == torch.float32 else 1e-13
+    for label, x in _edge_cases(dtype).items():
+        got, want = ops.softmax_cpu(x), torch.softmax(x, dim=-1)
+        assert got.dtype == dtype and got.shape == x.shape, label
+        torch.testing.assert_close(got, want, atol=tol, rtol=1e-5, msg=lambda m, label=label: f"{label}: {m}")
+        assert torch.allclose(got.sum(-1), torch.ones((), dtype=dtype), atol=1e-5), label
+
+
+@needs_compiler
+def test_cpu_softmax_special_rows_match_torch(ops):
+    x = torch.tensor([[-INF, -INF, -INF], [1.0, math.nan, 2.0], [-INF, 0.0, -INF]])
+    got = ops.softmax_cpu(x)
+    want = torch.softmax(x, -1)
+    assert torch.isnan(got[0]).all() and torch.isnan(want[0]).all(), "an all -inf row is NaN, as in torch"
+    assert torch.isnan(got[1]).all() and torch.isnan(want[1]).all(), "a NaN spreads over its row, as in torch"
+    assert got[2].tolist() == [0.0, 1.0, 0.0], "masked entries are exactly 0"
+
+
+@needs_compiler
+@settings(max_examples=40, deadline=None, database=None)
+@given(
+    rows=st.integers(1, 40),
+    cols=st.integers(1, 300),
+    scale=st.sampled_from([1e-3, 1.0, 30.0, 1e4]),
+    double=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_cpu_softmax_matches_torch_on_random_shapes(rows, cols, scale, double, seed):
+    dtype = torch.float64 if double else torch.float32
+    x = torch.randn(rows, cols, dtype=dtype, generator=torch.Generator().manual_seed(seed)) * scale
+    got = kernels.softmax_cpu(x)
+    torch.testing.assert_close(got, torch.softmax(x, -1), atol=1e-6 if not double else 1e-12, rtol=1e-5)
+
+
+@needs_compiler
+def test_cpu_softmax_uses_several_threads_consistently(ops):
+    x = torch.randn(4096, 64)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = ops.softmax_cpu(x)
+        torch.set_num_threads(max(2, before))
+        many = ops.softmax_cpu(x)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, many), "rows are independent: the thread count must not change the result"
+
+
+# ------------------------------------------------------------ bad inputs -----
+
+
+@needs_compiler
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda: torch.randn(4, 8).t(), ["softmax_cpu", "contiguous", "strides [1, 8]", ".contiguous()"]),
+        (lambda: torch.randn(4, 8).half(), ["dtype", "float32 or float64", "got float16"]),
+        (lambda: torch.ones(4, 8, dtype=torch.int64), ["dtype", "got int64"]),
+        (lambda: torch.randn(8), ["2-D", "got 1-D", "[8]", "reshape"]),
+        (lambda: torch.randn(2, 3, 4), ["2-D", "got 3-D", "[2, 3, 4]"]),
+        (lambda: torch.empty(0, 5), ["non-empty", "[0, 5]"]),
+        (lambda: torch.randn(2, 3, device="meta"), ["CPU tensor", "meta"]),
+    ],
+    ids=["non-contiguous", "float16", "int64", "1-D", "3-D", "empty", "wrong device"],
+)
+def test_cpu_softmax_rejects_bad_input_with_a_clear_message(ops, make, words):
+    with pytest.raises(RuntimeError) as info:
+        ops.softmax_cpu(make())
+    message = str(info.value)
+    for word in words:
+        assert word in message, f"{word!r} missing from: {message}"
+    assert "Exception raised from" not in message, "the message should not carry a C++ backtrace"
+
+
+# ------------------------------------------------------------ the loader -----
+
+
+def test_missing_compiler_is_reported_with_the_fix(monkeypatch):
+    monkeypatch.setenv("CXX", "no-such-c++")
+    with pytest.raises(KernelBuildError, match=r"no C\+\+ compiler.*no-such-c\+\+.*build-essential"):
+        kernels.check_toolchain(which=lambda name: None if name == "no-such-c++" else f"/bin/{name}")
+
+
+def test_missing_ninja_is_reported_with_the_fix():
+    def which(name):
+        return None if "ninja" in name else f"/usr/bin/{name}"
+
+    with pytest.raises(KernelBuildError, match="pip install ninja"):
+        kernels.check_toolchain(which=which)
+
+
+def test_missing_nvcc_is_reported_with_the_fix(monkeypatch):
+    monkeypatch.setattr(kernels, "cuda_home", lambda: None)
+    with pytest.raises(KernelBuildError, match="nvcc.*CUDA_HOME=/usr/local/cuda"):
+        kernels.check_toolchain(cuda=True, which=lambda name: f"/usr/bin/{name}")
+
+
+def test_cuda_home_skips_a_folder_that_is_not_a_toolkit(monkeypatch, tmp_path):
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setattr(kernels._cpp_extension(), "CUDA_HOME", str(tmp_path))  # e.g. /usr/local from a wrapper nvcc
+    expected = "/usr/local/cuda" if kernels._is_toolkit("/usr/local/cuda") else str(tmp_path)
+    assert kernels.cuda_home() == expected
+    monkeypatch.setenv("CUDA_HOME", "/opt/my-cuda")
+    assert kernels.cuda_home() == "/opt/my-cuda", "an explicit CUDA_HOME wins"
+
+
+def test_toolchain_found_names_each_tool():
+    found = kernels.check_toolchain(which=lambda name: f"/usr/bin/{Path(name).name}")
+    assert set(found) == {"c++", "ninja"}
+
+
+def test_extensions_root_prefers_torch_extensions_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    assert kernels.extension_dir("x") == (tmp_path / "ext" / "x").resolve()
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR")
+    monkeypatch.setenv("COURSE_BUILD_DIR", str(tmp_path / "b"))
+    assert kernels.extension_dir("x") == tmp_path / "b" / "torch_extensions" / "x"
+
+
+def test_cuda_arch_list_defaults_to_one_arch_without_a_gpu(monkeypatch):
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    if torch.cuda.is_available():
+        assert kernels.cuda_arch_list(), "a visible GPU gives its own capability"
+    else:
+        assert kernels.cuda_arch_list() == kernels.DEFAULT_CUDA_ARCH
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
+    assert kernels.cuda_arch_list() == "8.0;9.0"
+
+
+def test_source_names_the_known_files():
+    assert "at::parallel_for" in kernels.source("softmax_cpu.cpp")
+    assert "__shfl_xor_sync" in kernels.source("softmax_cuda.cu")
+    with pytest.raises(FileNotFoundError, match="softmax_cpu.cpp"):
+        kernels.source("nope.cu")
+
+
+# ------------------------------------------------------------ the lock -------
+
+
+def test_left_over_lock_file_is_told_apart_and_cleared(tmp_path):
+    assert kernels.lock_status("demo", tmp_path) == "none"
+    assert kernels.clear_stale_lock("demo", tmp_path) is False
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "lock").write_text("")
+    assert kernels.lock_status("demo", tmp_path) == "left over"
+    assert kernels.wait_for_lock("demo", tmp_path, timeout_s=1) < 1, "a lock file nobody holds must not block"
+    assert kernels.clear_stale_lock("demo", tmp_path) is True
+    assert not (tmp_path / "demo" / "lock").exists()
+
+
+def test_held_lock_times_out_with_the_file_and_the_fix(tmp_path):
+    from filelock import FileLock
+
+    (tmp_path / "demo").mkdir()
+    holder = FileLock(str(tmp_path / "demo" / "lock"))
+    with holder:
+        assert kernels.lock_status("demo", tmp_path) == "held"
+        with pytest.raises(KernelBuildError, match=r"demo/lock.*held by another process.*clear_stale_lock"):
+            kernels.wait_for_lock("demo", tmp_path, timeout_s=0.3, poll_s=0.05)
+        with pytest.raises(KernelBuildError, match="held by a running process"):
+            kernels.clear_stale_lock("demo", tmp_path)
+        assert (tmp_path / "demo" / "lock").exists(), "a held lock must not be deleted"
+    assert kernels.lock_status("demo", tmp_path) == "left over"
+
+
+# ------------------------------------------------------------ caching --------
+
+
+@needs_compiler
+def test_second_load_returns_the_same_module(ops):
+    assert kernels.load_cpu_ops() is ops
+    folder = kernels.extension_dir(kernels.CPU_EXTENSION)
+    assert any(folder.glob(f"{kernels.CPU_EXTENSION}*.so")), f"no built module in {folder}"
+
+
+# ------------------------------------------------------------ CUDA -----------
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_nvcc() is None or not has_compiler, reason="no nvcc (CUDA toolkit) or C++ compiler here")
+def test_cuda_sources_compile_with_nvcc(monkeypatch):
+    """SLOW on a cold cache (one to three minutes): nvcc compiles softmax_cuda.cu for one arch.
+
+    Runs in `make test` wherever nvcc exists, GPU or not; the build is cached
+    in build/torch_extensions, so reruns take a second.
+    """
+    if kernels.cuda_home() is None:
+        pytest.skip("no CUDA toolkit folder found; set CUDA_HOME=/usr/local/cuda")
+    if not torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", kernels.DEFAULT_CUDA_ARCH)
+    module = kernels.load_cuda_ops()
+    for op in ("softmax_cpu", "softmax_naive", "softmax_fast"):
+        assert hasattr(module, op), f"the CUDA module lacks {op}"
+    x = torch.randn(3, 5)
+    torch.testing.assert_close(module.softmax_cpu(x), torch.softmax(x, -1))
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="softmax_fast: expected a CUDA tensor; got a tensor on cpu"):
+            module.softmax_fast(x)
+
+
+def _cuda_cases():
+    g = torch.Generator().manual_seed(0)
+    masked = torch.randn(64, 1000, generator=g)
+    masked[:, 500:] = -INF
+    return {
+        "one column": torch.randn(300, 1, generator=g),
+        "short rows, odd": torch.randn(1000, 7, generator=g),
+        "warp rows, float4": torch.randn(513, 1024, generator=g),
+        "block rows, float4": torch.randn(64, 4096, generator=g),
+        "block rows, scalar": torch.randn(33, 4099, generator=g),
+        "very long row": torch.randn(1, 1_000_000, generator=g),
+        "huge magnitudes": torch.tensor([[1e30, -1e30, 0.0, 3e38, -3e38, 5.0]] * 3),
+        "-inf masks": masked,
+        "one finite entry, warp rows": torch.cat([torch.full((8, 1023), -INF), torch.zeros(8, 1)], 1),
+        "one finite entry, block rows": torch.cat([torch.full((8, 8191), -INF), torch.zeros(8, 1)], 1),
+    }
+
+
+@needs_gpu
+@pytest.mark.parametrize("op", ["softmax_naive", "softmax_fast"])
+def test_cuda_softmax_matches_torch(op):
+    fn = getattr(kernels.load_cuda_ops(), op)
+    for label, x in _cuda_cases().items():
+        if op == "softmax_naive" and x.shape[1] > 100_000:
+            continue  # one thread walks the whole row three times: correct, but needlessly slow
+        x = x.cuda()
+        torch.testing.assert_close(fn(x), torch.softmax(x, -1), atol=1e-6, rtol=1e-5, msg=lambda m, label=label: f"{label}: {m}")
+    rows = torch.tensor([[-INF] * 40, [0.0] * 39 + [math.nan]], device="cuda")
+    assert torch.isnan(fn(rows)).all(), "an all -inf row and a row with a NaN give NaN, like torch.softmax"
+
+
+@needs_gpu
+@pytest.mark.parametrize("cols", [128, 2048], ids=["warp", "block"])
+def test_cuda_fast_scalar_path_on_misaligned_rows(cols):
+    fast = kernels.load_cuda_ops().softmax_fast
+    base = torch.randn(4 * cols + 1, device="cuda")
+    x = base[1:].view(4, cols)  # contiguous, cols % 4 == 0, but starts 4 bytes past 16-byte alignment
+    assert x.is_contiguous() and x.data_ptr() % 16 != 0
+    torch.testing.assert_close(fast(x), torch.softmax(x, -1))
+
+
+@needs_gpu
+@pytest.mark.parametrize("op", ["softmax_naive", "softmax_fast"])
+def test_cuda_softmax_runs_on_the_current_stream(op):
+    fn = getattr(kernels.load_cuda_ops(), op)
+    x = torch.randn(256, 512, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y = fn(x)
+        want = torch.softmax(x, -1)
+    side.synchronize()
+    torch.testing.assert_close(y, want)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+@pytest.mark.parametrize("op", ["softmax_naive", "softmax_fast"])
+def test_cuda_softmax_on_a_second_gpu(op):
+    fn = getattr(kernels.load_cuda_ops(), op)
+    x = torch.randn(64, 4096, device="cuda:1")
+    with torch.cuda.device(0):  # the current device is another one than the tensor's: the op's CUDAGuard must switch
+        y = fn(x)
+    assert y.device == x.device
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
+@pytest.mark.slow
+@needs_gpu
+@pytest.mark.parametrize("cols", [512, 4096], ids=["warp", "block"])
+def test_cuda_fast_past_2_to_the_31_elements(cols):
+    """More than 2**31 elements: the row offsets need 64-bit arithmetic. Needs ~18 GB of free GPU memory."""
+    rows = 2**31 // cols + 8
+    if torch.cuda.mem_get_info()[0] < 2.2 * rows * cols * 4:
+        pytest.skip("not enough free GPU memory for an input and output of more than 2**31 floats")
+    x = torch.empty(rows, cols, device="cuda")
+    x[-8:].normal_()
+    x[:-8].fill_(0.0)
+    y = kernels.load_cuda_ops().softmax_fast(x)
+    torch.testing.assert_close(y[-8:], torch.softmax(x[-8:], -1))
+    torch.testing.assert_close(y[:4], torch.full((4, cols), 1.0 / cols, device="cuda"))
+    del x, y
+    torch.cuda.empty_cache()
+
+
+@needs_gpu
+@pytest.mark.parametrize("op", ["softmax_naive", "softmax_fast"])
+def test_cuda_softmax_rejects_bad_input(op):
+    fn = getattr(kernels.load_cuda_ops(), op)
+    x = torch.randn(8, 16, device="cuda")
+    for bad, word in [(x.t(), "contiguous"), (x.double(), "got float64"), (x.cpu(), "CUDA tensor"), (x[0], "2-D"), (x[:0], "non-empty")]:
+        with pytest.raises(RuntimeError, match=word):
+            fn(bad)
