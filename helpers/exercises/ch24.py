@@ -1,0 +1,170 @@
+"""Exercises of chapter 24 (PyTorch Lightning).
+
+- ``24.plateau_config``: what ``configure_optimizers`` returns for AdamW with
+  a ``ReduceLROnPlateau`` that watches the validation loss. Checked with
+  Lightning's own parser, so its real error messages come back as hints.
+- ``24.optimizer_steps``: how many optimizer steps (``trainer.global_step``)
+  a run makes, given the data size, batch size, epochs and
+  ``accumulate_grad_batches``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from helpers.exercises import exercise
+
+# --------------------------------------------------------------------------
+# 24.plateau_config
+# --------------------------------------------------------------------------
+
+
+def _plateau_config(model: nn.Module, lr: float) -> dict:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=0.5, patience=1)
+    return {
+        "optimizer": optimizer,
+        "lr_scheduler": {"scheduler": scheduler, "monitor": "val_loss", "interval": "epoch", "frequency": 1},
+    }
+
+
+def _parse_like_lightning(conf):
+    """Lightning 2.x's own parsing of a ``configure_optimizers`` result (automatic optimisation).
+
+    Returns (optimizers, scheduler configs); a MisconfigurationException becomes an AssertionError hint.
+    """
+    from lightning.pytorch.core.optimizer import (
+        _configure_optimizers,
+        _configure_schedulers_automatic_opt,
+        _validate_optimizers_attached,
+    )
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    try:
+        optimizers, schedulers, monitor = _configure_optimizers(conf)
+        configs = _configure_schedulers_automatic_opt(schedulers, monitor)
+        _validate_optimizers_attached(optimizers, configs)
+    except MisconfigurationException as exc:
+        raise AssertionError(f"Lightning rejects this configuration: {exc}") from None
+    return optimizers, configs
+
+
+@exercise(
+    "24.plateau_config",
+    task="plateau_config(model, lr) returns what configure_optimizers should return: an AdamW over "
+    "model.parameters() with learning rate lr, and a ReduceLROnPlateau (mode 'min', factor 0.5, patience 1) "
+    "that Lightning steps once per epoch with the logged 'val_loss'.",
+    reference=_plateau_config,
+)
+def _test_plateau_config(candidate) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    conf = candidate(model, 0.01)
+    if conf is None:
+        raise AssertionError("return the configuration (your function returned None)")
+    if isinstance(conf, torch.optim.Optimizer):
+        raise AssertionError("return the optimizer AND the scheduler; an optimizer alone has no ReduceLROnPlateau")
+    optimizers, configs = _parse_like_lightning(conf)
+    if len(optimizers) != 1:
+        raise AssertionError(f"expected one optimizer, got {len(optimizers)}")
+    optimizer = optimizers[0]
+    if type(optimizer) is not torch.optim.AdamW:
+        raise AssertionError(
+            f"the optimizer should be torch.optim.AdamW, got {type(optimizer).__name__} "
+            "(Adam's weight_decay is L2 in the gradient, AdamW's is decoupled: chapter 10)"
+        )
+    if optimizer.param_groups[0]["lr"] != 0.01:
+        raise AssertionError(f"use the lr argument: the optimizer's learning rate is {optimizer.param_groups[0]['lr']}, not 0.01")
+    given = {id(p) for p in model.parameters()}
+    inside = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    if inside != given:
+        raise AssertionError("the optimizer should hold exactly model.parameters()")
+    if len(configs) != 1:
+        raise AssertionError(f"expected one learning-rate scheduler, got {len(configs)}")
+    config = configs[0]
+    scheduler = config.scheduler
+    if not isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        raise AssertionError(f"the scheduler should be a ReduceLROnPlateau, got {type(scheduler).__name__}")
+    if scheduler.optimizer is not optimizer:
+        raise AssertionError("build the scheduler on the very optimizer you return, not on a second optimizer")
+    if config.monitor != "val_loss":
+        raise AssertionError(f"the scheduler should watch 'val_loss' (the name validation_step logs), got monitor={config.monitor!r}")
+    if scheduler.mode != "min":
+        raise AssertionError("a loss should go down: ReduceLROnPlateau(mode='min'); mode='max' is for accuracies")
+    if scheduler.factor != 0.5 or scheduler.patience != 1:
+        raise AssertionError(f"use factor=0.5 and patience=1, got factor={scheduler.factor} and patience={scheduler.patience}")
+    if config.interval != "epoch" or config.frequency != 1:
+        raise AssertionError(
+            f"step the scheduler once per epoch ('interval': 'epoch', 'frequency': 1), got interval={config.interval!r} "
+            f"and frequency={config.frequency}: 'val_loss' only exists after each validation, at the end of an epoch"
+        )
+
+
+# --------------------------------------------------------------------------
+# 24.optimizer_steps
+# --------------------------------------------------------------------------
+
+
+def _optimizer_steps(num_samples: int, batch_size: int, epochs: int, accumulate_grad_batches: int = 1, drop_last: bool = False) -> int:
+    batches = num_samples // batch_size if drop_last else math.ceil(num_samples / batch_size)
+    # Lightning also steps at the end of an epoch when fewer than accumulate_grad_batches batches are left.
+    return epochs * math.ceil(batches / accumulate_grad_batches)
+
+
+_STEP_CASES = [
+    # (num_samples, batch_size, epochs, accumulate_grad_batches, drop_last)
+    (6400, 64, 3, 1, False),  # everything divides
+    (5000, 64, 2, 1, False),  # a smaller last batch: 79 batches
+    (5000, 64, 2, 1, True),  # ... dropped: 78 batches
+    (5000, 64, 3, 4, False),  # 79 batches -> 20 steps per epoch (the last one after 3 batches)
+    (5000, 64, 3, 4, True),  # 78 batches -> 20 steps per epoch (the last one after 2 batches)
+    (6400, 64, 2, 5, False),  # 100 batches -> 20 steps
+    (100, 200, 4, 3, False),  # one (small) batch per epoch, still one step
+    (1000, 32, 5, 8, False),  # 32 batches -> 4 steps
+    (1000, 32, 1, 7, True),  # 31 batches -> 5 steps
+]
+
+
+@exercise(
+    "24.optimizer_steps",
+    task="optimizer_steps(num_samples, batch_size, epochs, accumulate_grad_batches=1, drop_last=False) returns the "
+    "number of optimizer steps (Lightning's trainer.global_step) after `epochs` epochs: a DataLoader makes "
+    "ceil(num_samples / batch_size) batches (floor with drop_last=True), and Lightning steps the optimizer every "
+    "accumulate_grad_batches batches AND after the last batch of each epoch.",
+    reference=_optimizer_steps,
+)
+def _test_optimizer_steps(candidate) -> None:
+    for n, b, e, k, drop in _STEP_CASES:
+        got = candidate(n, b, e, k, drop)
+        want = _optimizer_steps(n, b, e, k, drop)
+        if isinstance(got, bool) or not isinstance(got, (int, float)) and not (isinstance(got, torch.Tensor) and got.numel() == 1):
+            raise AssertionError(f"return an int, got {type(got).__name__}")
+        got = float(got)
+        if got == want:
+            continue
+        args = f"optimizer_steps({n}, {b}, {e}, {k}, drop_last={drop})"
+        if got != int(got):
+            raise AssertionError(f"{args} returned {got}: steps are whole numbers (round up, with math.ceil)")
+        batches = n // b if drop else math.ceil(n / b)
+        if not drop and got == e * math.ceil((n // b) / k):
+            raise AssertionError(f"{args} = {int(got)}, expected {want}: the last, smaller batch still counts (drop_last=False)")
+        if drop and got == e * math.ceil(math.ceil(n / b) / k):
+            raise AssertionError(f"{args} = {int(got)}, expected {want}: with drop_last=True the last, smaller batch is dropped")
+        if got == e * (batches // k) or got == (e * batches) // k:
+            raise AssertionError(
+                f"{args} = {int(got)}, expected {want}: when an epoch ends in the middle of an accumulation, "
+                "Lightning still steps the optimizer with what it has (round up: math.ceil)"
+            )
+        if got == e * batches:
+            raise AssertionError(f"{args} = {int(got)}, expected {want}: divide by accumulate_grad_batches (one step per k batches)")
+        if got == math.ceil(batches / k):
+            raise AssertionError(f"{args} = {int(got)}, expected {want}: that is one epoch; multiply by epochs")
+        if got == math.ceil(e * batches / k):
+            raise AssertionError(
+                f"{args} = {int(got)}, expected {want}: accumulation restarts in every epoch, so round up per epoch, "
+                "then multiply by epochs"
+            )
+        raise AssertionError(f"{args} = {int(got)}, expected {want}")

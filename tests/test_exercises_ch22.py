@@ -1,0 +1,114 @@
+"""Exercises of chapter 22: realistic wrong answers fail with a hint (the generic checks
+live in tests/test_exercises.py)."""
+
+from __future__ import annotations
+
+import torch
+from torch.export import Dim
+
+from helpers.exercises import check
+from tests.exercise_support import assert_rejected
+
+# --------------------------------------------------------------------------
+# 22.rescale_no_branch
+# --------------------------------------------------------------------------
+
+
+def test_rescale_with_python_if_fails():
+    def with_if(x):
+        peak = x.abs().max()
+        if peak > 1.0:
+            return x / peak
+        return x
+
+    assert_rejected("22.rescale_no_branch", with_if, "froze one branch", "torch.where")
+
+
+def test_rescale_with_item_fails():
+    def with_item(x):
+        return x / max(x.abs().max().item(), 1.0)
+
+    assert_rejected("22.rescale_no_branch", with_item, "froze one branch", ".item()")
+
+
+def test_rescale_always_dividing_fails():
+    def always(x):
+        return x / x.abs().max()
+
+    assert_rejected("22.rescale_no_branch", always, "unchanged")
+
+
+def test_rescale_by_signed_max_fails():
+    def signed(x):
+        return x / x.max().clamp(min=1.0)
+
+    assert_rejected("22.rescale_no_branch", signed, "ABSOLUTE")
+
+
+def test_rescale_with_where_is_accepted():
+    def where(x):
+        peak = x.abs().max()
+        return torch.where(peak > 1, x / peak, x)
+
+    assert check("22.rescale_no_branch", where, show=False).passed
+
+
+# --------------------------------------------------------------------------
+# 22.dynamic_shapes_spec
+# --------------------------------------------------------------------------
+
+
+def test_spec_with_separate_dims_fails():
+    def separate(max_batch, max_len):
+        return {
+            "x": {0: Dim("batch_x", min=1, max=max_batch), 1: Dim("len_x", min=1, max=max_len)},
+            "mask": {0: Dim("batch_mask", min=1, max=max_batch), 1: Dim("len_mask", min=1, max=max_len)},
+        }
+
+    assert_rejected("22.dynamic_shapes_spec", separate, "ONE Dim object")
+
+
+def test_spec_with_dynamic_features_fails():
+    def features_too(max_batch, max_len):
+        batch, length = Dim("batch", min=1, max=max_batch), Dim("length", min=1, max=max_len)
+        return {"x": {0: batch, 1: length, 2: Dim("features")}, "mask": {0: batch, 1: length}}
+
+    assert_rejected("22.dynamic_shapes_spec", features_too, "leave it static")
+
+
+def test_spec_forgetting_the_mask_fails():
+    def x_only(max_batch, max_len):
+        return {"x": {0: Dim("batch", min=1, max=max_batch), 1: Dim("length", min=1, max=max_len)}, "mask": None}
+
+    assert_rejected("22.dynamic_shapes_spec", x_only, "mask")
+
+
+def test_spec_without_bounds_fails():
+    def auto(max_batch, max_len):
+        return {"x": {0: Dim.AUTO, 1: Dim.AUTO}, "mask": {0: Dim.AUTO, 1: Dim.AUTO}}
+
+    assert_rejected("22.dynamic_shapes_spec", auto, "above the maximum")
+
+
+def test_spec_with_exclusive_maximum_fails():
+    def exclusive(max_batch, max_len):
+        batch, length = Dim("batch", min=1, max=max_batch - 1), Dim("length", min=1, max=max_len - 1)
+        return {"x": {0: batch, 1: length}, "mask": {0: batch, 1: length}}
+
+    assert_rejected("22.dynamic_shapes_spec", exclusive, "inclusive")
+
+
+def test_spec_with_swapped_maxima_fails():
+    def swapped(max_batch, max_len):
+        batch, length = Dim("batch", min=1, max=max_len), Dim("length", min=1, max=max_batch)
+        return {"x": {0: batch, 1: length}, "mask": {0: batch, 1: length}}
+
+    assert_rejected("22.dynamic_shapes_spec", swapped, "refuses batch")
+
+
+def test_spec_as_a_tuple_is_accepted():
+    def as_tuple(max_batch, max_len):
+        batch, length = Dim("batch", min=1, max=max_batch), Dim("length", min=1, max=max_len)
+        return ({0: batch, 1: length}, {0: batch, 1: length})
+
+    assert check("22.dynamic_shapes_spec", as_tuple, show=False).passed

@@ -1,0 +1,171 @@
+"""Exercises of chapter 24: realistic wrong answers fail with a hint (the generic checks are in test_exercises.py)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from helpers.exercises import check
+from tests.exercise_support import assert_rejected
+
+# --------------------------------------------------------------------------
+# 24.plateau_config
+# --------------------------------------------------------------------------
+
+
+def _adamw(model, lr):
+    return torch.optim.AdamW(model.parameters(), lr=lr)
+
+
+def _plateau(opt, **kw):
+    return torch.optim.lr_scheduler.ReduceLROnPlateau(opt, **{"mode": "min", "factor": 0.5, "patience": 1, **kw})
+
+
+def test_plateau_without_monitor_fails():
+    def no_monitor(model, lr):
+        opt = _adamw(model, lr)
+        return {"optimizer": opt, "lr_scheduler": _plateau(opt)}
+
+    assert_rejected("24.plateau_config", no_monitor, "monitor")
+
+
+def test_plateau_as_two_lists_fails():
+    def lists(model, lr):
+        opt = _adamw(model, lr)
+        return [opt], [_plateau(opt)]
+
+    assert_rejected("24.plateau_config", lists, "monitor")
+
+
+def test_plateau_top_level_monitor_is_accepted():
+    def top_level(model, lr):
+        opt = _adamw(model, lr)
+        return {"optimizer": opt, "lr_scheduler": _plateau(opt), "monitor": "val_loss"}
+
+    assert check("24.plateau_config", top_level, show=False).passed
+
+
+def test_plateau_on_another_optimizer_fails():
+    def two_optimizers(model, lr):
+        opt = _adamw(model, lr)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": _plateau(_adamw(model, lr)), "monitor": "val_loss"}}
+
+    assert_rejected("24.plateau_config", two_optimizers, "optimizer")
+
+
+def test_plateau_with_adam_fails():
+    def adam(model, lr):
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": _plateau(opt), "monitor": "val_loss"}}
+
+    assert_rejected("24.plateau_config", adam, "AdamW")
+
+
+def test_plateau_hard_coded_lr_fails():
+    def default_lr(model, lr):
+        opt = torch.optim.AdamW(model.parameters())
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": _plateau(opt), "monitor": "val_loss"}}
+
+    assert_rejected("24.plateau_config", default_lr, "lr argument")
+
+
+def test_plateau_mode_max_fails():
+    def mode_max(model, lr):
+        opt = _adamw(model, lr)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": _plateau(opt, mode="max"), "monitor": "val_loss"}}
+
+    assert_rejected("24.plateau_config", mode_max, "mode='min'")
+
+
+def test_plateau_per_step_fails():
+    def per_step(model, lr):
+        opt = _adamw(model, lr)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": _plateau(opt), "monitor": "val_loss", "interval": "step"}}
+
+    assert_rejected("24.plateau_config", per_step, "epoch")
+
+
+def test_plateau_wrong_metric_fails():
+    def val_acc(model, lr):
+        opt = _adamw(model, lr)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": _plateau(opt), "monitor": "val_acc"}}
+
+    assert_rejected("24.plateau_config", val_acc, "val_loss")
+
+
+def test_plateau_default_factor_fails():
+    def defaults(model, lr):
+        opt = _adamw(model, lr)
+        sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": "val_loss"}}
+
+    assert_rejected("24.plateau_config", defaults, "factor=0.5")
+
+
+def test_plateau_optimizer_only_fails():
+    assert_rejected("24.plateau_config", _adamw, "scheduler")
+
+
+# --------------------------------------------------------------------------
+# 24.optimizer_steps
+# --------------------------------------------------------------------------
+
+
+def test_steps_floor_of_accumulation_fails():
+    def floor_steps(n, b, e, k=1, drop_last=False):
+        batches = n // b if drop_last else math.ceil(n / b)
+        return e * (batches // k)
+
+    assert_rejected("24.optimizer_steps", floor_steps, "math.ceil")
+
+
+def test_steps_always_dropping_last_batch_fails():
+    def always_floor(n, b, e, k=1, drop_last=False):
+        return e * math.ceil((n // b) / k)
+
+    assert_rejected("24.optimizer_steps", always_floor, "drop_last=False")
+
+
+def test_steps_ignoring_drop_last_fails():
+    def never_drop(n, b, e, k=1, drop_last=False):
+        return e * math.ceil(math.ceil(n / b) / k)
+
+    assert_rejected("24.optimizer_steps", never_drop, "drop_last=True")
+
+
+def test_steps_ignoring_accumulation_fails():
+    def every_batch(n, b, e, k=1, drop_last=False):
+        return e * (n // b if drop_last else math.ceil(n / b))
+
+    assert_rejected("24.optimizer_steps", every_batch, "accumulate_grad_batches")
+
+
+def test_steps_rounding_over_all_epochs_fails():
+    def across_epochs(n, b, e, k=1, drop_last=False):
+        batches = n // b if drop_last else math.ceil(n / b)
+        return math.ceil(e * batches / k)
+
+    assert_rejected("24.optimizer_steps", across_epochs, "restarts in every epoch")
+
+
+def test_steps_one_epoch_only_fails():
+    def one_epoch(n, b, e, k=1, drop_last=False):
+        return math.ceil((n // b if drop_last else math.ceil(n / b)) / k)
+
+    assert_rejected("24.optimizer_steps", one_epoch, "multiply by epochs")
+
+
+def test_steps_float_division_fails():
+    def fractional(n, b, e, k=1, drop_last=False):
+        return e * n / b / k
+
+    assert_rejected("24.optimizer_steps", fractional, "whole numbers")
+
+
+def test_steps_samples_over_effective_batch_is_accepted():
+    def effective_batch(n, b, e, k=1, drop_last=False):
+        batches = n // b if drop_last else -(-n // b)
+        return e * -(-batches // k)
+
+    assert check("24.optimizer_steps", effective_batch, show=False).passed
