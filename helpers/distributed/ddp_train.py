@@ -1,0 +1,142 @@
+"""Entry point: train the MNIST MLP with DistributedDataParallel and a DistributedSampler.
+
+Run with ``torchrun("helpers.distributed.ddp_train", "--out", folder, "--epochs", "2")``.
+Each rank sees its own 1/W of the (shuffled) training images per epoch, with
+``sampler.set_epoch(epoch)`` so the shuffle changes every epoch. Rank 0 evaluates
+on the 10,000 test images at the end. Rank 0 writes ``<out>/ddp_train.json``:
+
+- ``accuracy``: test accuracy of the trained model (rank 0);
+- ``epoch_loss``: mean training loss per epoch, averaged over all ranks (all_reduce);
+- ``first_indices``: ``{rank: [[first indices of epoch 0], [epoch 1], ...]}`` with ``set_epoch``;
+- ``first_indices_without_set_epoch``: the same for a sampler whose ``set_epoch`` is never called;
+- ``overlap``: how many indices two ranks share in epoch 0 (0: each sample goes to one rank);
+- ``replica_max_diff``: the largest difference of any parameter between rank 0 and the others (0: in sync);
+- ``samples_per_rank``, ``steps_per_epoch``, ``world_size``, ``seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+from ..data import mnist
+from ..models import MLP
+from .common import process_group, write_json
+
+MEAN, STD = 0.1307, 0.3081  # MNIST pixel statistics
+
+
+def as_tensors(train: bool, limit: int | None = None) -> TensorDataset:
+    ds = mnist(train=train)
+    x, y = ds.data, ds.targets
+    if limit is not None:
+        x, y = x[:limit], y[:limit]
+    return TensorDataset(((x.float() / 255) - MEAN) / STD, y)
+
+
+def first_indices(sampler: DistributedSampler, epochs: int, k: int, set_epoch: bool) -> list[list[int]]:
+    heads = []
+    for epoch in range(epochs):
+        if set_epoch:
+            sampler.set_epoch(epoch)
+        heads.append(list(sampler)[:k])
+    return heads
+
+
+@record
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--train-size", type=int, default=20_000, help="first N training images (60,000 max)")
+    parser.add_argument("--batch", type=int, default=64, help="batch size per rank")
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    with process_group() as ctx:
+        if not ctx.is_main:
+            dist.barrier()  # let rank 0 copy MNIST from the mirror first, if it has to
+        train_ds = as_tensors(True, args.train_size)
+        if ctx.is_main:
+            test_ds = as_tensors(False)
+            dist.barrier()
+
+        sampler = DistributedSampler(train_ds, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=args.seed)
+        loader = DataLoader(train_ds, batch_size=args.batch, sampler=sampler)  # no shuffle=: the sampler shuffles
+        torch.manual_seed(args.seed)
+        model = MLP(hidden=(args.hidden,), dropout=0.0).to(ctx.device)
+        ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+        opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+        loss_fn = nn.CrossEntropyLoss()
+
+        epoch_loss = []
+        for epoch in range(args.epochs):
+            sampler.set_epoch(epoch)  # a different shuffle each epoch, the same on every rank
+            total = torch.zeros(2, device=ctx.device)
+            for x, y in loader:
+                x, y = x.to(ctx.device), y.to(ctx.device)
+                opt.zero_grad(set_to_none=True)
+                loss = loss_fn(ddp(x), y)
+                loss.backward()
+                opt.step()
+                total += torch.stack([loss.detach() * len(y), torch.tensor(float(len(y)), device=ctx.device)])
+            dist.all_reduce(total)  # sum of losses and of samples over all ranks
+            epoch_loss.append((total[0] / total[1]).item())
+            print(f"epoch {epoch}: {len(loader)} steps of {args.batch} on this rank, mean loss over all ranks {epoch_loss[-1]:.4f}", flush=True)
+
+        # are the replicas still identical? (DDP's averaged gradients keep them so)
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        copies = [torch.empty_like(flat) for _ in range(ctx.world_size)]
+        dist.all_gather(copies, flat)
+        replica_max_diff = max((c - copies[0]).abs().max().item() for c in copies)
+
+        # which samples did each rank see first? (with set_epoch, and with a sampler that never gets it)
+        heads = first_indices(sampler, args.epochs, 8, set_epoch=True)
+        frozen = DistributedSampler(train_ds, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=args.seed)
+        heads_frozen = first_indices(frozen, args.epochs, 8, set_epoch=False)
+        sampler.set_epoch(0)
+        mine = set(sampler)
+        gathered: list[object] = [None] * ctx.world_size
+        dist.all_gather_object(gathered, {"heads": heads, "frozen": heads_frozen, "epoch0": sorted(mine)})
+
+        if ctx.is_main:
+            model.eval()
+            with torch.no_grad():
+                logits = model(test_ds.tensors[0].to(ctx.device))
+                accuracy = (logits.argmax(1).cpu() == test_ds.tensors[1]).float().mean().item()
+            print(f"test accuracy (rank 0, {len(test_ds)} images): {accuracy:.4f}", flush=True)
+            sets = [set(g["epoch0"]) for g in gathered]
+            write_json(
+                args.out / "ddp_train.json",
+                {
+                    "accuracy": accuracy,
+                    "epoch_loss": epoch_loss,
+                    "first_indices": {str(r): g["heads"] for r, g in enumerate(gathered)},
+                    "first_indices_without_set_epoch": {str(r): g["frozen"] for r, g in enumerate(gathered)},
+                    "overlap": len(set.intersection(*sets)) if len(sets) > 1 else 0,
+                    "covered": len(set.union(*sets)),
+                    "replica_max_diff": replica_max_diff,
+                    "samples_per_rank": len(sampler),
+                    "steps_per_epoch": len(loader),
+                    "train_size": len(train_ds),
+                    "world_size": ctx.world_size,
+                    "batch_per_rank": args.batch,
+                    "seconds": time.perf_counter() - start,
+                },
+                ctx,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""Exercises of chapter 26 (FSDP2, tensor parallelism, distributed checkpoints): checkers and references."""
+
+from __future__ import annotations
+
+import math
+
+from . import exercise
+
+# --------------------------------------------------------------------------
+# 26.local_shard_shapes
+# --------------------------------------------------------------------------
+
+
+def _local_shard_shapes(shape: tuple[int, ...], world_size: int, dim: int | None) -> list[tuple[int, ...]]:
+    """The local shape each rank holds when a tensor of ``shape`` is distributed over a 1-D mesh.
+
+    Args:
+        shape: the global shape, e.g. ``(5, 4)``.
+        world_size: ranks in the mesh.
+        dim: ``d`` for ``Shard(d)``, ``None`` for ``Replicate()``.
+
+    Returns:
+        One tuple per rank, in rank order. ``Shard(d)`` splits dimension ``d``
+        like ``torch.chunk``: every rank gets ``ceil(n / world_size)`` rows of
+        it except at the end, where the last ranks get fewer, possibly zero
+        (DTensor's ``Shard`` placement). ``Replicate()`` gives every rank the
+        whole shape.
+    """
+    if dim is None:
+        return [tuple(shape) for _ in range(world_size)]
+    n = shape[dim]
+    chunk = math.ceil(n / world_size)
+    shapes = []
+    for rank in range(world_size):
+        size = max(0, min(chunk, n - rank * chunk))
+        shapes.append(tuple(size if i == dim else s for i, s in enumerate(shape)))
+    return shapes
+
+
+def _as_shapes(value, label) -> list[tuple[int, ...]]:
+    try:
+        return [tuple(int(s) for s in shape) for shape in value]
+    except TypeError as exc:
+        raise AssertionError(f"{label}: return a list with one shape (a tuple of ints) per rank; got {value!r}") from exc
+
+
+@exercise(
+    "26.local_shard_shapes",
+    "given a global shape, a world size and a placement (dim=d for Shard(d), dim=None for Replicate()), "
+    "return the local shape on each rank, as a list of tuples in rank order (DTensor splits like torch.chunk).",
+    reference=_local_shard_shapes,
+)
+def _test_local_shard_shapes(candidate) -> None:
+    cases = [
+        ((6, 4), 2, 0),
+        ((5, 4), 2, 0),
+        ((5, 4), 2, 1),
+        ((5, 4), 2, None),
+        ((5, 4), 4, 0),  # chunks of 2: 2, 2, 1, 0
+        ((10, 3), 4, 0),  # chunks of 3: 3, 3, 3, 1
+        ((3, 7, 2), 8, 1),
+        ((2, 3), 4, 0),  # more ranks than rows
+    ]
+    for shape, world, dim in cases:
+        label = f"shape {shape}, world size {world}, " + ("Replicate()" if dim is None else f"Shard({dim})")
+        want = _local_shard_shapes(shape, world, dim)
+        got = _as_shapes(candidate(shape, world, dim), label)
+        if got == want:
+            continue
+        if len(got) != world:
+            raise AssertionError(f"{label}: return one shape per rank ({world} of them), also for ranks whose shard is empty; got {len(got)}")
+        if dim is not None and [s[dim] for s in got] == [shape[dim] // world + (r < shape[dim] % world) for r in range(world)]:
+            raise AssertionError(f"{label}: that is numpy.array_split's split (or a round-robin deal: sizes differ by at "
+                                 f"most one); DTensor "
+                                 f"follows torch.chunk: blocks of ceil(n / world), the last ranks get what is left, "
+                                 f"possibly nothing. Expected {want}, got {got}")
+        if dim is not None and all(s[dim] == shape[dim] // world for s in got):
+            raise AssertionError(f"{label}: n // world drops the remainder rows; the blocks are ceil(n / world) "
+                                 f"long and the last rank(s) get fewer. Expected {want}, got {got}")
+        if dim is None:
+            raise AssertionError(f"{label}: Replicate() gives every rank a full copy: expected {want}, got {got}")
+        raise AssertionError(f"{label}: expected {want}, got {got}")
+
+
+# --------------------------------------------------------------------------
+# 26.per_rank_bytes
+# --------------------------------------------------------------------------
+
+
+def _per_rank_bytes(shapes: list[tuple[int, ...]], world_size: int, strategy: str) -> int:
+    """Bytes that rank 0 holds for training with AdamW in float32, under DDP or FSDP.
+
+    Args:
+        shapes: the model's parameter shapes, e.g. ``[(256, 784), (256,)]``.
+        world_size: ranks.
+        strategy: ``"ddp"`` (every rank a full replica) or ``"fsdp"``
+            (``fully_shard``: each parameter split on dim 0 like ``Shard(0)``;
+            rank 0 holds ``ceil(shape[0] / world_size)`` rows of each).
+
+    Returns:
+        An int: 4 bytes per element each for the parameter, its gradient and
+        AdamW's two moment buffers (``exp_avg``, ``exp_avg_sq``): 16 bytes per
+        element held. AdamW's scalar ``step`` counters are ignored.
+    """
+    if strategy == "ddp":
+        elements = sum(math.prod(s) for s in shapes)
+    elif strategy == "fsdp":
+        elements = sum(math.ceil(s[0] / world_size) * math.prod(s[1:]) for s in shapes)
+    else:
+        raise ValueError(f"strategy must be 'ddp' or 'fsdp', got {strategy!r}")
+    return 16 * elements
+
+
+@exercise(
+    "26.per_rank_bytes",
+    "return the bytes rank 0 holds when training with AdamW in float32 (parameters + gradients + exp_avg + "
+    "exp_avg_sq) for parameter shapes `shapes`, `world_size` ranks and strategy 'ddp' or 'fsdp' "
+    "(FSDP shards each parameter on dim 0 like Shard(0)).",
+    reference=_per_rank_bytes,
+)
+def _test_per_rank_bytes(candidate) -> None:
+    mlp = [(256, 784), (256,), (128, 256), (128,), (10, 128), (10,)]  # the chapter's MLP
+    odd = [(10, 3), (10,), (5, 10), (5,)]  # dim 0 not divisible by 4: padding shows
+    cases = [(odd, 4, "ddp"), (odd, 4, "fsdp"), (mlp, 2, "ddp"), (mlp, 2, "fsdp"), (mlp, 8, "fsdp")]
+    for shapes, world, strategy in cases:
+        label = f"{strategy} on {world} ranks with shapes {shapes}"
+        want = _per_rank_bytes(shapes, world, strategy)
+        got = candidate([tuple(s) for s in shapes], world, strategy)
+        if isinstance(got, float) and got.is_integer():
+            got = int(got)
+        if not isinstance(got, int) or isinstance(got, bool):
+            raise AssertionError(f"{label}: return an int number of bytes, got {got!r}")
+        if got == want:
+            continue
+        if strategy == "ddp" and got == _per_rank_bytes(shapes, world, "fsdp"):
+            raise AssertionError(f"{label}: under DDP every rank holds the full model, gradients and optimizer state; "
+                                 f"the world size does not shrink it")
+        elements = want // 16
+        if got == 4 * elements:
+            raise AssertionError(f"{label}: you counted only the parameters ({got} bytes); training also holds a "
+                                 f"gradient and AdamW's exp_avg and exp_avg_sq of the same size: 16 bytes per element")
+        if got == 12 * elements:
+            raise AssertionError(f"{label}: 12 bytes per element is one tensor short: parameter, gradient, exp_avg "
+                                 f"and exp_avg_sq are four float32 tensors, 16 bytes per element")
+        if got == 8 * elements:
+            raise AssertionError(f"{label}: parameters and gradients only; add AdamW's two moment buffers (exp_avg, exp_avg_sq)")
+        if strategy == "fsdp":
+            total = sum(math.prod(s) for s in shapes)
+            if got == 16 * total:
+                raise AssertionError(f"{label}: that is DDP's figure; FSDP keeps only a 1/world_size shard of each tensor per rank")
+            if got in (16 * total // world, round(16 * total / world)):
+                raise AssertionError(f"{label}: total / world_size ignores padding: Shard(0) gives rank 0 "
+                                     f"ceil(shape[0] / world_size) rows of each parameter (a 10-row weight on 4 ranks: 3 rows)")
+        if strategy == "ddp" and got < 16 * sum(math.prod(s) for s in shapes):
+            raise AssertionError(f"{label}: under DDP every rank holds the full model, gradients and optimizer state; "
+                                 f"the world size does not shrink it")
+        raise AssertionError(f"{label}: expected {want} bytes, got {got}")

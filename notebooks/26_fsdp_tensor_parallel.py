@@ -1,0 +1,738 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: PyTorch course (.venv)
+#     language: python
+#     name: pytorch-course
+# ---
+
+# %% [markdown]
+# # 26 · FSDP2, tensor parallelism and distributed checkpoints
+#
+# Chapter 25's DDP keeps a **full copy** of the model, its gradients and its
+# optimizer state on every process. That stops working when the model no
+# longer fits on one device. This chapter splits the model itself across
+# processes, in the two ways large models are trained today:
+#
+# - **FSDP** (fully sharded data parallel): each rank stores only a slice of
+#   every parameter, gradient and optimizer buffer, and gathers the full
+#   weights of one layer just before it runs;
+# - **tensor parallelism** (TP): each rank computes only a slice of every
+#   matrix multiplication, and the ranks exchange partial results.
+#
+# Both are built on one abstraction, the **DTensor**: a tensor together
+# with a description of how it is laid out over a grid of processes (a
+# **device mesh**). We look at DTensor first, then FSDP2, TP, both at once on
+# a 2-D mesh, and finally **distributed checkpoints** (DCP), which save a
+# sharded model at one world size and load it at another.
+#
+# **What you will learn**
+# - `init_device_mesh` and DTensor placements (`Shard(0)`, `Shard(1)`,
+#   `Replicate()`), drawn rank by rank, and `full_tensor()`;
+# - FSDP2's `fully_shard` with a `MixedPrecisionPolicy`, and how many bytes a
+#   rank holds compared with DDP;
+# - tensor parallelism with `ColwiseParallel` and `RowwiseParallel` for an
+#   MLP and a transformer block, and why column-then-row needs one all-reduce;
+# - a 2-D mesh: tensor parallelism inside, FSDP across;
+# - `torch.distributed.checkpoint`: save sharded at 2 processes, load in 1;
+# - the legacy forms (FSDP1, `torch.distributed._tensor`) and what replaces them.
+#
+# **Prerequisites:** chapter 25 (process groups, `torchrun`, DDP, the
+# course launcher `helpers.distributed.launch.torchrun`), chapter 09
+# (transformer blocks) and chapter 14 (state dicts).
+#
+# **Estimated time:** 75 minutes.
+
+# %% tags=["parameters"]
+BATCH = 256  # MNIST images in the FSDP batch, split evenly over the ranks
+FSDP_STEPS = 3  # AdamW steps of each FSDP / DDP run
+HIDDEN = (256, 128)  # hidden widths of the MLP that FSDP shards
+MATRIX_SHAPE = (5, 4)  # the small matrix whose placements we draw (5 rows: an uneven split on 2 ranks)
+TP_D_MODEL = 32  # width of the tensor-parallel transformer block (its 4 heads split over the ranks)
+RUN_2D = True  # run the 4-process FSDP x TP job (the slowest launch of the chapter)
+MESH_2D_STEPS = 2  # SGD steps on the 2-D mesh
+PARALLEL_TOL = 1e-5  # largest |difference| allowed between a float32 parallel run and one process
+BF16_LOSS_TOL = 0.05  # largest |loss difference| allowed between the bfloat16 FSDP run and float32
+RUN_FAILING_JOB = True  # launch the job that fails on purpose in Pitfalls (chapter 25 shows failing jobs in depth)
+LAUNCH_TIMEOUT = 300  # seconds before a launched job is stopped
+SEED = 0
+
+# %% [markdown]
+# ## Setup
+#
+# Every distributed program in this chapter is a small module in
+# `helpers/distributed/` (`mesh_placements`, `fsdp_memory`, `tp_check`,
+# `mesh_2d`): other processes cannot import a function defined in a
+# notebook. `torchrun(...)` from chapter 25 starts it on 2 (or 4) local
+# processes with the gloo backend (NCCL where there is one GPU per rank),
+# waits for it and returns what it printed; each job writes the values the
+# notebook checks to JSON or `torch.save` files under `build/`. Read the
+# modules next to this notebook: the code that matters is short.
+
+# %%
+import json
+import math
+import shutil
+import time
+import warnings
+
+import matplotlib.pyplot as plt
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from matplotlib.patches import Rectangle
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+from helpers.data import mnist
+from helpers.device import pick_device, seed_everything
+from helpers.distributed.launch import DistributedRunError, torchrun
+from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
+from helpers.models import MLP
+from helpers.paths import build_dir, rel
+from helpers.report import ChapterReport
+
+generator = seed_everything(SEED)
+device = pick_device()
+report = ChapterReport("26_fsdp_tensor_parallel")
+OUT = build_dir() / "ch26"
+OUT.mkdir(parents=True, exist_ok=True)
+launch_seconds = {}  # job name -> wall seconds of its launch
+print(f"torch {torch.__version__}, this notebook on {device}; jobs use {'nccl' if torch.cuda.device_count() >= 2 else 'gloo'}")
+print("results go to", rel(OUT))
+
+
+def launch(module, *args, nproc=2):
+    """Run helpers.distributed.<module> on nproc ranks; print rank 0's lines; keep the wall time."""
+    result = torchrun(f"helpers.distributed.{module}", *args, nproc=nproc, timeout=LAUNCH_TIMEOUT)
+    launch_seconds[module] = result.seconds
+    print("\n".join(f"[rank 0] {line}" for line in result.rank_lines(0)))
+    return result
+
+
+# %% [markdown]
+# ## Device meshes and DTensor placements
+#
+# A **device mesh** (`torch.distributed.device_mesh.DeviceMesh`) arranges the
+# ranks of a job in a grid: `init_device_mesh("cpu", (2,))` is a row of two,
+# `init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))` a 2×2 grid
+# whose dimensions have names. A **DTensor**
+# (`torch.distributed.tensor.DTensor`) is a tensor with a global shape, a
+# mesh, and one **placement** per mesh dimension that says how the global
+# tensor is laid out along it:
+#
+# - `Shard(d)`: split along tensor dimension `d`; each rank stores one piece;
+# - `Replicate()`: every rank stores the whole tensor;
+# - `Partial()`: every rank stores a tensor of the full shape, and the true
+#   value is their sum (what a matrix multiply leaves before its all-reduce).
+#
+# `distribute_tensor(t, mesh, [Shard(0)])` turns a full tensor (the same on
+# every rank) into a DTensor; `dt.to_local()` is this rank's piece, and
+# `dt.full_tensor()` gathers the pieces back into the full tensor on every
+# rank. The job below distributes a small 5×4 matrix three ways on 2
+# processes; every rank reports its local piece and where it starts.
+
+# %%
+placements_dir = OUT / "placements"
+result = launch("mesh_placements", "--out", str(placements_dir), "--rows", str(MATRIX_SHAPE[0]), "--cols", str(MATRIX_SHAPE[1]))
+placed = json.loads((placements_dir / "placements.json").read_text())
+print(f"\nlaunch took {result.seconds:.1f} s; mesh: {placed['mesh']}")
+
+# %% [markdown]
+# `torch.distributed.tensor.debug.visualize_sharding(dt)` prints such a
+# layout as a table, but needs the `tabulate` or `rich` package, which the
+# course does not install. So we draw it from what each rank reported: each
+# cell of the matrix is coloured by the rank that stores it; under
+# `Replicate()` both ranks store every cell.
+
+# %%
+RANK_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
+PLACEMENTS = ("Shard(0)", "Shard(1)", "Replicate()")
+fig, axes = plt.subplots(1, 3, figsize=(9, 3.2))
+for ax, label in zip(axes, PLACEMENTS):
+    info = placed["placements"][label]
+    rows, cols = placed["rows"], placed["cols"]
+    for shard in info["ranks"]:
+        (r0, c0), (nr, nc) = shard["offset"], shard["shape"]
+        replicated = label == "Replicate()"
+        for i in range(nr):
+            for j in range(nc):
+                width = 1 / placed["world"] if replicated else 1  # replicated: each rank fills a strip of the cell
+                x = c0 + j + (shard["rank"] * width if replicated else 0)
+                ax.add_patch(Rectangle((x, r0 + i), width, 1, color=RANK_COLOURS[shard["rank"]], alpha=0.55))
+    for i in range(rows):
+        for j in range(cols):
+            ax.text(j + 0.5, i + 0.5, int(placed["matrix"][i][j]), ha="center", va="center", fontsize=8)
+    ax.set(xlim=(0, cols), ylim=(rows, 0), xticks=[], yticks=[], title=label, aspect="equal")
+handles = [Rectangle((0, 0), 1, 1, color=RANK_COLOURS[r], alpha=0.55) for r in range(placed["world"])]
+fig.legend(handles, [f"rank {r}" for r in range(placed["world"])], loc="lower center", ncol=placed["world"])
+fig.suptitle("Which rank stores which cell of the matrix")
+fig.tight_layout(rect=(0, 0.08, 1, 1))
+plt.show()
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for label in PLACEMENTS:
+    info = placed["placements"][label]
+    shards = ", ".join(f"rank {s['rank']}: {tuple(s['shape'])} at {tuple(s['offset'])}" for s in info["ranks"])
+    print(f"{label:12} global {tuple(info['dtensor_shape'])} -> {shards}; full_tensor() == original: {info['full_tensor_equal']}")
+
+# %%
+for label, info in placed["placements"].items():
+    assert info["full_tensor_equal"], f"{label}: full_tensor() did not give back the original matrix"
+    assert info["dtensor_shape"] == list(MATRIX_SHAPE), f"{label}: a DTensor's shape is the global shape, got {info['dtensor_shape']}"
+rows_per_rank = [s["shape"][0] for s in placed["placements"]["Shard(0)"]["ranks"]]
+assert sum(rows_per_rank) == MATRIX_SHAPE[0], f"the Shard(0) pieces should cover all rows once, got {rows_per_rank}"
+assert rows_per_rank == [len(c) for c in torch.arange(MATRIX_SHAPE[0]).chunk(2)], "Shard(0) should split like torch.chunk"
+
+# %% [markdown]
+# Five rows on two ranks do not split evenly: `Shard` follows `torch.chunk`,
+# so rank 0 gets `ceil(5 / 2) = 3` rows and rank 1 the remaining 2. A
+# DTensor's `.shape` is always the *global* shape; only `to_local()` shows
+# the piece. The first exercise asks you to predict these pieces.
+
+# %% [markdown]
+# ## FSDP2: `fully_shard`
+#
+# DDP replicates everything. For training with AdamW in float32 each
+# parameter element costs 16 bytes on **every** rank: 4 for the weight, 4
+# for its gradient, 8 for AdamW's two moment buffers (`exp_avg`,
+# `exp_avg_sq`). **FSDP** (Zhao et al. 2023, after ZeRO by Rajbhandari et
+# al. 2020) shards all of them: each rank keeps 1/world of every tensor and
+# only ever holds a full layer for a moment.
+#
+# `torch.distributed.fsdp.fully_shard(module)` (FSDP2) does this in place:
+# it replaces each parameter of `module` with a DTensor sharded `Shard(0)`
+# over the mesh, and adds hooks that
+#
+# 1. before the module's forward, **all-gather** its parameters into full
+#    tensors (and free them again afterwards),
+# 2. before its backward, all-gather them again,
+# 3. after its backward, **reduce-scatter** the gradients: sum them over the
+#    ranks and leave each rank only its own shard, divided by the world size.
+#
+# The optimizer is built after `fully_shard`, on the sharded parameters, so
+# its state is sharded too. Calling `fully_shard` on each layer first and on
+# the root last makes each layer its own unit, so only one layer is ever
+# gathered at a time:
+#
+# ```python
+# for layer in model.modules():
+#     if isinstance(layer, nn.Linear):
+#         fully_shard(layer, mp_policy=policy)
+# fully_shard(model, mp_policy=policy)
+# optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+# ```
+#
+# `MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)`
+# gathers the parameters in bfloat16 and computes forward and backward in
+# it, but reduces gradients in float32 and keeps the sharded parameters (the
+# ones the optimizer updates) in float32. Unlike `torch.autocast` (chapter
+# 15) it casts at module boundaries, not per operation.
+#
+# The job `fsdp_memory` trains the chapter-05 MLP on the same batch of real
+# MNIST images four ways: one process on the whole batch (the reference),
+# DDP, FSDP in float32, and FSDP with the bfloat16 policy, each rank on half
+# of the batch. The notebook picks the batch and hands it over as a file.
+
+# %%
+train_set = mnist(train=True)
+images = train_set.data[:BATCH].float().div(255).sub(0.1307).div(0.3081).reshape(BATCH, -1)  # chapter 05's normalisation
+fsdp_dir = OUT / "fsdp"
+fsdp_dir.mkdir(parents=True, exist_ok=True)
+torch.save({"x": images, "y": train_set.targets[:BATCH].clone()}, fsdp_dir / "batch.pt")
+checkpoint_dir = OUT / "checkpoint_world2"
+shutil.rmtree(checkpoint_dir, ignore_errors=True)  # a re-run starts from an empty folder (DCP would overwrite with a warning)
+result = launch(
+    "fsdp_memory", "--data", str(fsdp_dir / "batch.pt"), "--out", str(fsdp_dir), "--steps", str(FSDP_STEPS),
+    "--hidden", *map(str, HIDDEN), "--checkpoint", str(checkpoint_dir),
+)
+fsdp = json.loads((fsdp_dir / "fsdp.json").read_text())
+print(f"\nlaunch took {result.seconds:.1f} s")
+
+# %% [markdown]
+# The parameters of the FSDP model are DTensors sharded on dimension 0; each
+# rank's piece is half of each weight (`nn.Linear.weight` is
+# `[out_features, in_features]`):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("parameter type after fully_shard:", fsdp["fsdp_fp32"]["param_type"])
+for name, (placements, shape, local) in fsdp["fsdp_fp32"]["placements"].items():
+    print(f"{name:13} {placements:18} global {tuple(shape)!s:11} local {tuple(local)}")
+print("sharded parameters under the bfloat16 policy are stored as", fsdp["fsdp_bf16"]["param_dtype"])
+
+# %% [markdown]
+# ### Bytes per rank
+#
+# Each rank summed the bytes of the tensors it actually stores (the local
+# shard of each parameter, gradient and AdamW buffer):
+
+# %%
+kinds = ("params", "grads", "optim_state")
+ddp_bytes = [sum(r[k] for k in kinds) for r in fsdp["ddp"]["bytes"]]
+fsdp_bytes = [sum(r[k] for k in kinds) for r in fsdp["fsdp_fp32"]["bytes"]]
+print(f"{fsdp['n_params']:,} parameters, {fsdp['world']} ranks")
+print(f"{'':6}{'params':>12}{'grads':>12}{'AdamW state':>14}{'total':>12}")
+for name in ("ddp", "fsdp_fp32"):
+    for rank, r in enumerate(fsdp[name]["bytes"]):
+        print(f"{name.split('_')[0].upper():5} rank {rank}: " + "".join(f"{r[k] / 1e6:>10.3f} MB" for k in kinds)
+              + f"{sum(r[k] for k in kinds) / 1e6:>10.3f} MB")
+fsdp_ratio = max(fsdp_bytes) / max(ddp_bytes)
+print(f"FSDP / DDP bytes per rank: {fsdp_ratio:.4f} (1 / world = {1 / fsdp['world']:.4f})")
+_ = report.record("DDP bytes per rank", max(ddp_bytes), "B")
+_ = report.record("FSDP bytes per rank", max(fsdp_bytes), "B")
+_ = report.record("FSDP / DDP bytes per rank", fsdp_ratio, "x")
+
+# %%
+fig, (ax_mem, ax_loss) = plt.subplots(1, 2, figsize=(9, 3))
+bottom = torch.zeros(2 * fsdp["world"])
+labels = [f"{n} r{r}" for n in ("DDP", "FSDP") for r in range(fsdp["world"])]
+for kind, colour in zip(kinds, ("tab:blue", "tab:orange", "tab:green")):
+    values = torch.tensor([r[kind] / 1e6 for n in ("ddp", "fsdp_fp32") for r in fsdp[n]["bytes"]])
+    ax_mem.bar(labels, values, bottom=bottom, color=colour, label=kind)
+    bottom += values
+ax_mem.set(ylabel="MB per rank", title="What each rank stores")
+ax_mem.legend(fontsize=8)
+steps = range(1, fsdp["steps"] + 1)
+for name, style in (("reference", "k-"), ("ddp", "C0--"), ("fsdp_fp32", "C1:"), ("fsdp_bf16", "C2-.")):
+    ax_loss.plot(steps, fsdp[name]["losses"], style, marker="o", label=name)
+ax_loss.set(xlabel="step", ylabel="loss", title="Same batch, four ways", xticks=list(steps))
+ax_loss.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %%
+world = fsdp["world"]
+largest_shard = sum(math.ceil(s[0] / world) * math.prod(s[1:]) for _, s, _ in fsdp["fsdp_fp32"]["placements"].values())
+assert max(fsdp_bytes) <= 16 * largest_shard + 64, "FSDP should hold no more than a 1/world shard (with padding) per rank"
+assert abs(fsdp_ratio - 1 / world) < 0.01, f"FSDP's bytes per rank should be about 1/{world} of DDP's, got {fsdp_ratio:.4f}"
+for name in ("ddp", "fsdp_fp32"):
+    assert fsdp[name]["max_diff"] < PARALLEL_TOL, f"{name}'s parameters differ from one process by {fsdp[name]['max_diff']:.2e}"
+    assert max(abs(a - b) for a, b in zip(fsdp[name]["losses"], fsdp["reference"]["losses"])) < PARALLEL_TOL * 10, f"{name}'s losses differ from one process"
+bf16_gap = max(abs(a - b) for a, b in zip(fsdp["fsdp_bf16"]["losses"], fsdp["reference"]["losses"]))
+assert bf16_gap < BF16_LOSS_TOL, f"the bfloat16 run's losses are {bf16_gap:.3f} away from float32's"
+_ = report.record("FSDP fp32 max |param diff| vs 1 process", float(f"{fsdp['fsdp_fp32']['max_diff']:.2g}"), digits=12)
+_ = report.record("FSDP bf16 max |loss diff| vs fp32", float(f"{bf16_gap:.2g}"), digits=12)
+
+# %% [markdown]
+# Three things to read from this:
+#
+# - **Memory.** FSDP's bytes per rank are half of DDP's on 2 ranks, and
+#   would be 1/N on N ranks (plus padding when a dimension does not divide
+#   evenly, plus AdamW's tiny `step` counters, which are not sharded).
+#   What FSDP pays instead is communication: an all-gather per layer in
+#   forward and in backward, a reduce-scatter per layer for the gradients.
+# - **Correctness in float32.** DDP and FSDP end within float rounding of one
+#   process trained on the whole batch (the `max_diff` recorded above): each rank's
+#   gradient of its half-batch mean loss, averaged over 2 ranks, is the
+#   gradient of the whole batch's mean loss.
+# - **bfloat16.** With the mixed-precision policy the losses agree only to
+#   about 2-3 digits: bfloat16 keeps 8 significant bits, so the forward and
+#   backward are rounded, even though the parameters and the gradient
+#   reduction stay float32. That is why the equality check uses a float32
+#   policy and the bfloat16 run gets its own, looser tolerance. On a GPU
+#   bfloat16 is the usual setting (it halves the all-gather traffic and uses
+#   the tensor cores); on a CPU it is here only to show the API.
+#
+# **Legacy forms.** Before `fully_shard` there was
+# `torch.distributed.fsdp.FullyShardedDataParallel` (FSDP1), a wrapper
+# module that flattens each unit's parameters into one `FlatParameter`. It
+# still imports, but new code should use `fully_shard` (FSDP2): parameters
+# stay separate DTensors with their original names, so optimizers, state
+# dicts and tensor parallelism work on them directly. In the same way, the
+# private `torch.distributed._tensor` was where DTensor lived before it
+# became the public `torch.distributed.tensor`; import from the public path.
+
+# %% [markdown]
+# ## Tensor parallelism
+#
+# FSDP still runs every layer in full on every rank; it only stores the
+# weights in pieces. **Tensor parallelism** (Shoeybi et al. 2019,
+# Megatron-LM) splits the computation itself. Take the MLP
+# `y = relu(x W1ᵀ) W2ᵀ` on 2 ranks:
+#
+# - **Column-wise** split of the first layer: rank r holds half of W1's
+#   output features (`nn.Linear.weight` is `[out, in]`, so `Shard(0)` of the
+#   weight). With the full input `x` it computes half of the hidden units,
+#   `h_r = relu(x W1_rᵀ)`, with no communication: ReLU works element by
+#   element, so each rank can apply it to its own half.
+# - **Row-wise** split of the second layer: rank r holds the columns of W2
+#   that read exactly those hidden units (`Shard(1)` of the weight). It
+#   computes `h_r W2_rᵀ`, a full-size output that is only a *partial sum*
+#   (placement `Partial()`); the true output is the sum over ranks: **one
+#   all-reduce**.
+#
+# So column then row costs one all-reduce per MLP in forward (and one in
+# backward, for the gradient of `x`). In the other order, row-wise first
+# would leave a partial sum *before* the ReLU, and relu(a + b) is not
+# relu(a) + relu(b): a second all-reduce would be needed in the middle.
+#
+# `torch.distributed.tensor.parallel.parallelize_module(model, mesh, plan)`
+# applies such a plan: `{"0": ColwiseParallel(), "2": RowwiseParallel()}` for
+# `nn.Sequential(Linear, ReLU, Linear)`. In a transformer block the q, k and
+# v projections are column-wise (each rank gets whole attention heads, so
+# attention itself needs no communication), the output projection is
+# row-wise, and the MLP is column-wise then row-wise: **two** all-reduces per
+# block. The attention code must count heads from the local width
+# (`view(B, T, -1, head_dim)`), because each rank sees only its heads; that
+# is why `tp_check` defines its own small `TPBlock` with separate q/k/v
+# projections instead of the course's `TransformerBlock`, whose fused `qkv`
+# projection would be split across q and k.
+#
+# The job builds both models with the same seed on every rank, parallelises
+# a copy, and compares the forward output and, after `backward()`, every
+# parameter's full gradient with the unsplit model. `CommDebugMode` counts
+# the collectives of one forward pass.
+
+# %%
+tp_dir = OUT / "tp"
+result = launch("tp_check", "--out", str(tp_dir), "--d-model", str(TP_D_MODEL))
+tp = json.loads((tp_dir / "tp.json").read_text())
+print(f"\nlaunch took {result.seconds:.1f} s")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for model_name in ("mlp", "block"):
+    print(f"{model_name}: collectives in one forward: {tp[model_name]['forward_collectives']}; output is a DTensor: {tp[model_name]['output_is_dtensor']}")
+    for name, p in tp[model_name]["params"].items():
+        if name.endswith("weight"):
+            print(f"   {name:15} {p['placements']:17} global {tuple(p['shape'])!s:10} local {tuple(p['local_shape'])}")
+
+# %%
+for model_name in ("mlp", "block"):
+    r = tp[model_name]
+    print(f"{model_name}: max |output diff| {r['output_diff']:.1e}, max |gradient diff| {r['grad_diff']:.1e}, "
+          f"parameter bytes per rank {r['local_param_bytes']:,} of {r['full_param_bytes']:,}")
+    assert r["output_diff"] < PARALLEL_TOL, f"tensor-parallel {model_name}: outputs differ by {r['output_diff']:.1e}"
+    assert r["grad_diff"] < PARALLEL_TOL, f"tensor-parallel {model_name}: gradients differ by {r['grad_diff']:.1e}"
+assert tp["mlp"]["forward_collectives"] == {"all_reduce": 1}, "column- then row-wise should need exactly one all-reduce"
+assert tp["block"]["forward_collectives"] == {"all_reduce": 2}, "a TP transformer block needs one all-reduce for attention, one for the MLP"
+_ = report.record("TP MLP max |output diff|", float(f"{tp['mlp']['output_diff']:.2g}"), digits=12)
+_ = report.record("TP block max |grad diff|", float(f"{tp['block']['grad_diff']:.2g}"), digits=12)
+
+# %% [markdown]
+# The LayerNorms stay plain, replicated tensors (they are cheap and need the
+# full feature vector), and the row-wise layers' biases are `Replicate()`:
+# the bias is added once, after the all-reduce. The parallel output is an
+# ordinary tensor again because `RowwiseParallel` converts its output back
+# (`use_local_output=True`). `SequenceParallel` would go one step further and
+# also split the LayerNorm's activations along the sequence dimension.
+
+# %% [markdown]
+# ## A 2-D mesh: TP inside, FSDP across
+#
+# Large jobs combine the two. With 4 ranks in a 2×2 mesh named
+# `("dp", "tp")`, ranks `[[0, 1], [2, 3]]`: each row (0 and 1; 2 and 3) is a
+# tensor-parallel group that shares one half of the batch and splits every
+# matrix multiply; each column (0 and 2; 1 and 3) is a data-parallel group
+# across which FSDP shards what TP left. TP goes inside, where ranks talk
+# at every layer (on real hardware: within one machine, over fast links),
+# FSDP outside:
+#
+# ```python
+# mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+# model = parallelize_module(model, mesh["tp"], plan)
+# for layer in (...):
+#     fully_shard(layer, mesh=mesh["dp"])
+# fully_shard(model, mesh=mesh["dp"])
+# ```
+#
+# Each parameter then has two placements, one per mesh dimension. The job
+# trains `TPBlock` for a few SGD steps and compares every full parameter
+# with one process trained on the whole batch.
+
+# %%
+if RUN_2D:
+    mesh_dir = OUT / "mesh_2d"
+    result = launch("mesh_2d", "--out", str(mesh_dir), "--steps", str(MESH_2D_STEPS), nproc=4)
+    mesh2d = json.loads((mesh_dir / "mesh_2d.json").read_text())
+    print(f"\nlaunch took {result.seconds:.1f} s; mesh {mesh2d['mesh']} with dimensions {mesh2d['dim_names']}")
+    for name in ("attn.q.weight", "attn.o.weight", "attn.o.bias", "ln1.weight"):
+        p = mesh2d["params"][name]
+        print(f"{name:14} {p['placements']:45} global {tuple(p['shape'])!s:9} local {tuple(p['local_shape'])}")
+    print("parameter bytes per rank:", [r["param_bytes"] for r in mesh2d["ranks"]], "of", mesh2d["full_param_bytes"])
+    print("losses 2-D:", mesh2d["losses"], " one process:", mesh2d["reference_losses"])
+    assert mesh2d["max_diff"] < PARALLEL_TOL, f"the 2-D mesh's parameters differ from one process by {mesh2d['max_diff']:.1e}"
+    _ = report.record("2-D mesh max |param diff|", float(f"{mesh2d['max_diff']:.2g}"), digits=12)
+else:
+    print("RUN_2D is False: skipping the 4-process FSDP x TP job")
+
+# %% [markdown]
+# How to read the placements: `attn.o.weight` is `(Shard(dim=0), Shard(dim=1))`:
+# TP split its columns (row-wise layer) and FSDP then split its rows over
+# `dp`, so each rank holds a quarter. For the column-wise q/k/v projections
+# both splits fall on dimension 0. FSDP cut each TP piece in two, so the
+# rows one `dp` index holds are not one contiguous block of the global
+# weight but one block inside each TP piece; DTensor records that as
+# `_StridedShard(dim=0, sf=2)` (split factor 2), and gathering over `dp`
+# rebuilds exactly the TP piece. The LayerNorm weights are not tensor-parallel, so they are
+# DTensors on the 1-D `dp` mesh only, and are replicated across `tp`.
+
+# %% [markdown]
+# ## Distributed checkpoints (DCP)
+#
+# `torch.save(model.state_dict())` on a sharded model would either save
+# only one rank's pieces or first gather everything on one rank, which is
+# exactly what does not fit. `torch.distributed.checkpoint` (DCP) saves in
+# parallel: every rank writes its own shards to its own file, and a
+# `.metadata` file records which piece of which tensor is where. When
+# loading, each rank reads exactly the pieces its *new* layout needs, so a
+# checkpoint saved on 2 ranks loads on 1, 4 or 64, with any placements.
+#
+# The FSDP job above saved its float32 model and AdamW state at world size 2:
+#
+# ```python
+# model_sd, optim_sd = get_state_dict(model, optimizer)    # DTensor values, FQN keys
+# dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=checkpoint_dir)
+# ```
+#
+# `torch.distributed.checkpoint.state_dict.get_state_dict` gives both state
+# dicts with parameter names as keys (a plain `optimizer.state_dict()` keys
+# its state by integer index), and works the same for FSDP, TP, DDP and
+# plain models. Rank 0 also gathered the full tensors with
+# `StateDictOptions(full_state_dict=True, cpu_offload=True)` into
+# `full_state.pt`, for comparison.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for path in sorted(checkpoint_dir.iterdir()):
+    print(f"{path.name:14} {'one per rank: its shards' if path.suffix == '.distcp' else 'which piece of which tensor is where'}")
+
+# %% [markdown]
+# Now load it into one process, the notebook itself, which has no process
+# group at all: `dcp.load` notices that and reads as a single process (it
+# says so in a warning, which we capture and print). The model and
+# optimizer are fresh and plain; `get_state_dict` creates AdamW's state
+# buffers so that DCP has tensors to load into, `dcp.load` fills them in
+# place, and `set_state_dict` puts them back into the model and optimizer.
+
+# %%
+assert not dist.is_initialized(), "this cell shows loading without a process group"
+torch.manual_seed(SEED + 1)  # different initial weights: the load must overwrite them
+single = MLP(784, HIDDEN, 10, dropout=0.0)
+single_opt = torch.optim.AdamW(single.parameters(), lr=1e-3)
+start = time.perf_counter()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    model_sd, optim_sd = get_state_dict(single, single_opt)
+    dcp.load({"model": model_sd, "optim": optim_sd}, checkpoint_id=checkpoint_dir)
+    set_state_dict(single, single_opt, model_state_dict=model_sd, optim_state_dict=optim_sd)
+load_seconds = time.perf_counter() - start
+for w in caught:
+    print(f"{w.category.__name__}: {w.message}")
+
+saved = torch.load(fsdp_dir / "full_state.pt", weights_only=True)
+weights_equal = all(torch.equal(single.state_dict()[k], v) for k, v in saved["model"].items())
+moments_equal = all(
+    torch.equal(single_opt.state[p][buf], saved["optim"]["state"][name][buf])
+    for name, p in single.named_parameters() for buf in ("exp_avg", "exp_avg_sq")
+)
+print(f"loaded at world size 1 in {load_seconds:.2f} s: weights equal {weights_equal}, AdamW moments equal {moments_equal}")
+
+# %%
+assert weights_equal, "the weights loaded at world size 1 differ from the ones saved at world size 2"
+assert moments_equal, "AdamW's exp_avg / exp_avg_sq loaded at world size 1 differ from the saved ones"
+with torch.no_grad():
+    logits = single(images[:8])
+assert torch.isfinite(logits).all(), "the reloaded model should run"
+_ = report.record("DCP world 2 -> 1 round trip equal", "yes" if weights_equal and moments_equal else "no")
+
+# %% [markdown]
+# The same call loads into a model sharded over 4 ranks: each rank asks for
+# its own pieces and DCP reads the overlapping parts of the saved shards.
+# This is what makes **resharding** (resuming a job on a different number of
+# GPUs) a non-event, and why DCP rather than `torch.save` is the format for
+# sharded training.
+
+# %% [markdown]
+# ## Pitfalls
+#
+# DTensor needs a process group even to experiment with. A group of one
+# process is enough, and cheap to make in a notebook: `init_process_group`
+# with `world_size=1` and an in-memory `HashStore` (no port, no other
+# process). The cell checks first, so running it twice is harmless; the
+# group is destroyed at the end of this section.
+
+# %%
+if not dist.is_initialized():
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+print("in-process group: world size", dist.get_world_size())
+
+# %% [markdown]
+# **1. A mesh bigger than the job.** The mesh shape must multiply out to the
+# number of ranks (here 1):
+
+# %%
+try:
+    init_device_mesh("cpu", (2,))
+except RuntimeError as err:
+    print(f"{type(err).__name__}: {err}")
+mesh1 = init_device_mesh("cpu", (dist.get_world_size(),))  # the fix: size the mesh from the world size
+print("fixed:", mesh1)
+
+# %% [markdown]
+# In a launched job the same mistake stops every rank. The launcher raises
+# `DistributedRunError`, which names the rank that failed first and its
+# exception (the full traceback is in the error text and in the per-rank
+# logs under `build/distributed/`):
+
+# %%
+if RUN_FAILING_JOB:
+    try:
+        torchrun("helpers.distributed.mesh_placements", "--out", str(OUT / "bad_mesh"), "--mesh-size", "4", nproc=2,
+                 timeout=LAUNCH_TIMEOUT)
+    except DistributedRunError as err:
+        print(f"{type(err).__name__}: {str(err).splitlines()[0]}")
+        print(f"  rank {err.root_cause.rank}: {err.root_cause.last_line}")
+        launch_seconds["failing job"] = err.result.seconds
+    else:
+        raise AssertionError("a mesh of 4 devices on 2 ranks should have failed")
+else:
+    print("RUN_FAILING_JOB is False: skipping the launched failing job")
+
+# %% [markdown]
+# **2. Mixing a DTensor with a plain tensor.** An operation on a DTensor
+# must know the placement of every operand; a plain `torch.Tensor` has none,
+# so DTensor refuses rather than guess:
+
+# %%
+dt = distribute_tensor(torch.arange(6.0).reshape(3, 2), mesh1, [Shard(0)])
+try:
+    dt + torch.ones(3, 2)
+except RuntimeError as err:
+    print(f"{type(err).__name__}: {err}")
+ones = distribute_tensor(torch.ones(3, 2), mesh1, [Replicate()])  # the fix: make it a DTensor too
+print("fixed:", (dt + ones).full_tensor().tolist(), "placements of the sum:", (dt + ones).placements)
+
+# %% [markdown]
+# **3. Loading a checkpoint into a different model.** DCP reshards freely,
+# but the *global* shapes must match. A model with a 300-unit first layer
+# cannot take the 256-unit checkpoint. Note that DCP's error,
+# `CheckpointException`, derives from `BaseException`, not `Exception`: a
+# bare `except Exception` does not catch it. Its text carries each failing
+# rank's traceback; the last line says what went wrong:
+
+# %%
+wrong = MLP(784, (300, *HIDDEN[1:]), 10, dropout=0.0)
+try:
+    dcp.load({"model": wrong.state_dict()}, checkpoint_id=checkpoint_dir)
+except CheckpointException as err:
+    print(f"{type(err).__name__}: {str(err).strip().splitlines()[-1]}")
+right = MLP(784, HIDDEN, 10, dropout=0.0)  # the fix: the architecture the checkpoint was saved from
+right_sd = right.state_dict()
+dcp.load({"model": right_sd}, checkpoint_id=checkpoint_dir)  # only the model: a subset of what was saved is fine
+print("fixed: loaded", len(right_sd), "tensors")
+
+# %%
+dist.destroy_process_group()
+print("in-process group destroyed:", not dist.is_initialized())
+
+# %% [markdown]
+# (With the process group in place, `dcp.load` in the last cell ran as a
+# world of one; without it, as in the DCP section, it falls back to a
+# single process by itself.)
+#
+# ## Exercises
+#
+# **26.1 Local shard shapes.** Write `local_shard_shapes(shape, world_size,
+# dim)` that returns, in rank order, the local shape each rank holds when a
+# tensor of `shape` is distributed over a 1-D mesh of `world_size` ranks
+# with `Shard(dim)`, or with `Replicate()` when `dim` is `None`. Remember
+# how five rows split over two ranks above, and that a rank's piece can be
+# empty.
+
+# %%
+def local_shard_shapes(shape, world_size, dim):
+    """One tuple per rank: the local shape of a DTensor with placement Shard(dim) (or Replicate() if dim is None)."""
+    raise NotImplementedError("your code here")
+
+
+result = check("26.local_shard_shapes", local_shard_shapes)
+
+# %% [markdown]
+# The rule you wrote is the one the job used: compare with what the ranks
+# reported for the 5×4 matrix.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+reference_shapes = solution("26.local_shard_shapes")
+for label, dim in (("Shard(0)", 0), ("Shard(1)", 1), ("Replicate()", None)):
+    reported = [tuple(s["shape"]) for s in placed["placements"][label]["ranks"]]
+    predicted = reference_shapes(tuple(MATRIX_SHAPE), placed["world"], dim)
+    assert reported == predicted, f"{label}: the ranks reported {reported}, the rule predicts {predicted}"
+    print(f"{label:12} reported {reported} == predicted")
+
+# %% [markdown]
+# **26.2 Bytes per rank.** Write `per_rank_bytes(shapes, world_size,
+# strategy)`: the bytes rank 0 holds when training with AdamW in float32
+# (parameter, gradient, `exp_avg`, `exp_avg_sq`; ignore the `step`
+# counters), for a model with parameter `shapes`, under `"ddp"` or
+# `"fsdp"`. FSDP shards each parameter on dimension 0 like `Shard(0)`.
+
+# %%
+def per_rank_bytes(shapes, world_size, strategy):
+    """Bytes on rank 0 for parameters + gradients + AdamW's two moments, float32, 'ddp' or 'fsdp'."""
+    raise NotImplementedError("your code here")
+
+
+result = check("26.per_rank_bytes", per_rank_bytes)
+
+# %% [markdown]
+# Again the formula meets the measurement (the measured figure also
+# contains AdamW's 4-byte `step` counters, one per parameter tensor):
+
+# %%
+shapes = [tuple(s) for _, s, _ in fsdp["fsdp_fp32"]["placements"].values()]
+steps_bytes = 4 * len(shapes)
+for strategy, measured in (("ddp", ddp_bytes[0]), ("fsdp", fsdp_bytes[0])):
+    predicted = solution("26.per_rank_bytes")(shapes, fsdp["world"], strategy)
+    print(f"{strategy}: predicted {predicted:,} B + {steps_bytes} B of step counters, measured {measured:,} B")
+    assert predicted + steps_bytes == measured, f"{strategy}: the formula and the measured bytes disagree"
+
+# %% [markdown]
+# ## Summary
+#
+# - A **device mesh** arranges ranks in a grid; a **DTensor** is a global
+#   tensor plus one placement per mesh dimension (`Shard(d)`, `Replicate()`,
+#   `Partial()`). `Shard` splits like `torch.chunk`; `full_tensor()` gathers.
+# - **FSDP2** (`fully_shard`) shards parameters, gradients and optimizer
+#   state, so each rank holds about 1/N of DDP's bytes, at the price of an
+#   all-gather per layer in forward and backward and a reduce-scatter of the
+#   gradients. In float32 it matches one process to rounding; a
+#   `MixedPrecisionPolicy` computes in bfloat16 and reduces in float32.
+# - **Tensor parallelism** splits the matrix multiplies: `ColwiseParallel`
+#   then `RowwiseParallel` needs one all-reduce per MLP, two per transformer
+#   block, and the results equal the single-process model.
+# - A **2-D mesh** combines them: TP inside (`mesh["tp"]`), FSDP across
+#   (`mesh["dp"]`).
+# - **DCP** saves each rank's shards in parallel and loads them into any
+#   other layout: saved on 2 processes, loaded on 1 here.
+# - FSDP1 (`FullyShardedDataParallel`) and `torch.distributed._tensor` are
+#   the legacy forms of `fully_shard` and `torch.distributed.tensor`.
+#
+# This is the last chapter of the course, and the start of large-scale
+# training. Where to go from here: pipeline parallelism
+# (`torch.distributed.pipelining`), which splits the model by layers across
+# ranks; the same code on GPUs with NCCL, where overlapping the all-gathers
+# with computation is what makes FSDP fast; and PyTorch's torchtitan
+# project, which combines FSDP2, tensor, pipeline and context parallelism
+# with DCP checkpoints for training large language models.
+
+# %%
+for name, seconds in launch_seconds.items():
+    print(f"{name:16} {seconds:5.1f} s")
+two_process = [s for n, s in launch_seconds.items() if n != "mesh_2d"]
+_ = report.record("seconds per 2-process launch", round(sum(two_process) / len(two_process), 1), "s")
+if "mesh_2d" in launch_seconds:
+    _ = report.record("seconds for the 4-process launch", round(launch_seconds["mesh_2d"], 1), "s")
+
+# %%
+report.finish()

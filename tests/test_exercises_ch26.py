@@ -1,0 +1,98 @@
+"""Exercises of chapter 26: realistic wrong answers fail with a hint (the generic checks are in test_exercises.py)."""
+
+from __future__ import annotations
+
+import math
+
+from helpers.exercises import check, solution
+from tests.exercise_support import assert_rejected
+
+# --------------------------------------------------------------------------
+# 26.local_shard_shapes
+# --------------------------------------------------------------------------
+
+
+def _with_sizes(shape, world, dim, sizes):
+    if dim is None:
+        return [tuple(shape)] * world
+    return [tuple(n if i == dim else s for i, s in enumerate(shape)) for n in sizes]
+
+
+def test_local_shard_shapes_floor_division_fails():
+    def floor(shape, world, dim):
+        return _with_sizes(shape, world, dim, [shape[dim] // world] * world if dim is not None else None)
+
+    assert_rejected("26.local_shard_shapes", floor, "n // world")
+
+
+def test_local_shard_shapes_array_split_fails():
+    def array_split(shape, world, dim):
+        if dim is None:
+            return [tuple(shape)] * world
+        n = shape[dim]
+        return _with_sizes(shape, world, dim, [n // world + (r < n % world) for r in range(world)])
+
+    assert_rejected("26.local_shard_shapes", array_split, "array_split")
+
+
+def test_local_shard_shapes_torch_chunk_without_empty_ranks_fails():
+    import torch
+
+    def chunked(shape, world, dim):
+        if dim is None:
+            return [tuple(shape)] * world
+        return [tuple(c.shape) for c in torch.empty(shape).chunk(world, dim=dim)]
+
+    assert_rejected("26.local_shard_shapes", chunked, "one shape per rank")
+
+
+def test_local_shard_shapes_sharding_replicate_fails():
+    def replicate_sharded(shape, world, dim):
+        return solution("26.local_shard_shapes")(shape, world, 0 if dim is None else dim)
+
+    assert_rejected("26.local_shard_shapes", replicate_sharded, "full copy")
+
+
+def test_local_shard_shapes_lists_are_accepted():
+    def as_lists(shape, world, dim):
+        return [list(s) for s in solution("26.local_shard_shapes")(shape, world, dim)]
+
+    assert check("26.local_shard_shapes", as_lists, show=False).passed
+
+
+# --------------------------------------------------------------------------
+# 26.per_rank_bytes
+# --------------------------------------------------------------------------
+
+
+def _elements(shapes, world, strategy):
+    if strategy == "ddp":
+        return sum(math.prod(s) for s in shapes)
+    return sum(math.ceil(s[0] / world) * math.prod(s[1:]) for s in shapes)
+
+
+def test_per_rank_bytes_params_only_fails():
+    assert_rejected("26.per_rank_bytes", lambda shapes, world, strategy: 4 * _elements(shapes, world, strategy), "only the parameters")
+
+
+def test_per_rank_bytes_without_optimizer_state_fails():
+    assert_rejected("26.per_rank_bytes", lambda shapes, world, strategy: 8 * _elements(shapes, world, strategy), "exp_avg")
+
+
+def test_per_rank_bytes_ignoring_padding_fails():
+    def no_padding(shapes, world, strategy):
+        total = 16 * sum(math.prod(s) for s in shapes)
+        return total if strategy == "ddp" else total // world
+
+    assert_rejected("26.per_rank_bytes", no_padding, "padding")
+
+
+def test_per_rank_bytes_ddp_divided_by_world_fails():
+    def ddp_sharded(shapes, world, strategy):
+        return 16 * sum(math.ceil(s[0] / world) * math.prod(s[1:]) for s in shapes)
+
+    assert_rejected("26.per_rank_bytes", ddp_sharded, "full model")
+
+
+def test_per_rank_bytes_fsdp_like_ddp_fails():
+    assert_rejected("26.per_rank_bytes", lambda shapes, world, strategy: 16 * sum(math.prod(s) for s in shapes), "DDP's figure")
