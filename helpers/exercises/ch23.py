@@ -1,0 +1,204 @@
+"""Exercises of chapter 23 (quantisation): checkers and reference solutions.
+
+The checkers use plain torch, not torchao, so that importing them is quick;
+the chapter itself shows that the same formulas match torchao's primitives
+(``torchao.quantization.quant_primitives.choose_qparams_affine`` and
+``quantize_affine``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import exercise
+
+# --------------------------------------------------------------------------
+# 23.quantize_asymmetric
+# --------------------------------------------------------------------------
+
+
+def _quantize_asymmetric(x: torch.Tensor, num_bits: int) -> tuple[torch.Tensor, float, int]:
+    """Asymmetric (affine) per-tensor quantisation of ``x`` to signed ``num_bits``-bit integers.
+
+    Args:
+        x: a float tensor of any shape, not all zeros.
+        num_bits: 2 to 8.
+
+    Returns:
+        ``(q, scale, zero_point)``: ``q`` an int32 tensor of the shape of
+        ``x`` with values in ``[qmin, qmax] = [-2**(b-1), 2**(b-1) - 1]``;
+        ``scale`` a Python float; ``zero_point`` a Python int in ``[qmin, qmax]``.
+        The float range is widened to include 0 (so that 0 is represented
+        exactly), ``scale = (hi - lo) / (qmax - qmin)``,
+        ``zero_point = qmin - round(lo / scale)`` and
+        ``q = clamp(round(x / scale) + zero_point, qmin, qmax)``: the
+        conventions of torchao's ``choose_qparams_affine`` (ASYMMETRIC) and
+        ``quantize_affine``.
+    """
+    qmin, qmax = -(2 ** (num_bits - 1)), 2 ** (num_bits - 1) - 1
+    lo = min(x.min().item(), 0.0)
+    hi = max(x.max().item(), 0.0)
+    scale = (hi - lo) / (qmax - qmin)
+    zero_point = int(min(max(qmin - round(lo / scale), qmin), qmax))
+    q = torch.clamp(torch.round(x / scale) + zero_point, qmin, qmax).to(torch.int32)
+    return q, scale, zero_point
+
+
+def _as_number(value, what: str) -> float:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise AssertionError(f"{what} should be one number for the whole tensor, got a tensor of shape {tuple(value.shape)}")
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise AssertionError(f"{what} should be a number, got {type(value).__name__}")
+    return float(value)
+
+
+@exercise(
+    "23.quantize_asymmetric",
+    "return (q, scale, zero_point) for asymmetric per-tensor quantisation of x to signed num_bits-bit integers "
+    "[qmin, qmax] = [-2**(num_bits-1), 2**(num_bits-1) - 1]: widen [x.min(), x.max()] to include 0, "
+    "scale = (hi - lo) / (qmax - qmin), zero_point = qmin - round(lo / scale) (an int), "
+    "q = clamp(round(x / scale) + zero_point, qmin, qmax) as an integer tensor.",
+    reference=_quantize_asymmetric,
+)
+def _test_quantize_asymmetric(candidate) -> None:
+    g = torch.Generator().manual_seed(23)
+    cases = [
+        ("a small tensor with both signs, 8 bits", torch.tensor([-0.6, 0.0, 0.3, 1.0, 1.9]), 8),
+        ("normal values, 8 bits", torch.randn(4, 50, generator=g) * 0.7 + 0.2, 8),
+        ("ReLU outputs (all >= 0), 8 bits", torch.rand(200, generator=g) * 3.0 + 0.5, 8),
+        ("all negative values, 8 bits", -torch.rand(3, 7, generator=g) - 0.25, 8),
+        ("normal values, 4 bits", torch.randn(64, generator=g), 4),
+        ("skewed values, 3 bits", torch.rand(100, generator=g) * 5 - 1, 3),
+    ]
+    for label, x, bits in cases:
+        qmin, qmax = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+        want_q, want_scale, want_zp = _quantize_asymmetric(x, bits)
+        result = candidate(x.clone(), bits)
+        if not isinstance(result, (tuple, list)) or len(result) != 3:
+            raise AssertionError("return a tuple (q, scale, zero_point)")
+        q, scale, zp = result
+        scale = _as_number(scale, "scale")
+        zp_value = _as_number(zp, "zero_point")
+        lo_raw, hi_raw = x.min().item(), x.max().item()
+        if abs(scale - want_scale) > 1e-6 * want_scale:
+            if abs(scale - (hi_raw - lo_raw) / (qmax - qmin)) < 1e-6 * want_scale:
+                raise AssertionError(
+                    f"{label}: scale {scale:.6g} comes from [x.min(), x.max()] = [{lo_raw:.3f}, {hi_raw:.3f}]; "
+                    "widen the range to include 0 first (lo = min(x.min(), 0), hi = max(x.max(), 0)), so that "
+                    f"0.0 (padding, a ReLU's zeros) is represented exactly; expected {want_scale:.6g}"
+                )
+            hi, lo = max(hi_raw, 0.0), min(lo_raw, 0.0)
+            if abs(scale - (hi - lo) / 2**bits) < 1e-6 * want_scale:
+                raise AssertionError(
+                    f"{label}: scale {scale:.6g} divides by 2**{bits} = {2**bits}; {bits} bits give 2**{bits} levels "
+                    f"but only qmax - qmin = {qmax - qmin} steps between them; expected {want_scale:.6g}"
+                )
+            raise AssertionError(f"{label}: scale should be (hi - lo) / (qmax - qmin) = {want_scale:.6g}, got {scale:.6g}")
+        if zp_value != round(zp_value):
+            raise AssertionError(
+                f"{label}: zero_point {zp_value:.4f} is not an integer; it is the integer that stands for 0.0, "
+                "so round it: zero_point = qmin - round(lo / scale)"
+            )
+        if int(zp_value) != want_zp:
+            if 0 <= want_zp - qmin < 2**bits and int(zp_value) == want_zp - qmin:
+                raise AssertionError(
+                    f"{label}: zero_point {int(zp_value)} is in the unsigned range [0, {2**bits - 1}]; this exercise "
+                    f"uses signed integers [qmin, qmax] = [{qmin}, {qmax}]; expected {want_zp}"
+                )
+            if int(zp_value) == qmin + round(min(lo_raw, 0.0) / want_scale):
+                raise AssertionError(
+                    f"{label}: zero_point {int(zp_value)} has the sign of lo / scale the wrong way round: "
+                    f"the float lo must map to qmin, so zero_point = qmin - round(lo / scale) = {want_zp}"
+                )
+            raise AssertionError(f"{label}: zero_point should be qmin - round(lo / scale) = {want_zp}, got {int(zp_value)}")
+        if not isinstance(q, torch.Tensor) or q.shape != x.shape:
+            raise AssertionError(f"{label}: q should be a tensor of the shape of x {tuple(x.shape)}")
+        if q.is_floating_point() and not torch.equal(q, q.round()):
+            raise AssertionError(f"{label}: q holds fractions; round(x / scale) before adding zero_point")
+        if q.min().item() < qmin or q.max().item() > qmax:
+            raise AssertionError(
+                f"{label}: q has values in [{q.min().item()}, {q.max().item()}], outside [qmin, qmax] = [{qmin}, {qmax}]; "
+                "use the signed range and clamp"
+            )
+        wrong = (q.to(torch.int64) != want_q.to(torch.int64)).sum().item()
+        if wrong:
+            raise AssertionError(
+                f"{label}: {wrong} of {x.numel()} values of q differ from clamp(round(x / scale) + zero_point, qmin, qmax)"
+            )
+
+
+# --------------------------------------------------------------------------
+# 23.per_channel_scales
+# --------------------------------------------------------------------------
+
+
+def _per_channel_scales(weight: torch.Tensor, num_bits: int) -> torch.Tensor:
+    """Symmetric per-output-channel scales of a weight, as torchao and PyTorch's observers compute them.
+
+    Args:
+        weight: float ``[out_channels, ...]`` (a Linear's ``[out, in]`` or a
+            convolution's ``[out, in, kh, kw]``).
+        num_bits: 2 to 8; signed range ``[qmin, qmax] = [-2**(b-1), 2**(b-1) - 1]``.
+
+    Returns:
+        float ``[out_channels]``: ``max |w[c]| / ((qmax - qmin) / 2)``, the
+        maximum taken over every dimension except 0 (127.5 in the denominator
+        for 8 bits). The zero point of symmetric quantisation is 0.
+    """
+    qmin, qmax = -(2 ** (num_bits - 1)), 2 ** (num_bits - 1) - 1
+    max_abs = weight.detach().abs().flatten(1).amax(dim=1)
+    return max_abs / ((qmax - qmin) / 2)
+
+
+@exercise(
+    "23.per_channel_scales",
+    "return a float tensor [out_channels] with the symmetric scale of each output channel (dim 0) of weight: "
+    "max |w[c]| over every other dimension, divided by (qmax - qmin) / 2 for signed num_bits-bit integers "
+    "(127.5 for 8 bits).",
+    reference=_per_channel_scales,
+)
+def _test_per_channel_scales(candidate) -> None:
+    g = torch.Generator().manual_seed(5)
+    linear_w = torch.randn(16, 10, generator=g) * torch.logspace(-2, 0, 16).unsqueeze(1)
+    linear_w[3] = -linear_w[3].abs()  # a channel whose largest magnitude is negative
+    conv_w = torch.randn(8, 3, 3, 3, generator=g) * torch.linspace(0.05, 1.0, 8).view(8, 1, 1, 1)
+    cases = [("a Linear weight [16, 10], 8 bits", linear_w, 8), ("a conv weight [8, 3, 3, 3], 8 bits", conv_w, 8),
+             ("a Linear weight [16, 10], 4 bits", linear_w, 4)]
+    for label, w, bits in cases:
+        qmin, qmax = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+        want = _per_channel_scales(w, bits)
+        got = candidate(w.clone(), bits)
+        if not isinstance(got, torch.Tensor):
+            raise AssertionError(f"return a tensor of {w.shape[0]} scales, got {type(got).__name__}")
+        got = got.detach().float()
+        if got.numel() == 1:
+            raise AssertionError(
+                f"{label}: you returned one scale for the whole tensor (per-tensor); return one scale per "
+                f"output channel, shape [{w.shape[0]}]"
+            )
+        if got.shape != want.shape:
+            if got.numel() == w.shape[1]:
+                raise AssertionError(
+                    f"{label}: you returned {got.numel()} scales, one per *input* channel; the output channels "
+                    f"are dim 0, so reduce over every other dimension"
+                )
+            raise AssertionError(
+                f"{label}: expected shape [{w.shape[0]}] (one scale per output channel, dim 0), got {list(got.shape)}; "
+                "for a conv weight reduce over all dimensions except 0, e.g. w.abs().flatten(1).amax(dim=1)"
+            )
+        if torch.allclose(got, want, rtol=1e-5, atol=0):
+            continue
+        max_abs = w.abs().flatten(1).amax(dim=1)
+        if torch.allclose(got, max_abs / qmax, rtol=1e-5, atol=0):
+            raise AssertionError(
+                f"{label}: you divided by qmax = {qmax}; torchao and PyTorch's observers divide max |w| by "
+                f"(qmax - qmin) / 2 = {(qmax - qmin) / 2}"
+            )
+        if torch.allclose(got, w.flatten(1).amax(dim=1) / ((qmax - qmin) / 2), rtol=1e-5, atol=0):
+            raise AssertionError(
+                f"{label}: use the largest *absolute* value of each channel (w.abs()); a channel's largest "
+                "magnitude can be negative"
+            )
+        raise AssertionError(f"{label}: expected {want[:4].tolist()} ... got {got[:4].tolist()} ...")

@@ -1,0 +1,140 @@
+"""Exercises of chapter 23: realistic wrong answers fail with a hint (the generic
+checks, reference passes and stub not attempted, are in tests/test_exercises.py)."""
+
+from __future__ import annotations
+
+import torch
+
+from helpers.exercises import check
+from tests.exercise_support import assert_rejected
+
+# --------------------------------------------------------------------------
+# 23.quantize_asymmetric
+# --------------------------------------------------------------------------
+
+
+def _signed(bits):
+    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+
+def test_quantize_asymmetric_without_zero_in_range_fails():
+    def no_zero(x, bits):
+        qmin, qmax = _signed(bits)
+        lo, hi = x.min().item(), x.max().item()
+        scale = (hi - lo) / (qmax - qmin)
+        zp = int(qmin - round(lo / scale))
+        return torch.clamp(torch.round(x / scale) + zp, qmin, qmax).int(), scale, zp
+
+    assert_rejected("23.quantize_asymmetric", no_zero, "include 0")
+
+
+def test_quantize_asymmetric_dividing_by_two_to_the_bits_fails():
+    def levels(x, bits):
+        qmin, qmax = _signed(bits)
+        lo, hi = min(x.min().item(), 0.0), max(x.max().item(), 0.0)
+        scale = (hi - lo) / 2**bits
+        zp = int(qmin - round(lo / scale))
+        return torch.clamp(torch.round(x / scale) + zp, qmin, qmax).int(), scale, zp
+
+    assert_rejected("23.quantize_asymmetric", levels, "steps")
+
+
+def test_quantize_asymmetric_unrounded_zero_point_fails():
+    def float_zp(x, bits):
+        qmin, qmax = _signed(bits)
+        lo, hi = min(x.min().item(), 0.0), max(x.max().item(), 0.0)
+        scale = (hi - lo) / (qmax - qmin)
+        zp = qmin - lo / scale
+        return torch.clamp(torch.round(x / scale + zp), qmin, qmax).int(), scale, zp
+
+    assert_rejected("23.quantize_asymmetric", float_zp, "integer")
+
+
+def test_quantize_asymmetric_unsigned_range_fails():
+    def unsigned(x, bits):
+        qmin, qmax = 0, 2**bits - 1
+        lo, hi = min(x.min().item(), 0.0), max(x.max().item(), 0.0)
+        scale = (hi - lo) / (qmax - qmin)
+        zp = int(qmin - round(lo / scale))
+        return torch.clamp(torch.round(x / scale) + zp, qmin, qmax).int(), scale, zp
+
+    assert_rejected("23.quantize_asymmetric", unsigned, "signed")
+
+
+def test_quantize_asymmetric_zero_point_sign_flipped_fails():
+    def flipped(x, bits):
+        qmin, qmax = _signed(bits)
+        lo, hi = min(x.min().item(), 0.0), max(x.max().item(), 0.0)
+        scale = (hi - lo) / (qmax - qmin)
+        zp = int(qmin + round(lo / scale))
+        return torch.clamp(torch.round(x / scale) + zp, qmin, qmax).int(), scale, zp
+
+    assert_rejected("23.quantize_asymmetric", flipped, "wrong way round")
+
+
+def test_quantize_asymmetric_without_rounding_q_fails():
+    def truncated(x, bits):
+        qmin, qmax = _signed(bits)
+        lo, hi = min(x.min().item(), 0.0), max(x.max().item(), 0.0)
+        scale = (hi - lo) / (qmax - qmin)
+        zp = int(qmin - round(lo / scale))
+        return torch.clamp((x / scale).int() + zp, qmin, qmax), scale, zp  # .int() truncates towards 0
+
+    assert_rejected("23.quantize_asymmetric", truncated, "differ")
+
+
+def test_quantize_asymmetric_with_tensor_scale_and_int8_q_is_accepted():
+    def tensors(x, bits):
+        qmin, qmax = _signed(bits)
+        lo, hi = torch.clamp(x.min(), max=0.0), torch.clamp(x.max(), min=0.0)
+        scale = (hi - lo) / (qmax - qmin)
+        zp = torch.clamp(qmin - torch.round(lo / scale), qmin, qmax)
+        q = torch.clamp(torch.round(x / scale) + zp, qmin, qmax).to(torch.int8)
+        return q, scale, zp
+
+    assert check("23.quantize_asymmetric", tensors, show=False).passed
+
+
+# --------------------------------------------------------------------------
+# 23.per_channel_scales
+# --------------------------------------------------------------------------
+
+
+def test_per_channel_scales_per_tensor_fails():
+    def per_tensor(w, bits):
+        qmin, qmax = _signed(bits)
+        return w.abs().max() / ((qmax - qmin) / 2)
+
+    assert_rejected("23.per_channel_scales", per_tensor, "per output channel")
+
+
+def test_per_channel_scales_over_input_channels_fails():
+    def per_input(w, bits):
+        qmin, qmax = _signed(bits)
+        return w.abs().amax(dim=0) / ((qmax - qmin) / 2)
+
+    assert_rejected("23.per_channel_scales", per_input, "input")
+
+
+def test_per_channel_scales_dividing_by_qmax_fails():
+    def by_qmax(w, bits):
+        _, qmax = _signed(bits)
+        return w.abs().flatten(1).amax(dim=1) / qmax
+
+    assert_rejected("23.per_channel_scales", by_qmax, "(qmax - qmin) / 2")
+
+
+def test_per_channel_scales_without_abs_fails():
+    def no_abs(w, bits):
+        qmin, qmax = _signed(bits)
+        return w.flatten(1).amax(dim=1) / ((qmax - qmin) / 2)
+
+    assert_rejected("23.per_channel_scales", no_abs, "absolute")
+
+
+def test_per_channel_scales_only_last_dim_fails_for_conv():
+    def last_dim(w, bits):
+        qmin, qmax = _signed(bits)
+        return w.abs().amax(dim=-1) / ((qmax - qmin) / 2)
+
+    assert_rejected("23.per_channel_scales", last_dim, "except 0")
