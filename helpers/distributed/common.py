@@ -142,3 +142,14 @@ def save_rank0(path: str | os.PathLike, obj: Any, ctx: Context | None = None) ->
     if ctx is not None and not ctx.is_main:
         return
     atomic_write(Path(path), lambda tmp: torch.save(obj, tmp))
+
+
+def gather_object(obj: Any) -> list:
+    """Every rank's ``obj`` (any picklable value), in rank order, on every rank.
+
+    A thin wrapper over ``dist.all_gather_object``; needs an initialised
+    process group (a ``RuntimeError`` from torch otherwise).
+    """
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out

@@ -46,7 +46,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
-from helpers.distributed.common import process_group, save_rank0, write_json
+from helpers.distributed.common import gather_object, process_group, save_rank0, write_json
 from helpers.models import MLP
 
 
@@ -97,12 +97,6 @@ def max_diff(model: nn.Module, reference: nn.Module) -> float:
     return max((_full(p).detach().float() - q.detach()).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
 
 
-def _gather(obj) -> list:
-    """Every rank's ``obj`` (any picklable value), in rank order, on every rank."""
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
-
 
 @record
 def main() -> None:
@@ -134,7 +128,7 @@ def main() -> None:
 
         ddp = DistributedDataParallel(copy.deepcopy(base))
         losses, opt = train(ddp, local_x, local_y, args.steps, args.lr, reduce_losses=True)
-        results["ddp"] = {"losses": losses, "bytes": _gather(memory_bytes(ddp, opt)),
+        results["ddp"] = {"losses": losses, "bytes": gather_object(memory_bytes(ddp, opt)),
                           "max_diff": max_diff(ddp.module, reference)}
         del ddp, opt
 
@@ -149,7 +143,7 @@ def main() -> None:
             first = next(model.parameters())
             results[name] = {
                 "losses": losses,
-                "bytes": _gather(memory_bytes(model, opt)),
+                "bytes": gather_object(memory_bytes(model, opt)),
                 "max_diff": max_diff(model, reference),
                 "param_type": type(first).__name__,
                 "param_dtype": str(first.dtype),

@@ -32,15 +32,8 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import parallelize_module
 
-from helpers.distributed.common import process_group, write_json
+from helpers.distributed.common import gather_object, process_group, write_json
 from helpers.distributed.tp_check import BLOCK_PLAN, TPBlock
-
-
-def _gather(obj) -> list:
-    """Every rank's ``obj`` (any picklable value), in rank order, on every rank."""
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
 
 
 @record
@@ -95,7 +88,7 @@ def main() -> None:
                   for n, p in model.named_parameters()}
         mine = {"rank": rank, "coordinate": mesh.get_coordinate(),
                 "param_bytes": sum(p.to_local().nbytes for p in model.parameters())}
-        everyone = _gather(mine)
+        everyone = gather_object(mine)
         print(f"mesh coordinate (dp, tp) = {tuple(mine['coordinate'])}: attn.q.weight local shape "
               f"{params['attn.q.weight']['local_shape']}, max |param - reference| {diff:.1e}")
         if rank == 0:

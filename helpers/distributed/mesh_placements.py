@@ -25,12 +25,11 @@ import argparse
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-from helpers.distributed.common import process_group, write_json
+from helpers.distributed.common import gather_object, process_group, write_json
 
 
 def _local_offset(dtensor, rank: int) -> list[int]:
@@ -46,12 +45,6 @@ def _local_offset(dtensor, rank: int) -> list[int]:
             offset[placement.dim] = min(rank * -(-n // world), n)
     return offset
 
-
-def _gather(obj) -> list:
-    """Every rank's ``obj`` (any picklable value), in rank order, on every rank."""
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
 
 
 @record
@@ -73,7 +66,7 @@ def main() -> None:
             mine = {"rank": rank, "shape": list(local.shape), "offset": _local_offset(dt, rank), "values": local.cpu().tolist()}
             equal = bool(torch.equal(dt.full_tensor().cpu(), matrix))
             results[label] = {
-                "ranks": _gather(mine),
+                "ranks": gather_object(mine),
                 "full_tensor_equal": equal,
                 "dtensor_shape": list(dt.shape),
                 "placements": str(dt.placements),
