@@ -483,10 +483,11 @@ else:
 # The next three cells run only where `torch.cuda.is_available()`. On a
 # machine without a GPU each prints one line and does nothing else; the
 # stored outputs of this notebook say which kind of machine produced them.
-# (The course's author could not run them: the GPU figures, when the
-# notebook is re-run on a GPU, appear in these cells' outputs and in
-# `build/report.md`; until then they are unverified. `benchmarks/softmax_gpu.py`
-# runs the same suite and writes a markdown table and JSON.)
+# The stored outputs you are reading come from a machine without a GPU, so
+# the kernels' correctness on a GPU and their GB/s are not shown here: they
+# are unverified until you run this notebook (or `benchmarks/softmax_gpu.py`,
+# which runs the same suite and writes a markdown table and JSON) on a GPU.
+# Then the figures appear in these cells' outputs and in `build/report.md`.
 #
 # Correctness: every case of `helpers.kernels.suite.correctness_cases` (one
 # column, odd widths, the warp and block paths with and without float4, one
