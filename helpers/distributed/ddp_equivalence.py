@@ -30,7 +30,7 @@ from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .common import Context, process_group, write_json
+from .common import Context, process_group, run_main, write_json
 
 FEATURES, CLASSES = 20, 4
 
@@ -120,4 +120,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

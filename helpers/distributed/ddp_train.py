@@ -30,7 +30,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from ..data import mnist
 from ..models import MLP
-from .common import process_group, write_json
+from .common import process_group, run_main, write_json
 
 MEAN, STD = 0.1307, 0.3081  # MNIST pixel statistics
 
@@ -139,4 +139,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

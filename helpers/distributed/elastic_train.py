@@ -34,7 +34,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from .common import Context, process_group, write_json
+from .common import Context, process_group, run_main, write_json
 
 FEATURES, CLASSES, DATASET = 20, 4, 2048
 
@@ -131,4 +131,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from .common import process_group, write_json
+from .common import process_group, run_main, write_json
 
 #: The variables torchrun sets for each rank that a training script reads.
 VARIABLES = (
@@ -44,4 +44,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

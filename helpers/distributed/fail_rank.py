@@ -13,7 +13,7 @@ import time
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from .common import process_group
+from .common import process_group, run_main
 
 
 def load_shard(rank: int) -> None:
@@ -38,4 +38,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

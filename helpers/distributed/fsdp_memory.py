@@ -46,7 +46,13 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
-from helpers.distributed.common import gather_object, process_group, save_rank0, write_json
+from helpers.distributed.common import (
+    gather_object,
+    process_group,
+    run_main,
+    save_rank0,
+    write_json,
+)
 from helpers.models import MLP
 
 
@@ -164,4 +170,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -32,7 +32,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import parallelize_module
 
-from helpers.distributed.common import gather_object, process_group, write_json
+from helpers.distributed.common import gather_object, process_group, run_main, write_json
 from helpers.distributed.tp_check import BLOCK_PLAN, TPBlock
 
 
@@ -101,4 +101,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -29,7 +29,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-from helpers.distributed.common import gather_object, process_group, write_json
+from helpers.distributed.common import gather_object, process_group, run_main, write_json
 
 
 def _local_offset(dtensor, rank: int) -> list[int]:
@@ -79,4 +79,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -36,7 +36,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-from helpers.distributed.common import process_group, write_json
+from helpers.distributed.common import process_group, run_main, write_json
 
 
 class TPBlock(nn.Module):
@@ -135,4 +135,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
