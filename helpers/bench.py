@@ -26,32 +26,15 @@ Example::
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from .device import import_without_cuda_home_log
 
-def _import_benchmark():
-    """``torch.utils.benchmark``, imported without its log line on stderr.
-
-    Importing it imports ``torch.utils.cpp_extension``, which logs "No CUDA
-    runtime is found, using CUDA_HOME=..." on machines that have a CUDA
-    toolkit but no GPU. That says nothing about timing, and in a notebook it
-    lands on stderr, so it is silenced for the import only.
-    """
-    log = logging.getLogger("torch.utils.cpp_extension")
-    previous = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        from torch.utils import benchmark
-    finally:
-        log.setLevel(previous)
-    return benchmark
-
-
-benchmark = _import_benchmark()
+# Its import logs a harmless CUDA_HOME line on GPU-less machines with a CUDA toolkit.
+benchmark = import_without_cuda_home_log("torch.utils.benchmark")
 
 __all__ = ["Timing", "measure", "speedup", "timing_table"]
 

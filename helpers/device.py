@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import logging
 import os
 import platform
 import random
@@ -14,10 +16,29 @@ import torch
 
 from .paths import data_dir, mirror_dir
 
-__all__ = ["Check", "DoctorReport", "doctor", "pick_device", "seed_everything"]
+__all__ = ["Check", "DoctorReport", "doctor", "import_without_cuda_home_log", "pick_device", "seed_everything"]
 
 #: Versions the stored notebook outputs were produced with (requirements.txt).
 PINNED = {"torch": "2.14.1", "torchvision": "0.29.1"}
+
+
+def import_without_cuda_home_log(module: str):
+    """Import ``module`` (e.g. ``"torch.utils.cpp_extension"``) and return it, silencing one log line.
+
+    The first import of ``torch.utils.cpp_extension`` (directly, or through
+    ``torch.utils.benchmark``) logs "No CUDA runtime is found, using
+    CUDA_HOME=..." on a machine with a CUDA toolkit but no GPU. That is not a
+    problem (compiling CUDA code needs no GPU), and in a notebook it lands on
+    stderr, so the ``torch.utils.cpp_extension`` logger is raised to ERROR for
+    the import only. Raises ``ImportError`` like ``importlib.import_module``.
+    """
+    log = logging.getLogger("torch.utils.cpp_extension")
+    previous = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        return importlib.import_module(module)
+    finally:
+        log.setLevel(previous)
 
 
 def pick_device(prefer: str | None = None) -> torch.device:

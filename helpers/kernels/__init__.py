@@ -37,7 +37,6 @@ apart, :func:`clear_stale_lock` deletes a lock file nobody holds, and
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import sys
@@ -50,6 +49,7 @@ from types import ModuleType
 
 import torch
 
+from helpers.device import import_without_cuda_home_log
 from helpers.paths import build_dir
 
 __all__ = [
@@ -101,19 +101,8 @@ class KernelBuildError(RuntimeError):
 
 
 def _cpp_extension():
-    """``torch.utils.cpp_extension``, imported without its "No CUDA runtime is found" log line.
-
-    On a machine with a CUDA toolkit but no GPU, importing it logs a warning to
-    stderr that says nothing wrong (compiling CUDA code needs no GPU).
-    """
-    log = logging.getLogger("torch.utils.cpp_extension")
-    previous = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        from torch.utils import cpp_extension
-    finally:
-        log.setLevel(previous)
-    return cpp_extension
+    """``torch.utils.cpp_extension``, without its harmless "No CUDA runtime is found" log line."""
+    return import_without_cuda_home_log("torch.utils.cpp_extension")
 
 
 def source(filename: str) -> str:
