@@ -17,7 +17,7 @@ Modules:
 - :mod:`helpers.distributed.common`  what each rank does first and last: read
   RANK/WORLD_SIZE/LOCAL_RANK, pick the backend, ``init_process_group`` with a bounded
   timeout, ``destroy_process_group``; rank 0 writes results atomically
-- entry points (chapter 25): ``env_report``, ``collectives``, ``ddp_equivalence``,
+- entry points (chapter 25): ``collectives`` (with the environment report), ``ddp_equivalence``,
   ``ddp_train``, ``elastic_train``, ``fail_rank``
 
 Importing this package does not import torch.

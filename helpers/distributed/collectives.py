@@ -1,9 +1,8 @@
 """Entry point: the environment torchrun gives each rank, then the collectives of ``torch.distributed``.
 
 Run with ``torchrun("helpers.distributed.collectives", "--out", folder)``. Each rank
-first prints ``NAME=value`` for the variables torchrun set (as
-:mod:`helpers.distributed.env_report` does; one launch serves both of chapter 25's
-first sections), and rank 0 writes them, gathered from every rank, to ``<out>/env.json``
+first prints ``NAME=value`` for the variables torchrun set (one launch serves both
+of chapter 25's first sections), and rank 0 writes them, gathered from every rank, to ``<out>/env.json``
 (``{"ranks": [...], "sum_of_ranks": ..., "backend": ...}``). Then every
 rank starts from ``x = [rank + 1, 10 * (rank + 1)]`` (so rank 0 holds [1, 10],
 rank 1 holds [2, 20], ...) and prints its result after each operation. Rank 0
@@ -23,8 +22,13 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from .common import process_group, run_main, write_json
-from .env_report import VARIABLES
 
+#: The variables torchrun sets for each rank that a training script reads.
+VARIABLES = (
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+    "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID", "OMP_NUM_THREADS",
+)  # fmt: skip
 
 def start_value(rank: int, device: torch.device) -> torch.Tensor:
     return torch.tensor([rank + 1.0, 10.0 * (rank + 1)], device=device)
