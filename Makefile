@@ -48,7 +48,7 @@ run: setup
 	$(PY) -m helpers.runner
 
 test: setup
-	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -n $(WORKERS) --dist loadfile --nbval-lax --nbval-current-env -p no:cacheprovider tests notebooks
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --nbval-lax --nbval-current-env -p no:cacheprovider tests notebooks
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/
