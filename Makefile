@@ -20,7 +20,7 @@ export PYTHONWARNINGS := ignore::DeprecationWarning:jupyter_client.connect
 WORKERS ?= 2
 TEST_THREADS ?= 1
 
-.PHONY: help setup run test lab data doctor notebooks check lint clean distclean
+.PHONY: help setup run test lab data doctor progress notebooks check lint clean distclean
 
 help:
 	@echo "make run      execute every notebook and write build/report.md (the main job)"
@@ -28,6 +28,7 @@ help:
 	@echo "make lab      open JupyterLab on notebooks/ with the course kernel"
 	@echo "make data     fetch or copy every dataset into data/ (for offline workshops)"
 	@echo "make doctor   preflight check of this machine"
+	@echo "make progress your exercise verdicts per chapter (from build/progress.jsonl)"
 	@echo "make notebooks  re-execute the .py sources into .ipynb with fresh outputs (authors)"
 	@echo "make check    authors: sources in sync, lint, notebook hygiene"
 	@echo "make clean    remove build/ (reports, caches, stale extension locks)"
@@ -58,6 +59,9 @@ data: setup
 
 doctor: setup
 	$(PY) -m helpers.device
+
+progress: setup
+	@$(PY) -m helpers.exercises
 
 notebooks: setup
 	$(PY) -m helpers.authoring build $(NB)

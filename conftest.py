@@ -24,11 +24,11 @@ records the seconds per group of this run. Copy it over
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 from collections import defaultdict
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent
 RECORDED_SECONDS = ROOT / "tests" / "test_seconds.json"
@@ -54,6 +54,13 @@ def recorded_seconds() -> dict[str, float]:
     except (OSError, ValueError):
         return {}
     return {str(k): float(v) for k, v in table.items() if isinstance(v, (int, float))}
+
+
+def pytest_configure(config):
+    # Verdicts of the checks that tests (and the notebooks they execute) make stay
+    # out of the learner's progress ledger, build/progress.jsonl.
+    ledger = Path(tempfile.gettempdir()) / f"course-test-progress-{os.getpid()}.jsonl"
+    os.environ["COURSE_PROGRESS_LEDGER"] = str(ledger)
 
 
 def pytest_collection_modifyitems(config, items):

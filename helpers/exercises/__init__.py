@@ -7,6 +7,20 @@ whose status is ``"passed"``, ``"failed"`` (with a hint) or
 ``"not attempted"``. Reference solutions live next to the checkers, one module
 per chapter (``helpers/exercises/chNN.py``), and pytest checks each against its
 checker, along with wrong answers that must fail.
+
+What a checker can use besides plain ``assert``:
+
+- ``shortcuts=`` on :func:`exercise`: library functions the exercise asks the
+  learner to write themselves. A direct call of one from the learner's code
+  fails the answer with a friendly message (see :mod:`helpers.exercises.guards`).
+- :class:`Hint`: ``raise Hint(what, more)`` for tiered feedback. The first failure shows only ``what`` (the case, expected
+  against actual, a nudge); a second failed attempt, or ``hint(name)``, adds
+  ``more``. ``solution(name)`` stays there for when the learner is stuck.
+- :func:`expect_type`: the exact return type the task states.
+
+Every verdict is also appended to a local progress ledger (``make progress``,
+:mod:`helpers.exercises.progress`): the exercise, the verdict and the time,
+never the learner's code.
 """
 
 from __future__ import annotations
@@ -15,15 +29,26 @@ import inspect
 import pkgutil
 import random
 import re
+import sys
 import traceback
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
+from types import CodeType
 
 import torch
 
-__all__ = ["EXERCISES", "Exercise", "ExerciseResult", "check", "exercise", "solution"]
+from . import progress
+from .guards import Shortcut, ShortcutUsed, guard
+
+__all__ = [
+    "EXERCISES", "Exercise", "ExerciseResult", "Hint", "Shortcut", "check", "exercise", "expect_type",
+    "hint", "solution",
+]
+
+_HELPERS_DIR = str(Path(__file__).resolve().parents[1])
 
 
 @dataclass
@@ -46,33 +71,111 @@ class ExerciseResult:
         p.text(str(self))
 
 
+class Hint(AssertionError):
+    """A wrong answer, told in two tiers.
+
+    Args:
+        what: what is wrong: the case, the expected and the actual value or shape,
+            and a nudge, but not the fix. Shown on the first failure.
+        more: the fuller hint, shown on a second failed attempt or by :func:`hint`.
+    """
+
+    def __init__(self, what: str, more: str = ""):
+        super().__init__(what)
+        self.what = what
+        self.more = more
+
+
 @dataclass
 class Exercise:
     name: str
     task: str
     test: Callable[[Callable], None]  # raises AssertionError(hint) when the answer is wrong
     reference: Callable
+    shortcuts: tuple[str | Shortcut, ...] = ()
+    goal: str = "this"  # what the learner writes themselves, for the shortcut message
+    hint: str = ""  # a general hint, for hint(name) before any failure
+
+    def is_checker_code(self, code: CodeType) -> bool:
+        """The checker's own code (its calls may use any shortcut), not the reference solution's.
+
+        That is the checker function and the functions nested in it, and the
+        course's ``helpers`` package, except the reference solution.
+        """
+        if code in _nested_codes(self.test.__code__):
+            return True
+        if not code.co_filename.startswith(_HELPERS_DIR):
+            return False
+        ref = self.reference
+        ref_code = getattr(ref, "__code__", None)
+        ref_file = ref_code.co_filename if ref_code is not None else inspect.getsourcefile(ref)
+        if ref_file != code.co_filename:
+            return True
+        qualname = getattr(code, "co_qualname", code.co_name)  # co_qualname: Python 3.11+
+        return not (qualname == ref.__qualname__ or qualname.startswith(ref.__qualname__ + "."))
+
+
+def _nested_codes(code: CodeType) -> set[CodeType]:
+    found = {code}
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            found |= _nested_codes(const)
+    return found
 
 
 #: All exercises by name, e.g. ``"01.pairwise_sq_dists"``.
 EXERCISES: dict[str, Exercise] = {}
 
 
-
-def exercise(name: str, task: str, reference: Callable):
+def exercise(name: str, task: str, reference: Callable, *, shortcuts: Sequence[str | Shortcut] = (),
+             goal: str = "this", hint: str = ""):
     """Decorator registering ``test`` as the checker of exercise ``name``.
 
-    ``test(candidate)`` must raise ``AssertionError`` with a helpful hint when
+    ``test(candidate)`` must raise ``AssertionError`` (or :class:`Hint`) when
     ``candidate`` is wrong, and return normally when it is right.
+
+    Args:
+        shortcuts: library functions the learner is asked to write themselves
+            (dotted names or :class:`Shortcut` s); see :mod:`helpers.exercises.guards`.
+        goal: what the learner writes, for the message "this exercise asks you to
+            write {goal} yourself; `torch.cdist` does it for you".
+        hint: a general hint that :func:`hint` gives before any failure.
+
+    Raises:
+        ValueError: the name is registered twice, or a shortcut names nothing.
     """
+    for item in shortcuts:  # fail at import, not in the middle of a learner's check
+        from .guards import _as_shortcut, _expand
+
+        list(_expand(_as_shortcut(item)))
 
     def register(test: Callable[[Callable], None]) -> Callable[[Callable], None]:
         if name in EXERCISES:
             raise ValueError(f"exercise {name!r} registered twice")
-        EXERCISES[name] = Exercise(name, task, test, reference)
+        EXERCISES[name] = Exercise(name, task, test, reference, tuple(shortcuts), goal, hint)
         return test
 
     return register
+
+
+def expect_type(value, expected: type | tuple[type, ...], what: str = "your function's result") -> None:
+    """Fail with a :class:`Hint` unless ``value`` has exactly the stated type.
+
+    ``bool`` does not pass for ``int`` (it is a subclass in Python), and a
+    tensor never passes for a Python number.
+
+    Raises:
+        Hint: naming the type expected and the type got.
+    """
+    kinds = expected if isinstance(expected, tuple) else (expected,)
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+    if not ok:
+        want = " or ".join(k.__name__ for k in kinds)
+        got = type(value).__name__
+        more = ""
+        if isinstance(value, torch.Tensor) and set(kinds) & {int, float}:
+            more = "A one-element tensor becomes a Python number with .item()."
+        raise Hint(f"{what} should be a Python {want}, got {got}.", more)
 
 
 def _load_all() -> None:
@@ -149,9 +252,13 @@ def check(name: str, candidate: Callable, *, show: bool = True) -> ExerciseResul
     """
     ex = _get(name)
     python_rng = random.getstate()
+    used: list[str] = []
     try:
         with torch.random.fork_rng(devices=[]):
-            ex.test(candidate)
+            with guard(ex.shortcuts, goal=ex.goal, checker_code=ex.is_checker_code,
+                       learner_globals=_learner_namespaces(candidate)) as g:
+                used = g.used
+                ex.test(candidate)
         result = ExerciseResult(name, "passed", "well done.")
     except NotImplementedError as exc:
         if _raised_by_learner(exc, candidate):
@@ -159,14 +266,71 @@ def check(name: str, candidate: Callable, *, show: bool = True) -> ExerciseResul
         else:  # e.g. an operator this device does not implement
             result = ExerciseResult(name, "failed", f"your code hit NotImplementedError inside a library: {exc}{_where(exc)}")
     except AssertionError as exc:
-        result = ExerciseResult(name, "failed", f"not quite. Hint: {exc}")
+        result = ExerciseResult(name, "failed", _failure_message(name, exc))
     except Exception as exc:  # the learner's code crashed: show where
         result = ExerciseResult(name, "failed", f"your code raised {type(exc).__name__}: {exc}{_where(exc)}")
     finally:
         random.setstate(python_rng)
+    if used and "yourself" not in result.message:
+        # the learner's code called a shortcut and caught the refusal: still a failure
+        result = ExerciseResult(name, "failed", f"not quite: {_shortcut_message(ex, used[0])}")
+    progress.record(name, result.status)
     if show:
         print(result)
     return result
+
+
+def _shortcut_message(ex: Exercise, used: str) -> str:
+    return f"this exercise asks you to write {ex.goal} yourself; `{used}` does it for you."
+
+
+def _learner_namespaces(candidate) -> list[dict]:
+    """Where the learner may have imported a shortcut by name: the answer's module and the notebook."""
+    spaces = []
+    module_globals = getattr(candidate, "__globals__", None)
+    if module_globals is None and isinstance(candidate, type):
+        module = sys.modules.get(candidate.__module__)
+        module_globals = vars(module) if module is not None else None
+    if module_globals is not None:
+        spaces.append(module_globals)
+    main = sys.modules.get("__main__")
+    if main is not None:
+        spaces.append(vars(main))
+    return spaces
+
+
+#: Failed attempts per exercise in this session, and the fuller hint of the last one.
+_failures: Counter = Counter()
+_fuller: dict[str, str] = {}
+
+
+def _failure_message(name: str, exc: AssertionError) -> str:
+    tiered = exc if isinstance(exc, Hint) else (exc.args[0] if exc.args and isinstance(exc.args[0], Hint) else None)
+    if isinstance(exc, ShortcutUsed):
+        return f"not quite: {exc}"
+    if tiered is None:  # a plain assertion message: one tier
+        return f"not quite. Hint: {exc}"
+    _failures[name] += 1
+    _fuller[name] = tiered.more
+    message = f"not quite: {tiered.what}"
+    if tiered.more and _failures[name] >= 2:
+        message += f" Hint: {tiered.more}"
+    elif tiered.more:
+        message += f' (hint("{name}") gives a fuller hint)'
+    return message
+
+
+def hint(name: str, *, show: bool = True) -> str:
+    """The fuller hint for exercise ``name``: for its last failed check, or a general one.
+
+    Raises:
+        KeyError: ``name`` is not a known exercise.
+    """
+    ex = _get(name)
+    text = _fuller.get(name) or ex.hint or "no fuller hint here: compare your result with the case the check names."
+    if show:
+        print(f"hint for {name}: {text}")
+    return text
 
 
 def solution(name: str) -> Callable:
