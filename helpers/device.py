@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
@@ -14,9 +15,19 @@ from dataclasses import dataclass
 
 import torch
 
-from .paths import data_dir, mirror_dir
+from .paths import ROOT, data_dir, mirror_dir
 
-__all__ = ["Check", "DoctorReport", "doctor", "import_without_cuda_home_log", "pick_device", "seed_everything"]
+__all__ = [
+    "STAND_INS",
+    "STATUS_MEANING",
+    "Check",
+    "DoctorReport",
+    "chapters_using",
+    "doctor",
+    "import_without_cuda_home_log",
+    "pick_device",
+    "seed_everything",
+]
 
 #: Versions the stored notebook outputs were produced with (requirements.txt).
 PINNED = {"torch": "2.14.1", "torchvision": "0.29.1"}
@@ -118,36 +129,74 @@ def seed_everything(seed: int = 0) -> torch.Generator:
 # --------------------------------------------------------------------------
 
 
+#: What each status means. Chapter 00's legend says the same; tests/test_device.py checks each rule.
+STATUS_MEANING = {
+    "ok": "as required",
+    "info": "fine as it is, nothing to do: something optional is absent (a GPU, nvcc, or an optional "
+    "dataset whose stand-in is in reach); cells that need a missing GPU or nvcc print one line and skip",
+    "warn": "nothing is known to break, but something differs from the tested setup: numbers may differ "
+    "from the stored outputs, a dataset will be downloaded on first use (a network is needed then), "
+    "or free disk is low",
+    "fail": "at least one chapter will stop with an error; the line names the chapters where it knows them, "
+    "and its fix says what to do",
+}
+
+#: Optional datasets and the one that stands in for each: ``helpers.data.cifar10``
+#: uses the full CIFAR-10 where it can and falls back to the offline subset.
+STAND_INS = {"cifar10": "cifar10-subset", "cifar10-subset": "cifar10"}
+
+
 @dataclass
 class Check:
     """One line of the doctor report.
 
-    ``status`` is ``"ok"``, ``"info"`` (fine, just so you know), ``"warn"``
-    (works, but something will be slower or skipped) or ``"fail"`` (chapters
-    will break). ``fix`` is a hint for anything other than ok.
+    ``status`` is one of :data:`STATUS_MEANING`: ``"ok"``, ``"info"`` (fine,
+    nothing to do), ``"warn"`` (nothing known to break, but not the tested
+    setup) or ``"fail"`` (a chapter will stop with an error). ``fix`` is a
+    hint for anything other than ok; ``chapters`` names the chapters (``"05"``,
+    ...) that a failed check stops, where known.
+
+    Raises:
+        ValueError: ``status`` is not one of the four.
     """
 
     name: str
     status: str
     detail: str
     fix: str = ""
+    chapters: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUS_MEANING:
+            raise ValueError(f"status must be one of {list(STATUS_MEANING)}, got {self.status!r}")
 
 
 @dataclass
 class DoctorReport:
+    """The doctor's checks, with the verdict they add up to (print it to read it)."""
+
     checks: list[Check]
 
     @property
     def ok(self) -> bool:
-        """True when no check failed."""
+        """True when no check failed (warnings and infos do not count)."""
         return all(c.status != "fail" for c in self.checks)
 
     @property
+    def blocked_chapters(self) -> list[str]:
+        """The chapters named by failed checks, sorted (empty when none failed)."""
+        return sorted({ch for c in self.checks if c.status == "fail" for ch in c.chapters})
+
+    @property
     def verdict(self) -> str:
+        """``"NOT READY: fix ..."`` if a check failed, ``"READY, with warnings about ..."`` if one warned, else ``"READY"``."""
         fails = [c.name for c in self.checks if c.status == "fail"]
         warns = [c.name for c in self.checks if c.status == "warn"]
         if fails:
-            return f"NOT READY: fix {', '.join(fails)}"
+            blocked = self.blocked_chapters
+            return f"NOT READY: fix {', '.join(fails)}" + (
+                f" (chapters that will stop with an error: {', '.join(blocked)})" if blocked else ""
+            )
         if warns:
             return f"READY, with warnings about {', '.join(warns)}"
         return "READY"
@@ -164,6 +213,30 @@ class DoctorReport:
 
     def _repr_pretty_(self, p, cycle):  # IPython display
         p.text(str(self))
+
+
+@functools.lru_cache(maxsize=4)
+def _chapter_table(path: str, mtime_ns: int) -> dict:
+    """``chapters.yaml`` parsed once per version of the file (the mtime is part of the key)."""
+    import yaml
+
+    with open(path, encoding="utf-8") as fh:
+        return yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+
+
+def chapters_using(dataset: str) -> tuple[str, ...]:
+    """The chapters (``"05"``, ``"06"``, ...) whose row in ``notebooks/chapters.yaml`` lists ``dataset``.
+
+    Returns ``()`` when no chapter lists it, or when ``chapters.yaml`` is not
+    there (``helpers`` installed without the notebooks).
+    """
+    table_file = ROOT / "notebooks" / "chapters.yaml"
+    if not table_file.is_file():
+        return ()
+    table = _chapter_table(str(table_file), table_file.stat().st_mtime_ns)
+    return tuple(
+        stem.split("_", 1)[0] for stem, meta in table.items() if dataset in ((meta or {}).get("datasets") or ())
+    )
 
 
 def _version_of(cmd: list[str]) -> str | None:
@@ -187,9 +260,66 @@ def _version_check(name: str, have: str) -> Check:
     return Check(
         name,
         "warn",
-        f"{have} (the stored outputs were made with {want})",
+        f"{have}, not the tested {want}: numbers will differ from the stored outputs",
         "run `make setup` to get the pinned version in .venv",
     )
+
+
+#: How ``helpers.data.status`` answers rank: in reach offline, reachable with a network, out of reach.
+_REACH = {"ready": 0, "mirror": 0, "download": 1, "offline": 2, "unavailable": 2}
+
+
+def _chapter_list(chapters: tuple[str, ...]) -> str:
+    return f"chapters {', '.join(chapters)}" if chapters else "the chapters that use it"
+
+
+def _data_check(name: str, where: dict[str, str], mirror_set: bool) -> Check:
+    """The doctor's line for dataset ``name``; ``where`` maps each dataset to ``helpers.data.status``."""
+    from . import data
+
+    label = f"data: {name}"
+    detail = {
+        "ready": "in data/",
+        "mirror": "will be copied from COURSE_DATA_MIRROR",
+        "download": "not in data/; will be downloaded on first use",
+        "offline": "not in data/, not in a mirror, and downloads are off (COURSE_OFFLINE=1)",
+        "unavailable": "not in data/, and only the course mirror has it (there is no download)",
+    }[where[name]]
+    if _REACH[where[name]] == 0:
+        return Check(label, "ok", detail)
+
+    stand_in = STAND_INS.get(name) if data.REGISTRY[name].optional else None
+    chapters = tuple(sorted(set(chapters_using(name)) | set(chapters_using(stand_in) if stand_in else ())))
+    stand_in_reach = _REACH[where[stand_in]] if stand_in is not None else 2
+    # the chapters take the stand-in when it is in reach, and when only it (not this one) needs a download
+    if stand_in_reach == 0 or (stand_in_reach == 1 and where[name] != "download"):
+        how = "in reach" if stand_in_reach == 0 else "downloadable"
+        return Check(
+            label,
+            "info",
+            f"{detail}; optional: {stand_in} stands in for it ({how})",
+            "nothing needed"
+            + ("" if where[name] == "unavailable" else "; `make data` with a network fetches it"),
+        )
+    if where[name] == "download":
+        return Check(
+            label,
+            "warn",
+            f"{detail} by {_chapter_list(chapters)} (they stop with an error if there is no network then)",
+            "nothing needed with a network; to work offline later, run `make data` once now, "
+            "or set COURSE_DATA_MIRROR to a copy of the course mirror",
+        )
+    if stand_in is not None:
+        detail += f"; its stand-in {stand_in} cannot be had either"
+    lacking = " (the one set lacks this dataset)" if mirror_set else ""
+    if where[name] == "unavailable":
+        fix = f"set COURSE_DATA_MIRROR to a copy of the course mirror{lacking}, e.g. ../shared/datasets"
+    else:
+        fix = (
+            f"with a network, unset COURSE_OFFLINE and run `make data` once; offline, set COURSE_DATA_MIRROR "
+            f"to a copy of the course mirror{lacking}"
+        )
+    return Check(label, "fail", f"{detail}: {_chapter_list(chapters)} cannot run", fix, chapters)
 
 
 def doctor(datasets: tuple[str, ...] | None = None, min_free_gb: float = 2.0) -> DoctorReport:
@@ -197,7 +327,12 @@ def doctor(datasets: tuple[str, ...] | None = None, min_free_gb: float = 2.0) ->
 
     Checks: Python >= 3.10, the pinned torch and torchvision, CUDA and MPS,
     CPU threads, a C++ compiler and ninja (for chapter 20's extensions), nvcc,
-    free disk under ``data/``, and where each dataset would come from.
+    free disk under ``data/``, and where each dataset would come from. Each
+    status follows :data:`STATUS_MEANING`: a missing compiler or ninja, or a
+    required dataset that cannot be had (not in ``data/``, not in the mirror,
+    and no download allowed or possible), is ``"fail"``, naming the chapters it
+    stops; a dataset that will be downloaded on first use is ``"warn"``; an
+    optional dataset whose stand-in is in reach is ``"info"``.
 
     Args:
         datasets: which datasets to look for (default: all in the registry).
@@ -205,6 +340,9 @@ def doctor(datasets: tuple[str, ...] | None = None, min_free_gb: float = 2.0) ->
 
     Returns:
         A :class:`DoctorReport`; ``report.ok`` is False if anything failed.
+
+    Raises:
+        KeyError: a name in ``datasets`` is not in ``helpers.data.REGISTRY``.
     """
     import torchvision
 
@@ -245,9 +383,10 @@ def doctor(datasets: tuple[str, ...] | None = None, min_free_gb: float = 2.0) ->
         if cxx
         else Check(
             "c++ compiler",
-            "warn",
-            "none found; chapter 20's C++ extension cells will fail",
+            "fail",
+            "none found: chapter 20 stops at its first C++ build",
             "Debian/Ubuntu: `apt install g++`; macOS: `xcode-select --install`; Windows: Visual Studio Build Tools",
+            ("20",),
         )
     )
     venv_ninja = os.path.join(os.path.dirname(sys.executable), "ninja")  # pip's ninja, if not on PATH
@@ -255,7 +394,13 @@ def doctor(datasets: tuple[str, ...] | None = None, min_free_gb: float = 2.0) ->
     checks.append(
         Check("ninja", "ok", ninja)
         if ninja
-        else Check("ninja", "warn", "not found; torch.utils.cpp_extension needs it", "`pip install ninja` in .venv")
+        else Check(
+            "ninja",
+            "fail",
+            "not found: torch.utils.cpp_extension needs it, so chapter 20 stops at its first C++ build",
+            "`pip install ninja` in .venv",
+            ("20",),
+        )
     )
     cuda_home = os.environ.get("CUDA_HOME") or ("/usr/local/cuda" if os.path.isdir("/usr/local/cuda") else None)
     nvcc = _version_of(["nvcc", "--version"]) or (
@@ -264,7 +409,12 @@ def doctor(datasets: tuple[str, ...] | None = None, min_free_gb: float = 2.0) ->
     checks.append(
         Check("nvcc", "ok", nvcc)
         if nvcc
-        else Check("nvcc", "info", "not found; CUDA kernels cannot be compiled here", "install the CUDA toolkit and set CUDA_HOME")
+        else Check(
+            "nvcc",
+            "info",
+            "not found: chapter 20 skips compiling its CUDA kernels",
+            "only for CUDA kernels: install the CUDA toolkit and set CUDA_HOME",
+        )
     )
 
     folder = data_dir()
@@ -275,28 +425,14 @@ def doctor(datasets: tuple[str, ...] | None = None, min_free_gb: float = 2.0) ->
     checks.append(
         Check("disk", "ok", f"{free_gb:.1f} GB free for data/ and build/")
         if free_gb >= min_free_gb
-        else Check("disk", "warn", f"only {free_gb:.1f} GB free", f"free at least {min_free_gb:g} GB")
+        else Check("disk", "warn", f"only {free_gb:.1f} GB free (below {min_free_gb:g} GB)", f"free at least {min_free_gb:g} GB")
     )
 
-    mirror = mirror_dir()
-    for name in datasets or tuple(data.REGISTRY):
-        where = data.status(name)
-        detail = {
-            "ready": "in data/",
-            "mirror": "will be copied from COURSE_DATA_MIRROR",
-            "download": "will be downloaded on first use (needs a network)",
-            "offline": "not available offline (COURSE_OFFLINE=1)",
-            "unavailable": "not in data/, and only the course mirror has it",
-        }[where]
-        # a missing dataset breaks only the chapters that use it: a warning, not a failure
-        status = "ok" if where in ("ready", "mirror") else "warn"
-        fix = "" if status == "ok" else (
-            "run `make data` with a network, or set COURSE_DATA_MIRROR to the course mirror"
-            + ("" if mirror is None else " (the one set lacks this dataset)")
-        )
-        if status != "ok" and data.REGISTRY[name].optional:
-            status, fix = "info", "nothing needed (optional; a stand-in is used); `make data` with a network fetches it"
-        checks.append(Check(f"data: {name}", status, detail, fix))
+    names = tuple(datasets) if datasets is not None else tuple(data.REGISTRY)
+    # a stand-in is looked up too, so an optional dataset knows whether the chapters can do without it
+    where = {n: data.status(n) for n in dict.fromkeys(names + tuple(STAND_INS[n] for n in names if n in STAND_INS))}
+    mirror_set = mirror_dir() is not None
+    checks.extend(_data_check(n, where, mirror_set) for n in names)
     return DoctorReport(checks)
 
 

@@ -10,12 +10,14 @@
 # - how to install PyTorch with pip or conda, and how the CUDA build differs from the CPU-only wheel;
 # - how the course picks a device (CUDA, then MPS, then the CPU) and how to override it;
 # - how to read the versions that matter, and what `torch.get_num_threads` / `set_num_threads` control;
-# - how to read the course's preflight report, the *doctor* (`make doctor`);
-# - how to seed every random number generator at once, and what seeding does and does not promise.
+# - how to read the course's preflight report, the *doctor* (`make doctor`), and what each of its verdicts means;
+# - how to seed every random number generator at once, and what seeding does and does not promise;
+# - which parts of the PyTorch ecosystem are current and which are not (torchtext, torchaudio, video decoding);
+# - the error you get when one operation mixes devices, and how `Module.to` differs from `Tensor.to`.
 #
-# **Prerequisites**: Python (functions, dicts, `import`); no PyTorch yet. This is the first chapter.
+# **Prerequisites**: Python (functions, dicts, `import`, `with`); no PyTorch yet. This is the first chapter.
 #
-# **Estimated time**: 20 minutes.
+# **Estimated time**: 25 minutes.
 
 # %% tags=["parameters"]
 SEED = 0  # the seed used throughout the chapter
@@ -30,6 +32,7 @@ REPEATS = 5  # timed matrix products per thread setting (the median is shown)
 # `build/report.md`. This chapter explains each of these lines.
 
 # %%
+import contextlib
 import os
 import platform
 import random
@@ -40,9 +43,9 @@ import numpy as np
 import torch
 import torchvision
 
-from helpers.device import PINNED, doctor, pick_device, seed_everything
+from helpers.device import PINNED, STATUS_MEANING, doctor, pick_device, seed_everything
 from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
-from helpers.paths import ROOT
+from helpers.paths import ROOT, build_dir
 from helpers.report import ChapterReport
 
 seed_everything(SEED)
@@ -60,15 +63,17 @@ print(f"device: {device}")
 #
 # **pip, default wheel from PyPI.** On Linux this is the *CUDA build*: it can
 # use an NVIDIA GPU, and pip also installs NVIDIA's CUDA libraries (cuBLAS, cuDNN, NCCL, …)
-# as separate packages. It works on a machine without a GPU too; it is just a large download.
+# as separate packages. It also runs on a machine without a GPU, on the CPU (section 2
+# prints which build this run has, and whether it found a GPU); it is just a large download.
 #
 # ```bash
 # python -m pip install torch==2.14.1 torchvision==0.29.1
 # ```
 #
 # **pip, CPU-only wheel.** From PyTorch's own package index. It has no CUDA
-# support and pulls in no NVIDIA packages, so it is far smaller: the right choice
-# for a laptop without an NVIDIA GPU, a CI machine, or a Docker image that never sees a GPU.
+# support and pulls in none of the NVIDIA packages, which on Linux take more disk than
+# torch itself (measured below): the right choice for a laptop without an NVIDIA GPU,
+# a CI machine, or a Docker image that never sees a GPU.
 #
 # ```bash
 # python -m pip install torch==2.14.1 torchvision==0.29.1 --index-url https://download.pytorch.org/whl/cpu
@@ -89,9 +94,10 @@ print(f"device: {device}")
 # ```
 #
 # Older material says `conda install pytorch torchvision -c pytorch`. Do not use it: PyTorch
-# stopped publishing to its `pytorch` conda channel after release 2.5, so that command cannot
-# give you 2.14. Use pip (inside a conda environment if you like) or the `pytorch`
-# package of the community channel `conda-forge`.
+# deprecated its own `pytorch` conda channel, and 2.5 was the last release published there
+# (pytorch/pytorch issue #138506), so that command cannot give you 2.14. Use pip (inside a
+# conda environment if you like), or the community-built `pytorch` package of the
+# `conda-forge` channel, after checking that it offers the version you need.
 #
 # **The course's own way.** `make run` and `make test` create `.venv` from
 # `requirements.txt` by themselves (`make setup`), and register the Jupyter kernel
@@ -115,19 +121,26 @@ print(f"versions the helpers expect: {PINNED}")
 # A wheel's version carries its build after a `+`: `2.14.1+cpu` is the CPU-only wheel,
 # `2.14.1+cu130` the CUDA 13.0 build. A pin such as `torch==2.14.1` ignores that
 # suffix, so both builds satisfy `requirements.txt`. That is why you can install the
-# CPU-only wheel first and then `pip install -r requirements.txt`: pip keeps the wheel you chose.
+# CPU-only wheel first and then `pip install -r requirements.txt`: pip compares versions with
+# the same rules as the `packaging` library below, finds the pin already met, and keeps the wheel you chose.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 from packaging.specifiers import SpecifierSet
 
 pin = SpecifierSet("==2.14.1")
-for version in ("2.14.1+cpu", "2.14.1+cu130", "2.14.1", "2.14.0"):
-    print(f"{version:13s} satisfies torch==2.14.1: {version in pin}")
+satisfies = {version: version in pin for version in ("2.14.1+cpu", "2.14.1+cu130", "2.14.1", "2.14.0")}
+for version, ok in satisfies.items():
+    print(f"{version:13s} satisfies torch==2.14.1: {ok}")
+assert satisfies == {"2.14.1+cpu": True, "2.14.1+cu130": True, "2.14.1": True, "2.14.0": False}, (
+    f"a == pin should ignore the +build suffix and nothing else: {satisfies}"
+)
 
 # %% [markdown]
 # Which build does *this* environment have? The CUDA build lists its NVIDIA
 # libraries as dependencies; the loop below adds up how much disk they take here.
-# (On a CPU-only wheel the list is empty.)
+# On a CPU-only wheel the list is empty; on the Linux CUDA build the NVIDIA packages
+# outweigh torch itself (the asserts check whichever of the two this machine has).
 
 # %%
 from importlib import metadata
@@ -141,8 +154,14 @@ gpu_dists = [
     d for d in metadata.distributions()
     if d.metadata["Name"].lower().startswith(("nvidia", "cuda", "triton"))
 ]
-print(f"torch {torch.__version__}: {installed_size_gb(metadata.distribution('torch')):.1f} GB on disk")
-print(f"{len(gpu_dists)} NVIDIA/CUDA/Triton packages beside it: {sum(map(installed_size_gb, gpu_dists)):.1f} GB")
+torch_gb = installed_size_gb(metadata.distribution("torch"))
+gpu_gb = sum(map(installed_size_gb, gpu_dists))
+print(f"torch {torch.__version__}: {torch_gb:.1f} GB on disk")
+print(f"{len(gpu_dists)} NVIDIA/CUDA/Triton packages beside it: {gpu_gb:.1f} GB")
+if torch.version.cuda is None:
+    assert not gpu_dists, f"a CPU-only torch, yet NVIDIA packages are installed: {[d.metadata['Name'] for d in gpu_dists]}"
+elif platform.system() == "Linux":
+    assert gpu_gb > torch_gb, f"the CUDA build's NVIDIA packages ({gpu_gb:.1f} GB) should outweigh torch ({torch_gb:.1f} GB)"
 
 # %% [markdown]
 # ## 2. Versions
@@ -158,6 +177,8 @@ print(f"torchvision  {torchvision.__version__}")
 print(f"numpy        {np.__version__}")
 print(f"CUDA build   {torch.version.cuda}")
 print(f"GPU present  {torch.cuda.is_available()}")
+build_kind = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU-only build"
+print(f"this run:    {build_kind}, {'with' if torch.cuda.is_available() else 'without'} a usable NVIDIA GPU")
 
 # %% [markdown]
 # ## 3. Choosing a device
@@ -170,37 +191,85 @@ print(f"GPU present  {torch.cuda.is_available()}")
 #
 # 1. the device you pass, `pick_device("cpu")`;
 # 2. the environment variable `COURSE_DEVICE`, so you can force a device for a whole run without editing notebooks;
-# 3. CUDA, when a usable NVIDIA GPU is present: the fastest and best-supported accelerator;
-# 4. MPS, on Apple silicon: a real speed-up for most models, though a few operations are not implemented there;
-# 5. the CPU, which always works.
+# 3. CUDA, when a usable NVIDIA GPU is present: the accelerator PyTorch supports most completely;
+# 4. MPS, on Apple silicon: Apple's GPU, though a few operations are not implemented there yet;
+# 5. the CPU, which every build supports.
 #
-# Asking for a device that is not there is an error, not a silent fallback:
-# you should know when your "GPU run" is really on the CPU.
+# Asking for a device that is not there is an error, not a silent fallback
+# (see *Pitfalls*): you should know when your "GPU run" is really on the CPU.
+#
+# To try the environment variable without leaving it set, the chapter uses a small
+# context manager that sets variables for the length of a `with` block and then puts
+# back what was there before. Section 5 uses it again to break the doctor on purpose.
 
 # %%
+@contextlib.contextmanager
+def temporary_env(**values):
+    """Inside the `with` block, set each variable to its str value, or unset it for None; restore afterwards."""
+    saved = {name: os.environ.get(name) for name in values}
+
+    def apply(settings):
+        for name, value in settings.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    apply(values)
+    try:
+        yield
+    finally:
+        apply(saved)
+
+
+device_before = os.environ.get("COURSE_DEVICE")
 print(f"automatic choice:          {pick_device()}")
 print(f"explicit choice:           {pick_device('cpu')}")
-
-saved = os.environ.get("COURSE_DEVICE")
-os.environ["COURSE_DEVICE"] = "cpu"
-try:
+with temporary_env(COURSE_DEVICE="cpu"):
     print(f"with COURSE_DEVICE=cpu:    {pick_device()}")
-finally:  # put the environment back as it was
-    if saved is None:
-        del os.environ["COURSE_DEVICE"]
-    else:
-        os.environ["COURSE_DEVICE"] = saved
+    assert pick_device().type == "cpu", "COURSE_DEVICE=cpu was ignored"
+assert os.environ.get("COURSE_DEVICE") == device_before, "temporary_env did not restore COURSE_DEVICE"
 
 # %% [markdown]
 # Using the device: create tensors on it with `device=`, or move existing ones
-# with `.to(device)`. `.to` returns a new tensor (or the same one, when it is
-# already there); it never changes the tensor in place.
+# with `.to(device)`. The same method name does two different things:
+#
+# - `Tensor.to(...)` returns a **new** tensor on the new device or with the new dtype, and
+#   leaves the original where and what it was. (When nothing would change, it returns
+#   the tensor itself.) So you must keep the result: `x = x.to(device)`.
+# - `Module.to(...)` (a layer or a whole model) moves or converts the module's parameters
+#   and buffers **in place**, and returns the same module object, so `model.to(device)`
+#   on a line of its own is enough.
+#
+# The cell below checks both facts, with a dtype change, which works on every machine.
+# Chapter 03 looks at modules, parameters and buffers in depth.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 x = torch.ones(2, 3, device=device)
 y = torch.arange(3).to(device)
-print(x.device, y.device, (x + y).device)
-print(f"x.to(device) is x: {x.to(device) is x}")
+print(f"x, y and x + y on the picked device: {[v.device.type == device.type for v in (x, y, x + y)]}")
+
+t = torch.ones(2)
+t2 = t.to(torch.float64)
+print(f"Tensor.to: t2 is t: {t2 is t}; t stays {t.dtype}, t2 is {t2.dtype}; t.to(t.dtype) is t: {t.to(t.dtype) is t}")
+
+m = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+weight, running_mean = m[0].weight, m[1].running_mean  # a parameter and a buffer
+m2 = m.to(torch.float64)
+print(f"Module.to: m2 is m: {m2 is m}; same Parameter object: {m[0].weight is weight}, now {m[0].weight.dtype}; "
+      f"buffer now {m[1].running_mean.dtype}")
+
+assert t2 is not t and t.dtype == torch.float32 and t2.dtype == torch.float64, (
+    "Tensor.to should return a new float64 tensor and leave the original float32"
+)
+assert t.to(t.dtype) is t and x.to(device) is x, "Tensor.to with nothing to change should return the tensor itself"
+assert m2 is m, "Module.to should return the very module it was called on"
+assert m[0].weight is weight and weight.dtype == torch.float64 and m[1].running_mean.dtype == torch.float64, (
+    "Module.to should convert the module's own parameters and buffers in place"
+)
+layer = torch.nn.Linear(2, 2)  # float32, so that it can go to any device (MPS has no float64)
+assert layer.to(device) is layer and layer.weight.device.type == device.type, "Module.to(device) should move the module itself"
 
 # %% [markdown]
 # PyTorch itself has a device-neutral API in `torch.accelerator`. With
@@ -208,8 +277,16 @@ print(f"x.to(device) is x: {x.to(device) is x}")
 # really usable, or `None`; without it, it only reports what torch was *built* for.
 
 # %%
-print(f"built for:        {torch.accelerator.current_accelerator()}")
-print(f"usable right now: {torch.accelerator.current_accelerator(check_available=True)}")
+built_for = torch.accelerator.current_accelerator()
+accelerator = torch.accelerator.current_accelerator(check_available=True)
+print(f"built for:        {built_for}")
+print(f"usable right now: {accelerator}")
+if accelerator is None:
+    assert not torch.cuda.is_available() and not torch.backends.mps.is_available(), (
+        "torch.accelerator reports no usable accelerator, yet CUDA or MPS is available"
+    )
+else:
+    assert torch.ones(1, device=accelerator).device.type == accelerator.type, f"{accelerator} is not usable"
 
 # %% [markdown]
 # ## 4. CPU threads
@@ -217,26 +294,49 @@ print(f"usable right now: {torch.accelerator.current_accelerator(check_available
 # On the CPU, one large operation (a matrix product, a convolution) is split
 # across several threads. `torch.get_num_threads()` is how many threads such an
 # *intra-op* parallel operation may use; `torch.set_num_threads(n)` changes it for
-# this process. By default torch sets it from the CPU cores it finds (the doctor's
+# this process. By default torch picks it from the CPU cores it finds (the doctor's
 # `threads` line in section 5 shows both numbers). `torch.get_num_interop_threads()`
 # is a separate pool that runs *independent* operations side by side; you rarely
-# need to change it, and `torch.set_num_interop_threads` works only once, before any such work starts.
+# need to change it, and `torch.set_num_interop_threads` is accepted at most once per
+# process, before any inter-op work starts (the cell below tries it twice).
 #
-# The environment variables `OMP_NUM_THREADS` and `MKL_NUM_THREADS` set the
-# same limits before Python starts. Lower them when several processes share a
+# The environment variable `OMP_NUM_THREADS` sets the intra-op default before Python
+# starts (the course's test commands run with `OMP_NUM_THREADS=1`, and the cell checks that
+# torch follows it whenever it is set). Lower it when several processes share a
 # machine (for example DataLoader workers or parallel test runs): by default each
-# process assumes it owns every core, and together they oversubscribe it.
+# process sizes its pool for the whole machine, and together they ask for more threads than there are cores.
 
 # %%
 print(f"intra-op threads: {torch.get_num_threads()}, inter-op threads: {torch.get_num_interop_threads()}, logical CPUs: {os.cpu_count()}")
+omp = os.environ.get("OMP_NUM_THREADS")
+if omp:
+    assert torch.get_num_threads() == int(omp), f"OMP_NUM_THREADS={omp}, but torch uses {torch.get_num_threads()} threads"
+    print(f"OMP_NUM_THREADS={omp} is set, and torch follows it")
+else:
+    print("OMP_NUM_THREADS is not set here: torch chose its own default")
+
+interop = torch.get_num_interop_threads()
+answers = []
+for attempt in (1, 2):  # ask for the size it already has, so nothing changes either way
+    try:
+        torch.set_num_interop_threads(interop)
+        answers.append("accepted")
+    except RuntimeError as err:
+        answers.append(f"{type(err).__name__}: {err}")
+    print(f"set_num_interop_threads({interop}), attempt {attempt}: {answers[-1]}")
+assert answers.count("accepted") <= 1 and answers[-1].startswith("RuntimeError"), (
+    f"set_num_interop_threads should be accepted at most once per process: {answers}"
+)
 
 # %% [markdown]
 # The timing below multiplies two `MATMUL_SIZE × MATMUL_SIZE` matrices with one
 # thread and with the default number. The exact figures depend on the machine
-# and on what else is running; the point is that `set_num_threads` is a real
-# knob that changes how much of the CPU one process uses. On an otherwise idle machine,
-# more threads make a large product faster; on a machine busy with other work, extra
+# and on what else is running; the point is that `set_num_threads` really sets how
+# many threads the next operation may use (the cell asserts that). On an otherwise idle machine,
+# more threads usually make a large product faster; on a machine busy with other work, extra
 # threads mostly wait for cores that are taken, and can even make the product slower.
+# That is why the cell prints the speed-up but does not assert one: it is a property of
+# the machine at that moment, not of PyTorch.
 
 # %%
 default_threads = torch.get_num_threads()
@@ -246,6 +346,7 @@ b = torch.rand(MATMUL_SIZE, MATMUL_SIZE)
 
 def median_matmul_ms(threads: int) -> float:
     torch.set_num_threads(threads)
+    assert torch.get_num_threads() == threads, f"set_num_threads({threads}) did not take effect"
     a @ b  # warm-up: the first call pays one-off costs
     times = []
     for _ in range(REPEATS):
@@ -264,44 +365,59 @@ for n, ms in timings.items():
 if len(timings) > 1:
     print(f"speed-up with {default_threads} threads: {timings[1] / timings[default_threads]:.2f}x")
 print(f"threads restored to {torch.get_num_threads()}")
+assert torch.get_num_threads() == default_threads, "the thread count was not restored after the timing"
 
 # %% [markdown]
 # ## 5. The doctor: a preflight report
 #
 # `helpers.device.doctor()` checks everything the course needs and returns a
 # report; printing it gives one line per check. From a terminal, `make doctor`
-# (or `python -m helpers.device`) prints the same report. Each line starts with a status:
+# (or `python -m helpers.device`) prints the same report. Each line starts with a
+# status, and each status has one meaning. The legend below is printed from the
+# doctor's own code (`helpers.device.STATUS_MEANING`), so it cannot say something
+# different from what the doctor does:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for status, meaning in STATUS_MEANING.items():
+    print(f"{status.upper():4s}  {meaning}")
+
+# %% [markdown]
+# The checks are:
 #
-# | status | meaning |
-# | --- | --- |
-# | `OK` | as required |
-# | `INFO` | fine, just so you know (for example: no GPU, so GPU-only cells will skip) |
-# | `WARN` | works, but something will be slower, skipped or different from the stored outputs |
-# | `FAIL` | some chapters will break; the `fix:` line below it says what to do |
+# | check | what it looks at | when it is not OK |
+# | --- | --- | --- |
+# | `python` | Python 3.10 or newer | FAIL |
+# | `torch`, `torchvision` | the installed versions against the pins | WARN: not the tested versions, so numbers will differ from the stored outputs |
+# | `cuda` | usable NVIDIA GPUs and their names, or which CUDA version torch was built for | INFO: every chapter runs on the CPU |
+# | `mps` | whether Apple's GPU backend is usable | INFO |
+# | `threads` | the intra-op threads from section 4 and the logical CPUs | always OK |
+# | `c++ compiler`, `ninja` | needed to build the C++ extension of chapter 20 | FAIL: chapter 20 stops at its first build |
+# | `nvcc` | the CUDA compiler, needed only for the CUDA kernels of chapter 20 | INFO: chapter 20 skips those cells |
+# | `disk` | free space where `data/` and `build/` live | WARN below 2 GB |
+# | `data: …` | for each dataset: in `data/`, copyable from the offline mirror, downloadable on first use, or out of reach | see below |
 #
-# and the checks are:
+# A dataset the chapters need is OK when it is in `data/` or in the mirror
+# (`COURSE_DATA_MIRROR`). When it will be *downloaded on first use*, that is a WARN: nothing
+# is broken on a machine with a network, but the chapters that use it (the line names them)
+# will stop if the network is gone by then. When it is out of reach (not in `data/`, not in
+# the mirror, and no download allowed or possible), the chapters that use it will stop with an
+# error, so by the legend it is a FAIL: the line names those chapters, and its `fix:` says how
+# to get the data (`make data` once with a network, or `COURSE_DATA_MIRROR` pointing at a copy
+# of the course mirror). An optional dataset (the full CIFAR-10 and the offline CIFAR-10
+# subset stand in for each other) is INFO while its stand-in is in reach.
 #
-# | check | what it looks at |
-# | --- | --- |
-# | `python` | Python 3.10 or newer |
-# | `torch`, `torchvision` | the installed versions against the pins (a different version still works, but numbers may differ from the stored outputs) |
-# | `cuda` | usable NVIDIA GPUs and their names, or which CUDA version torch was built for |
-# | `mps` | whether Apple's GPU backend is usable |
-# | `threads` | the intra-op threads from section 4 and the logical CPUs |
-# | `c++ compiler`, `ninja` | needed to build C++ extensions in chapter 20 |
-# | `nvcc` | the CUDA compiler, needed only for the CUDA kernels of chapter 20 |
-# | `disk` | free space where `data/` and `build/` live |
-# | `data: …` | for each dataset: already in `data/`, copied from the offline mirror, downloaded on first use, or not available at all |
-#
-# The last line is the verdict: `READY` when nothing failed or warned.
+# The last line is the verdict: `NOT READY` as soon as one check FAILs (it names the checks
+# and the chapters that will stop), `READY, with warnings about …` when something WARNs,
+# and `READY` otherwise.
 
 # %%
 health = doctor()
 print(health)
 
 # %% [markdown]
-# The report is also an object you can test in code, which is how the checks
-# below use it: `health.ok` is `False` as soon as one check failed.
+# The report is also an object you can test in code: `health.ok` is `False` as
+# soon as one check failed, and `health.verdict` is the last line.
 
 # %%
 print(f"checks: {len(health.checks)}, ok: {health.ok}")
@@ -310,20 +426,70 @@ for figure, value in [("device", str(device)), ("doctor verdict", health.verdict
     report.record(figure, value)
 
 # %% [markdown]
+# A report that says READY is only worth something if it would say otherwise on a
+# machine that is not ready. So the cell below runs the doctor on two machines made
+# up for the purpose, using `temporary_env` and an empty temporary data folder under
+# `build/` (both undone when the `with` block ends):
+#
+# - *a new learner with a network*: no data yet, no mirror, downloads allowed;
+# - *offline, no data, no mirror*: `COURSE_OFFLINE=1`, as on a plane, or in CI (which is offline) if the mirror were missing.
+#
+# To keep the output short it asks about one dataset, MNIST, and prints its line
+# and the verdict for each.
+
+# %%
+import tempfile
+
+mirror_before = os.environ.get("COURSE_DATA_MIRROR")
+made_up = {}
+with tempfile.TemporaryDirectory(dir=build_dir()) as empty_data:
+    no_data = {"COURSE_DATA_DIR": empty_data, "COURSE_DATA_MIRROR": None}
+    with temporary_env(**no_data, COURSE_OFFLINE=None):
+        made_up["new learner with a network"] = doctor(datasets=("mnist",))
+    with temporary_env(**no_data, COURSE_OFFLINE="1"):
+        made_up["offline, no data, no mirror"] = doctor(datasets=("mnist",))
+assert os.environ.get("COURSE_DATA_MIRROR") == mirror_before, "temporary_env did not restore COURSE_DATA_MIRROR"
+
+for name, made_up_report in made_up.items():
+    (mnist_line,) = [c for c in made_up_report.checks if c.name == "data: mnist"]
+    print(f"{name}:")
+    print(f"  [{mnist_line.status.upper()}] {mnist_line.detail}")
+    print(f"  fix: {mnist_line.fix}")
+    print(f"  verdict: {made_up_report.verdict}")
+
+# %% [markdown]
+# Read the two verdicts against the legend. The learner with a network is told that
+# the data will be downloaded and by which chapters: a warning, because nothing fails
+# on that machine (this is what a fresh clone on a laptop sees). Offline, the same
+# missing data is a FAIL: the chapters it lists would stop with an error, and the fix
+# says what to do before starting them. The *Checks* below assert both verdicts, so a
+# doctor that called everything READY would fail this notebook.
+#
 # `make doctor` runs `python -m helpers.device`, whose `main()` prints the same
 # report and returns the program's exit status: 0 when no check failed and 1
 # otherwise, so a script or CI job can stop early on a broken machine. Here it is
-# called in this process, with its printout captured:
+# called in this process, with its printout captured, on this machine and on the
+# offline machine from above:
 
 # %%
-import contextlib
 import io
 
 from helpers.device import main as doctor_main  # what `make doctor` runs
 
-with contextlib.redirect_stdout(io.StringIO()) as printed:
-    exit_status = doctor_main()
-print(f"exit status {exit_status}; last line printed: {printed.getvalue().strip().splitlines()[-1]}")
+
+def run_make_doctor() -> tuple[int, str]:
+    """Run `make doctor`'s main() in this process; return its exit status and its last printed line."""
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        status = doctor_main()
+    return status, printed.getvalue().strip().splitlines()[-1]
+
+
+exit_status, last_line = run_make_doctor()
+with tempfile.TemporaryDirectory(dir=build_dir()) as empty_data:
+    with temporary_env(COURSE_DATA_DIR=empty_data, COURSE_DATA_MIRROR=None, COURSE_OFFLINE="1"):
+        broken_exit_status, broken_last_line = run_make_doctor()
+print(f"this machine:      exit status {exit_status}; {last_line}")
+print(f"offline, no data:  exit status {broken_exit_status}; {broken_last_line.split(' (chapters')[0]} (…)")
 
 # %% [markdown]
 # ## 6. Seeding
@@ -354,6 +520,12 @@ draws_a = (random.random(), np.random.rand(), torch.randn(2).tolist())
 seed_everything(SEED)
 draws_b = (random.random(), np.random.rand(), torch.randn(2).tolist())
 print(f"random, numpy and torch agree after reseeding: {draws_a == draws_b}")
+if accelerator is not None:  # torch.manual_seed seeds every GPU as well
+    seed_everything(SEED)
+    on_gpu = torch.rand(3, device=accelerator)
+    seed_everything(SEED)
+    assert torch.equal(on_gpu, torch.rand(3, device=accelerator)), f"{accelerator} draws did not repeat after reseeding"
+    print(f"{accelerator.type} draws repeat after reseeding too")
 
 # %% [markdown]
 # A generator of your own keeps its stream separate from the global one, so
@@ -366,19 +538,99 @@ g = seed_everything(SEED)
 torch.rand(100)  # someone else draws from the global generator in between
 mine_again = torch.rand(3, generator=g)
 print(f"own generator unaffected: {torch.equal(mine, mine_again)}")
+fresh = torch.Generator().manual_seed(SEED)
+assert torch.equal(mine, torch.rand(3, generator=fresh)), "seed_everything's generator is not seeded with SEED"
 
 # %% [markdown]
 # Seeding makes the *random numbers* repeat. It does not by itself make every
-# result bit-identical: some GPU kernels add numbers in a varying order. Chapter 15
-# covers `torch.use_deterministic_algorithms(True)` for that.
+# result bit-identical: some GPU kernels may add numbers in a different order from
+# run to run. Chapter 15 covers `torch.use_deterministic_algorithms(True)` for that.
 #
-# ## Checks
+# ## 7. What is current in the ecosystem, and what is not
 #
-# What this chapter must show: a device was picked, the doctor passes, and seeded draws repeat.
+# Tutorials on the web are of every age, and some import packages that are no
+# longer developed. Three things to know before you copy one (each checked against
+# the projects' own documentation at the time of writing; where this environment can
+# confirm a fact, the cell below asserts it):
+#
+# - **torchtext is discontinued.** Its documentation says development has stopped
+#   and that 0.18 (April 2024) is its last stable release; the 0.18 release notes say
+#   it was built for torch 2.3.0. Each torchtext release requires one exact torch
+#   version (0.17.2 requires `torch==2.2.2`, for example), so pip cannot install it
+#   beside torch 2.14 without downgrading torch. Code that imports torchtext (its
+#   vocabularies, tokenizers, datasets) needs rewriting. What replaces it depends on the job: a plain
+#   Python tokenizer and vocabulary with a `torch.utils.data` `Dataset` and
+#   `pad_sequence` (what chapters 08 and 09 do, with `helpers.models.CharVocab`);
+#   Hugging Face's `tokenizers` and `datasets` libraries for real subword tokenizers and
+#   corpora; and, for data-loading pipelines beyond `DataLoader`, torchdata's
+#   `torchdata.nodes` (beta; torchdata 0.10 removed the older DataPipes and DataLoader2).
+# - **torchaudio is in maintenance.** From version 2.9 its documentation calls it
+#   a maintenance phase: APIs deprecated in 2.8 were removed, and decoding and
+#   encoding of audio and video moved to **TorchCodec**. `torchaudio.load` and
+#   `torchaudio.save` still exist, but call TorchCodec underneath, and the torchaudio
+#   documentation recommends porting to TorchCodec's own API.
+# - **Video decoding left torchvision too.** torchvision 0.28 removed `read_video`,
+#   `write_video` and `VideoReader` from `torchvision.io` in favour of TorchCodec;
+#   image decoding (`torchvision.io.decode_image`) stays.
+#
+# None of these packages is a dependency of the course. The cell checks what this
+# environment can confirm: torch is newer than any torchtext release supports,
+# torchtext is not installed or pinned, no chapter imports it, and the installed
+# torchvision has no video reader but still decodes images.
 
 # %%
+import importlib.util
+import re
+
+from packaging.version import Version
+
+torch_release = Version(torch.__version__).release
+vision_release = Version(torchvision.__version__).release
+imports_torchtext = [
+    p.name for p in sorted((ROOT / "notebooks").glob("*.py"))
+    if re.search(r"^\s*(import|from)\s+torchtext\b", p.read_text(encoding="utf-8"), re.MULTILINE)
+]
+print(f"torch {torch.__version__}: newer than torch 2.3, the last one torchtext was built for: {torch_release[:2] > (2, 3)}")
+print(f"torchtext installed: {importlib.util.find_spec('torchtext') is not None}; "
+      f"pinned in requirements.txt: {any(line.startswith('torchtext') for line in requirements)}; "
+      f"chapters importing it: {imports_torchtext or 'none'}")
+print(f"torchvision {torchvision.__version__}: torchvision.io.read_video exists: {hasattr(torchvision.io, 'read_video')}, "
+      f"decode_image exists: {hasattr(torchvision.io, 'decode_image')}")
+assert torch_release[:2] > (2, 3), f"torch {torch.__version__} is one torchtext still supported: the text above is wrong here"
+assert importlib.util.find_spec("torchtext") is None, "torchtext is installed in the course environment"
+assert not any(line.startswith("torchtext") for line in requirements), "requirements.txt pins torchtext"
+assert not imports_torchtext, f"these chapters import the discontinued torchtext: {imports_torchtext}"
+if vision_release[:2] >= (0, 28):
+    assert not hasattr(torchvision.io, "read_video"), f"torchvision {torchvision.__version__} still has read_video"
+assert hasattr(torchvision.io, "decode_image"), "torchvision.io.decode_image is missing"
+
+# %% [markdown]
+# ## Checks
+#
+# What this chapter must show: a device was picked, the doctor passes on this machine
+# and its verdicts follow its legend on the made-up ones, and seeded draws repeat.
+
+# %%
+new_learner = made_up["new learner with a network"]
+offline = made_up["offline, no data, no mirror"]
+(new_learner_mnist,) = [c for c in new_learner.checks if c.name == "data: mnist"]
+(offline_mnist,) = [c for c in offline.checks if c.name == "data: mnist"]
+
 assert device.type in {"cpu", "cuda", "mps"}, f"pick_device() returned {device}, expected cpu, cuda or mps"
 assert health.ok, f"the doctor found a problem, see its report above: {health.verdict}"
+assert exit_status == 0, f"make doctor exits with {exit_status} on a machine whose verdict is {health.verdict!r}"
+assert new_learner_mnist.status == "warn" and new_learner.ok and new_learner.verdict.startswith("READY, with warnings"), (
+    f"data to download should be a WARN and leave the machine READY: {new_learner_mnist.status}, {new_learner.verdict!r}"
+)
+assert offline_mnist.status == "fail" and not offline.ok and offline.verdict.startswith("NOT READY"), (
+    f"data out of reach stops chapters, so by the legend it is a FAIL: {offline_mnist.status}, {offline.verdict!r}"
+)
+assert "05" in offline_mnist.chapters and "05" in offline.verdict, "the FAIL should name the chapters that cannot run"
+assert "make data" in offline_mnist.fix and "COURSE_DATA_MIRROR" in offline_mnist.fix, "the FAIL's fix should say how"
+assert health.verdict != offline.verdict, "the doctor gives the same verdict on a broken machine"
+assert broken_exit_status == 1 and broken_last_line.startswith("verdict: NOT READY"), (
+    f"make doctor should exit 1 on the offline machine without data, got {broken_exit_status}: {broken_last_line}"
+)
 assert torch.equal(first, again), "two draws after seed_everything(SEED) differ"
 assert not torch.equal(again, later), "the generator did not advance between draws"
 assert draws_a == draws_b, "random, NumPy or torch did not repeat after reseeding"
@@ -398,6 +650,8 @@ try:
     pick_device(missing)
 except RuntimeError as err:
     print(f"{type(err).__name__}: {err}")
+else:
+    raise AssertionError(f"pick_device({missing!r}) should refuse a device this machine does not have")
 
 # %% [markdown]
 # A name that is not a device at all is a different mistake, and a different error:
@@ -407,29 +661,112 @@ try:
     pick_device("gpu")
 except ValueError as err:
     print(f"{type(err).__name__}: {err}")
+else:
+    raise AssertionError("pick_device('gpu') should refuse a name that is not a device")
 
 # %% [markdown]
 # **Moving a tensor to `"cuda"` without a GPU.** Code copied from a GPU machine
 # often says `.to("cuda")` or `.cuda()`. On a machine without one, torch raises.
-# The message depends on the build: a CUDA build looks for the NVIDIA driver, the
-# CPU-only wheel says it was not compiled with CUDA. The fix is to use the
-# `device` you picked instead of a hard-coded name.
+# The message depends on the build: a CUDA build looks for the NVIDIA driver and
+# raises a `RuntimeError`; the CPU-only wheel raises
+# `AssertionError: Torch not compiled with CUDA enabled` (the cell checks that this text
+# is in the installed torch's source). The fix is to use the `device` you picked
+# instead of a hard-coded name.
 
 # %%
+import inspect
+
+cpu_wheel_message = "Torch not compiled with CUDA enabled"
+assert cpu_wheel_message in inspect.getsource(torch.cuda), f"torch.cuda no longer says {cpu_wheel_message!r}"
 if not torch.cuda.is_available():
     try:
         torch.ones(2).to("cuda")
     except (RuntimeError, AssertionError) as err:
         print(f"{type(err).__name__}: {err}")
+    else:
+        raise AssertionError(".to('cuda') worked on a machine where torch.cuda.is_available() is False")
     print(f"fix: torch.ones(2).to(device) -> {torch.ones(2).to(device).device}")
 else:
     print("CUDA is available here, so .to('cuda') works: nothing to show")
 
 # %% [markdown]
 # **Mixing devices in one operation.** All tensor inputs of an operation must be on
-# the same device; torch never moves them for you. The `meta` device, which
-# stores only shapes and dtypes and no data, exists on every machine, so it can
-# show the error anywhere:
+# the same device; torch never moves them for you. On a GPU machine this is a common
+# mistake: the model is on the GPU and a batch is still on the CPU, or the other way
+# round. The function below adds a tensor on
+# an accelerator to one on the CPU. Where CUDA or MPS is usable
+# (`torch.accelerator.current_accelerator(check_available=True)`, section 3), the cell
+# runs it and prints the real error. This machine may have no accelerator; then the
+# cell prints, clearly labelled as a quotation, the message torch raises on a GPU
+# machine, and checks that its fixed text really is in the installed torch library, so
+# the quotation cannot drift from what your torch says.
+#
+# Elementwise operations (`+`, `*`, `torch.where`, …) check devices in one place in
+# PyTorch's C++ core (TensorIterator) and say:
+#
+# > `RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!`
+#
+# Many other operations, among them the matrix product inside `nn.Linear`, check in
+# generated code and name the argument and the operator's internal name:
+#
+# > `RuntimeError: Expected all tensors to be on the same device, but got <argument> is on cpu, different from other tensors on cuda:0 (when checking argument in method <operator>)`
+#
+# For `nn.Linear` the argument is typically `mat1` (the input) and the operator
+# `wrapper_CUDA_addmm`. Answers on the web often quote the older wording of this second
+# message, `... found at least two devices, cuda:0 and cpu! (when checking argument for
+# argument mat1 in method wrapper_CUDA_addmm)`; the cell checks that torch 2.14's library
+# has the new wording and no longer has the old one.
+
+# %%
+import glob
+import mmap
+
+ELEMENTWISE_TEXT = "Expected all tensors to be on the same device, but found at least two devices, "
+NAMED_ARGUMENT_TEXTS = (
+    "Expected all tensors to be on the same device, but got ",
+    ", different from other tensors on ",
+    " (when checking argument in method ",
+)
+OLD_WORDING = "(when checking argument for argument "
+
+
+def mix_devices(accelerator_device) -> str:
+    """Add a tensor on `accelerator_device` to one on the CPU; return the error torch raises, as printed."""
+    try:
+        torch.ones(3, device=accelerator_device) + torch.ones(3)
+    except RuntimeError as err:
+        return f"{type(err).__name__}: {err}"
+    raise AssertionError(f"adding a {accelerator_device} tensor to a CPU tensor did not raise")
+
+
+# The fixed parts of both messages are string constants inside torch's C++ library
+# (libtorch_cpu.so on Linux, .dylib on macOS, torch_cpu.dll on Windows), in CPU and CUDA builds alike.
+lib_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
+(torch_cpu_lib,) = [p for p in glob.glob(os.path.join(lib_dir, "*torch_cpu.*")) if p.endswith((".so", ".dylib", ".dll"))]
+with open(torch_cpu_lib, "rb") as lib, mmap.mmap(lib.fileno(), 0, access=mmap.ACCESS_READ) as library:
+    in_library = {text: library.find(text.encode()) >= 0 for text in (ELEMENTWISE_TEXT, *NAMED_ARGUMENT_TEXTS)}
+    old_wording_found = library.find(OLD_WORDING.encode()) >= 0
+print(f"fixed texts found in {os.path.basename(torch_cpu_lib)}: {sum(in_library.values())} of {len(in_library)}; "
+      f"old wording found: {old_wording_found}")
+assert all(in_library.values()), f"torch's library no longer contains: {[t for t, found in in_library.items() if not found]}"
+assert not old_wording_found, f"torch's library still has the old wording {OLD_WORDING!r}: the text above is wrong"
+
+if accelerator is not None:
+    message = mix_devices(accelerator)
+    print(f"this run, on {accelerator}:")
+    print(message)
+    assert message.startswith("RuntimeError: Expected all tensors to be on the same device"), message
+    print(f"fix: move one of them first -> {(torch.ones(3, device=accelerator) + torch.ones(3).to(accelerator)).device}")
+else:
+    print("No CUDA or MPS device here, so the error cannot be produced in this run.")
+    print(f"What torch {torch.__version__.split('+')[0]} raises on a CUDA machine (quoted, not produced here):")
+    print(f"  RuntimeError: {ELEMENTWISE_TEXT}cuda:0 and cpu!")
+
+# %% [markdown]
+# The `meta` device, which stores only shapes and dtypes and no data, exists on every
+# machine, so the same mistake can be *run* anywhere. Its operations are implemented in
+# Python (`torch._prims_common`), so the wording differs from the message above, but the
+# rule and the fix are the same:
 
 # %%
 on_meta = torch.ones(3, device="meta")
@@ -438,14 +775,22 @@ try:
     on_meta + on_cpu
 except RuntimeError as err:
     print(f"{type(err).__name__}: {err}")
+else:
+    raise AssertionError("adding a meta tensor to a CPU tensor did not raise")
 print(f"fix: move one of them first -> {(on_meta + on_cpu.to('meta')).device}")
 
 # %% [markdown]
-# One exception surprises people: a 0-dimensional CPU tensor (a single number)
-# is treated like a Python number and may be combined with a tensor on any device.
+# One exception surprises people: a 0-dimensional CPU tensor (a single number, such as
+# a loss you computed on the CPU) is treated like a Python number and may be combined with
+# a tensor on any device. The result stays on the other tensor's device.
 
 # %%
-print((on_meta + torch.tensor(2.0)).device)
+scalar = torch.tensor(2.0)  # 0-dimensional, on the CPU
+print(f"meta + 0-dim CPU tensor -> {(on_meta + scalar).device}")
+assert (on_meta + scalar).device.type == "meta", "a 0-dim CPU tensor should combine with a tensor on another device"
+if accelerator is not None:
+    print(f"{accelerator.type} + 0-dim CPU tensor -> {(torch.ones(3, device=accelerator) + scalar).device}")
+    assert (torch.ones(3, device=accelerator) + scalar).device.type == accelerator.type
 
 # %% [markdown]
 # ## Exercises
@@ -491,13 +836,21 @@ result = check("00.to_device", to_device)
 # ## Summary
 #
 # - Install with pip (the default wheel is the CUDA build on Linux; `--index-url .../whl/cpu` gives the
-#   smaller CPU-only wheel) or conda from `environment.yml`; the course pins torch 2.14.1 and torchvision 0.29.1.
+#   CPU-only wheel without the NVIDIA packages) or conda from `environment.yml`; the course pins torch 2.14.1
+#   and torchvision 0.29.1. PyTorch's own conda channel stopped at 2.5.
 # - `pick_device()` chooses CUDA, then MPS, then the CPU; `COURSE_DEVICE` or an argument overrides it,
 #   and a missing device is an error rather than a silent fallback.
+# - `Tensor.to` returns a new tensor and leaves the original alone; `Module.to` converts the module's
+#   parameters and buffers in place and returns the same module.
+# - All inputs of one operation must be on one device: "Expected all tensors to be on the same device…".
 # - `torch.get_num_threads()` / `set_num_threads(n)` control how many CPU threads one operation uses.
-# - `doctor()` (or `make doctor`) checks the machine line by line and ends with a verdict.
+# - `doctor()` (or `make doctor`) checks the machine line by line. FAIL means a chapter will stop with an
+#   error (a missing compiler, or data out of reach, naming the chapters), WARN that nothing is known to
+#   break but the setup differs from the tested one, INFO that nothing needs doing; the verdict follows.
 # - `seed_everything(seed)` makes Python, NumPy and torch draws repeat; a private `torch.Generator`
 #   keeps a stream of its own.
+# - torchtext is discontinued (last release built for torch 2.3); torchaudio is in maintenance, and audio and
+#   video decoding now live in TorchCodec.
 #
 # **Next**: chapter 01 creates tensors on the device picked here, and looks at
 # what a tensor really is: a block of memory plus a shape, strides and a dtype.
