@@ -15,11 +15,15 @@
 # - changing shapes with `squeeze`, `unsqueeze` and `permute`;
 # - broadcasting: the rule that lets a `[4, 1]` tensor meet a `[5]` tensor;
 # - indexing, boolean masks and `torch.where`;
+# - reductions along a `dim` and why `keepdim` matters; `argmax` and `max`'s (values, indices);
+# - matrix products (`@`, `mm`, `bmm`, `einsum`) against element-wise `*`;
+# - joining and splitting (`cat`, `stack`, `chunk`, `split`), and `gather`/`scatter_` to pick or write one entry per row;
+# - the trailing-underscore convention for in-place operations;
 # - NumPy interop, and which conversions share memory.
 #
 # **Prerequisites**: chapter 00 (devices and seeding). Some NumPy helps but is not required.
 #
-# **Estimated time**: 45 minutes.
+# **Estimated time**: 60 minutes.
 
 # %% tags=["parameters"]
 SEED = 0  # seed for the random tensors of this chapter
@@ -78,10 +82,17 @@ print(torch.linspace(0, 1, steps=5))
 # `rand` is uniform on [0, 1), `randn` standard normal, `randint(low, high)` whole numbers with `high` left out.
 
 # %%
+global_state = torch.get_rng_state()
 g = torch.Generator().manual_seed(SEED)
-print(torch.rand(2, 3, generator=g))
+uniform = torch.rand(2, 3, generator=g)
+print(uniform)
 print(torch.randn(2, 3, generator=g))
-print(torch.randint(0, 10, (2, 5), generator=g))
+ints = torch.randint(0, 10, (2, 5), generator=g)
+print(ints)
+assert torch.equal(torch.get_rng_state(), global_state), "drawing from our own generator should leave the global one alone"
+again = torch.rand(2, 3, generator=torch.Generator().manual_seed(SEED))
+assert torch.equal(again, uniform), "a new generator with the same seed should give the same numbers"
+assert ints.min() >= 0 and ints.max() <= 9, "randint(0, 10) should leave out 10"
 
 # %% [markdown]
 # The `*_like` functions make a new tensor with the same shape, dtype and
@@ -92,6 +103,7 @@ print(torch.randint(0, 10, (2, 5), generator=g))
 template = torch.tensor([[1.5, 2.5], [3.5, 4.5]], dtype=torch.float64)
 for made in (torch.zeros_like(template), torch.ones_like(template), torch.full_like(template, 9)):
     print(made.tolist(), made.dtype)
+    assert (made.shape, made.dtype, made.device) == (template.shape, template.dtype, template.device), "a *_like copies all three"
 
 # %% [markdown]
 # ## 2. dtype and device
@@ -113,48 +125,119 @@ for t in (x, x.to(torch.float16), x.double(), x.long(), x.bool()):
 # Python floats, which shows what each dtype really stores: the nearest float32 to 1.7
 # is 1.7000000476837158, and float16, with only about three significant digits, stores 1.7001953125.
 #
-# **Type promotion.** When an operation mixes dtypes, PyTorch computes in a
-# dtype that can hold both, following three rules:
+# **Type promotion.** When an arithmetic operation mixes dtypes, PyTorch picks the
+# result dtype from two things: the *category* of each operand, ordered
+# bool < integer < floating point < complex, and what *kind* of operand it is. There are
+# three kinds, in order of priority: **dimensioned tensors** (at least one dimension),
+# **zero-dimensional tensors** (shape `()`, such as a loss or `x.sum()`), and **Python numbers**.
+# PyTorch's documentation ("Type promotion" in the tensor attributes notes) gives the result
+# as the smallest dtype that meets three conditions:
 #
-# 1. a higher *category* wins: bool < integer < floating point < complex;
-# 2. within a category, the larger dtype wins (`float32` + `float64` → `float64`);
-# 3. a Python number or a 0-dimensional tensor only counts through its category: it never makes a float32 tensor float64.
+# 1. if a Python number is of a higher category than all the tensors, the result has room for
+#    that category at its default size: a Python `float` counts as `torch.get_default_dtype()`
+#    (float32 unless you change it), a Python `int` as `int64`;
+# 2. if a 0-dim tensor is of a higher category than all the dimensioned tensors, the result holds
+#    the 0-dim tensors of that category: their own dtype counts, size included;
+# 3. if no 0-dim tensor is of a higher category, the result holds all the dimensioned tensors,
+#    the larger size winning within a category (`float32` + `float64` → `float64`).
 #
-# `torch.result_type` tells you the answer without computing anything.
+# So a lower-priority operand counts only by *raising the category*, never by making the
+# result larger within a category: a Python `2.5` does not make a `float16` tensor `float32`,
+# and a 0-dim `float64` tensor does not make a `float32` tensor `float64`. When it does raise
+# the category, the two kinds differ: an `int64` tensor plus a 0-dim `float64` tensor gives
+# `float64` (the 0-dim tensor's own dtype), plus the Python float `2.5` gives `float32` (the
+# default dtype). PyTorch also does not look at values: a `uint8` tensor plus the Python int
+# 300 stays `uint8` (and wraps around). `torch.result_type(a, b)` gives the answer without
+# computing anything; every row below is computed, and checked against it and against the rule.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 i64 = torch.tensor([1, 2])
-f32 = torch.tensor([1.0, 2.0])
-f64 = torch.tensor([1.0, 2.0], dtype=torch.float64)
+i32 = torch.tensor([1, 2], dtype=torch.int32)
 u8 = torch.tensor([1, 2], dtype=torch.uint8)
 i8 = torch.tensor([1, 2], dtype=torch.int8)
-cases = {
-    "int64 + int64": i64 + i64,
-    "int64 + float32": i64 + f32,
-    "float32 + float64": f32 + f64,
-    "uint8 + int8": u8 + i8,
-    "int64 + 2.5 (a Python float)": i64 + 2.5,
-    "float32 + 0-dim float64 tensor": f32 + torch.tensor(2.0, dtype=torch.float64),
-    "int64 / int64 (true division)": i64 / i64,
-    "int64 // int64 (floor division)": i64 // i64,
-}
-for what, result in cases.items():
-    print(f"{what:32s} -> {result.dtype}")
-print(torch.result_type(f32, f64))
+b1 = torch.tensor([True, False])
+f16 = torch.tensor([1.0, 2.0], dtype=torch.float16)
+f32 = torch.tensor([1.0, 2.0])
+f64 = torch.tensor([1.0, 2.0], dtype=torch.float64)
+zero_dim_f64 = torch.tensor(1.5, dtype=torch.float64)
+zero_dim_f16 = torch.tensor(1.5, dtype=torch.float16)
+zero_dim_i64 = torch.tensor(1)
+zero_dim_f32 = torch.tensor(1.5)
+cases = [  # (operation, left operand, right operand, the dtype the rule predicts, why)
+    ("int64 + int64", i64, i64, torch.int64, "same dtype"),
+    ("int64 + float32", i64, f32, torch.float32, "higher category wins"),
+    ("float32 + float64", f32, f64, torch.float64, "larger size wins"),
+    ("uint8 + int8", u8, i8, torch.int16, "smallest dtype that holds both"),
+    ("bool + int8", b1, i8, torch.int8, "higher category wins"),
+    ("int32 + 5 (Python int)", i32, 5, torch.int32, "Python int, same category: ignored"),
+    ("uint8 + 300 (Python int)", u8, 300, torch.uint8, "values are not inspected"),
+    ("bool + 5 (Python int)", b1, 5, torch.int64, "Python int, higher category: int64"),
+    ("int64 + 2.5 (Python float)", i64, 2.5, torch.float32, "Python float, higher category: default dtype"),
+    ("float16 + 2.5 (Python float)", f16, 2.5, torch.float16, "Python float, same category: ignored"),
+    ("int32 + 0-dim int64", i32, zero_dim_i64, torch.int32, "0-dim, same category: ignored"),
+    ("float32 + 0-dim float64", f32, zero_dim_f64, torch.float32, "0-dim, same category: ignored"),
+    ("int64 + 0-dim float64", i64, zero_dim_f64, torch.float64, "0-dim, higher category: its own dtype"),
+    ("int64 + 0-dim float16", i64, zero_dim_f16, torch.float16, "0-dim, higher category: its own dtype"),
+    ("0-dim float32 + 0-dim float64", zero_dim_f32, zero_dim_f64, torch.float64, "no dimensioned tensor: the 0-dim ones decide"),
+]
+for what, left, right, predicted, why in cases:
+    computed = (left + right).dtype
+    assert computed == predicted, f"{what}: the rule predicts {predicted}, PyTorch gave {computed}"
+    assert torch.result_type(left, right) == computed, f"{what}: result_type disagrees with the computed dtype"
+    print(f"{what:30s} -> {str(computed):14s} {why}")
+print(f"uint8 [1, 2] + 300 = {(u8 + 300).tolist()}")
+assert (u8 + 300).tolist() == [45, 46], "uint8 arithmetic should wrap modulo 256: 301 -> 45"
 
 # %% [markdown]
-# `uint8` + `int8` gives `int16`, because neither of the two can hold all the
-# values of the other. And `/` is true division, so two integer tensors give floats; `//` (floor division) stays integer.
-#
+# `uint8` + `int8` gives `int16` because neither of the two can hold all the values of the
+# other, so the result is the smallest dtype that holds both. `uint8` + 300 stays `uint8`, so
+# 1 + 300 = 301 wraps around to 301 − 256 = 45. The last row of the table: when no operand
+# has a dimension, the 0-dim tensors are the highest-priority operands present, and
+# they promote like dimensioned ones. The Python float follows the *default* dtype, so changing
+# the default changes rule 1's answer, while a 0-dim tensor keeps its own dtype:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+previous_default = torch.get_default_dtype()
+torch.set_default_dtype(torch.float64)
+try:
+    with_python_float = (i64 + 2.5).dtype
+    with_zero_dim_f32 = (i64 + zero_dim_f32).dtype
+finally:
+    torch.set_default_dtype(previous_default)
+print(f"default float64: int64 + 2.5 -> {with_python_float}, int64 + 0-dim float32 -> {with_zero_dim_f32}")
+print(f"default {previous_default}: int64 + 2.5 -> {(i64 + 2.5).dtype}")
+assert with_python_float == torch.float64, "a Python float should follow the default dtype"
+assert with_zero_dim_f32 == torch.float32, "a 0-dim tensor should keep its own dtype, whatever the default"
+assert torch.get_default_dtype() == torch.float32, "the default dtype should be restored"
+
+# %% [markdown]
+# Division goes further: `/` is true division, so two
+# integer tensors give the default float dtype, even though their promoted type is `int64`;
+# `//` (floor division) stays integer.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"torch.result_type(int64, int64) -> {torch.result_type(i64, i64)}")
+print(f"int64 / int64  -> {(i64 / i64).dtype}")
+print(f"int64 // int64 -> {(i64 // i64).dtype}")
+assert torch.result_type(i64, i64) == torch.int64 and (i64 / i64).dtype == torch.get_default_dtype(), "/ should give floats"
+assert (i64 // i64).dtype == torch.int64, "// should stay integer"
+
+# %% [markdown]
 # **Device.** A tensor's `device` says where its memory is. Create tensors directly
 # on the device you picked (`device=`) rather than on the CPU and then moving them:
-# it saves a copy. `.to(device)` returns the tensor itself when it is already there.
+# the second way builds the tensor twice, once on the CPU and once as a copy on the device.
+# `.to(device)` returns the tensor itself when it is already there.
 
 # %%
 on_device = torch.zeros(2, 3, device=device)
 moved = torch.zeros(2, 3).to(device)
 print(on_device.device, moved.device, moved.to(device) is moved)
+assert on_device.device == moved.device, "both ways should end on the same device"
+assert moved.to(device) is moved, ".to() onto the tensor's own device should return the tensor itself"
+assert moved.to(torch.float64) is not moved, ".to() that changes something should return a new tensor"
 
 # %% [markdown]
 # ## 3. Memory layout: `view`, `reshape` and strides
@@ -210,14 +293,25 @@ print(x2[0])
 # %% [markdown]
 # The transposed `xt` cannot be flattened that way: reading it row by row means
 # visiting storage positions 0, 4, 8, 1, 5, 9, …, which no single stride can
-# describe. `view` refuses with an error that points to the fix:
+# describe. `view` refuses with an error that points to the fix.
+#
+# This chapter shows many such errors. `error_message` runs an operation that should fail
+# inside `try`/`except` and returns the error as `"ErrorType: message"`; if the operation
+# does not fail after all, it stops the notebook, so every error shown here is also checked.
 
 # %%
-try:
-    xt.view(12)
-except RuntimeError as err:
-    view_error = f"{type(err).__name__}: {err}"
-    print(view_error)
+def error_message(op, expected: type[Exception] = RuntimeError) -> str:
+    """Run ``op()``, which should raise ``expected``, and return the error as 'ErrorType: message'."""
+    try:
+        op()
+    except expected as err:
+        return f"{type(err).__name__}: {err}"
+    raise AssertionError(f"expected {expected.__name__}, but the operation succeeded")
+
+
+# %%
+view_error = error_message(lambda: xt.view(12))
+print(view_error)
 
 # %% [markdown]
 # There are two fixes. `.contiguous()` copies the elements into a fresh storage in
@@ -284,6 +378,8 @@ with warnings.catch_warnings(record=True) as caught:
 print(f".T  -> {tuple(reversed_all.shape)}   .mT -> {tuple(batch_of_matrices.mT.shape)}")
 for w in caught:  # the message ends with a note on where in torch's C++ source it was raised
     print(f"{w.category.__name__}: {str(w.message).split(' (Triggered')[0]}")
+assert reversed_all.shape == (3, 2, 8) and batch_of_matrices.mT.shape == (8, 3, 2), ".T reverses all, .mT swaps the last two"
+assert any("deprecated" in str(w.message) for w in caught), "x.T on a 3-D tensor should warn that it is deprecated"
 
 # %% [markdown]
 #
@@ -363,6 +459,7 @@ print(stretched)
 # Broadcasting does real work in everyday code. Standardising each column of a data
 # matrix subtracts a `[3]` mean from an `[N, 3]` matrix; normalising an image per
 # channel needs the statistics shaped `[3, 1, 1]`, so that they line up with the channel dimension of `[3, H, W]`.
+# (`mean(dim=0)` averages down the rows; section 7 covers reductions.)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -376,10 +473,7 @@ print((image - mean).abs().sum().item())
 # When no dimension pair fits the rule, the error names the first position that failed:
 
 # %%
-try:
-    torch.ones(3) + torch.ones(4)
-except RuntimeError as err:
-    print(f"{type(err).__name__}: {err}")
+print(error_message(lambda: torch.ones(3) + torch.ones(4)))
 
 # %% [markdown]
 # ## 6. Indexing, boolean masks and `torch.where`
@@ -437,7 +531,334 @@ print(torch.where(z >= 0, z, -z))  # the absolute value, written as a choice
 print(torch.where(z < 0))
 
 # %% [markdown]
-# ## 7. NumPy interop and shared memory
+# ## 7. Reductions and products
+#
+# Three kinds of operation fill a model's code: *reductions* (a loss is the mean over
+# a batch, a prediction is the `argmax` over classes), *matrix products* (every
+# linear layer), and *joining and picking* pieces of tensors. This section covers the
+# tools for each, and the shape rules that decide what comes out.
+#
+# ### Reductions along a dimension
+#
+# `sum`, `mean`, `max`, `min`, `prod`, `std`, `argmax` and their relatives combine many
+# elements into one. Without `dim` they reduce the whole tensor to a 0-dim tensor. With
+# `dim=d` they reduce only along dimension `d`, and **that dimension disappears from the
+# shape**: a `[3, 4]` tensor summed over `dim=0` (down the rows) gives one value per column, shape `[4]`.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+r = torch.tensor([[3.0, 1.0, 4.0, 1.0], [5.0, 9.0, 2.0, 6.0], [2.0, 7.0, 8.0, 3.0]])  # [3, 4]
+print(f"r.sum()                    = {r.sum().item():g}, shape {tuple(r.sum().shape)}")
+print(f"r.sum(dim=0)               = {r.sum(dim=0).tolist()}, shape {tuple(r.sum(dim=0).shape)}")
+print(f"r.sum(dim=1)               = {r.sum(dim=1).tolist()}, shape {tuple(r.sum(dim=1).shape)}")
+print(f"r.sum(dim=1, keepdim=True) = {r.sum(dim=1, keepdim=True).tolist()}, shape {tuple(r.sum(dim=1, keepdim=True).shape)}")
+print(f"r.mean(dim=0)              = {[round(m, 4) for m in r.mean(dim=0).tolist()]}")
+assert r.sum().shape == (), "a reduction without dim should give a 0-dim tensor"
+assert r.sum(dim=0).shape == (4,) and r.sum(dim=1).shape == (3,), "the reduced dimension should disappear"
+assert r.sum(dim=1, keepdim=True).shape == (3, 1), "keepdim=True should keep the reduced dimension as size 1"
+assert r.sum(dim=0).tolist() == [sum(r[i, j].item() for i in range(3)) for j in range(4)], "dim=0 should add down each column"
+assert r.sum(dim=1).tolist() == [sum(r[i, j].item() for j in range(4)) for i in range(3)], "dim=1 should add along each row"
+torch.testing.assert_close(r.mean(dim=0), r.sum(dim=0) / r.shape[0])
+
+# %% [markdown]
+# The figure shows which axis collapses: `dim=0` squeezes the three rows into one
+# row of column totals, `dim=1` squeezes the four columns into one column of row totals.
+
+# %%
+def draw_cells(ax, values, x0, y0, color):
+    """Draw a 2-D tensor as a grid of labelled squares with its top-left cell at (x0, y0)."""
+    for (i, j), value in np.ndenumerate(values.numpy()):
+        ax.add_patch(Rectangle((x0 + j - 0.5, y0 + i - 0.5), 1, 1, facecolor=color, edgecolor="black"))
+        ax.text(x0 + j, y0 + i, f"{value:g}", ha="center", va="center", fontsize=11)
+
+
+fig, ax = plt.subplots(figsize=(8, 3.6))
+draw_cells(ax, r, 0, 0, "lightsteelblue")
+draw_cells(ax, r.sum(dim=0, keepdim=True), 0, 3.8, "navajowhite")  # [1, 4], drawn below r
+draw_cells(ax, r.sum(dim=1, keepdim=True), 5.3, 0, "navajowhite")  # [3, 1], drawn right of r
+for j in range(4):  # dim=0: each column's three values fall into one
+    ax.annotate("", xy=(j, 3.2), xytext=(j, 2.6), arrowprops=dict(arrowstyle="->", color="darkred"))
+for i in range(3):  # dim=1: each row's four values fall into one
+    ax.annotate("", xy=(4.7, i), xytext=(3.6, i), arrowprops=dict(arrowstyle="->", color="darkred"))
+ax.text(4.2, 3.8, "r.sum(dim=0): the rows (dim 0) collapse\nshape [4]; [1, 4] with keepdim=True", va="center", fontsize=10)
+ax.text(6.2, 1.0, "r.sum(dim=1): the columns (dim 1) collapse\nshape [3]; [3, 1] with keepdim=True", va="center", fontsize=10)
+ax.set_xlim(-0.7, 12.0)
+ax.set_ylim(4.5, -0.7)
+ax.set_aspect("equal")
+ax.set_xticks(range(4))
+ax.set_yticks(range(3))
+ax.set_xlabel("dim 1 (column index j)")
+ax.set_ylabel("dim 0 (row index i)")
+ax.set_title("Reducing the [3, 4] tensor r (blue) along each dimension: the sums in orange", fontsize=10)
+plt.show()
+
+# %% [markdown]
+# `max` and `min` with a `dim` return *two* tensors: the largest values and where they
+# are. The result is a named tuple (`torch.return_types.max`) with fields `values` and
+# `indices`, so you can unpack it or use the names. `argmax(dim=...)` gives only the
+# indices, `amax(dim=...)` only the values. Without `dim`, `max()` returns one 0-dim tensor,
+# and `argmax()` an index into the *flattened* tensor (`torch.unravel_index` turns it back into a row and a column).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+best = r.max(dim=1)
+print(f"{type(best).__module__}.{type(best).__name__}: values {best.values.tolist()}, indices {best.indices.tolist()}")
+values, indices = best  # a tuple: it unpacks
+print(f"r.argmax(dim=1) = {r.argmax(dim=1).tolist()}, r.amax(dim=1) = {r.amax(dim=1).tolist()}")
+flat = r.argmax()
+print(f"r.max() = {r.max().item():g}, r.argmax() = {flat.item()} (flattened), row and column {[t.item() for t in torch.unravel_index(flat, r.shape)]}")
+assert isinstance(best, tuple) and torch.equal(values, best.values), "max(dim=...) should return a (values, indices) tuple"
+assert torch.equal(indices, r.argmax(dim=1)) and torch.equal(values, r.amax(dim=1)), "max(dim) should agree with argmax and amax"
+assert torch.equal(r[torch.arange(3), indices], values), "each index should point at its row's largest value"
+assert r.flatten()[flat] == r.max() and flat.item() == 1 * r.shape[1] + 1, "argmax() without dim should index the flattened tensor"
+
+# %% [markdown]
+# **Why `keepdim=True` matters.** A reduction is often followed by broadcasting the
+# result back against the tensor it came from, for example to turn each row of counts
+# into fractions that sum to 1. Dividing `[3, 4]` by the `[3]` of row sums fails:
+# right-aligned, 4 meets 3. With `keepdim=True` the sums are `[3, 1]`, which broadcasts
+# along each row as intended.
+
+# %%
+print(error_message(lambda: r / r.sum(dim=1)))
+fractions = r / r.sum(dim=1, keepdim=True)  # [3, 4] / [3, 1]
+print(f"with keepdim: row sums {fractions.sum(dim=1).tolist()}")
+torch.testing.assert_close(fractions.sum(dim=1), torch.ones(3))
+
+# %% [markdown]
+# A **square** tensor is worse: there `[3, 3] / [3]` broadcasts without complaint,
+# but the `[3]` lines up with the *last* dimension, so column `j` is divided by the sum of
+# row `j`. Nothing fails; the rows just do not sum to 1. `keepdim=True` (or
+# `.unsqueeze(1)` after the fact) is the fix:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+counts = torch.tensor([[1.0, 1.0, 2.0], [0.0, 2.0, 2.0], [3.0, 3.0, 6.0]])  # row sums 4, 4, 12
+wrong = counts / counts.sum(dim=1)  # [3, 3] / [3]: divides column j by the sum of row j
+right = counts / counts.sum(dim=1, keepdim=True)  # [3, 3] / [3, 1]: divides row i by its own sum
+print(f"without keepdim: row sums {[round(s, 4) for s in wrong.sum(dim=1).tolist()]}")
+print(f"with keepdim:    row sums {[round(s, 4) for s in right.sum(dim=1).tolist()]}")
+assert not torch.allclose(wrong.sum(dim=1), torch.ones(3)), "without keepdim the rows should NOT sum to 1"
+torch.testing.assert_close(right.sum(dim=1), torch.ones(3))
+assert torch.equal(right, counts / counts.sum(dim=1).unsqueeze(1)), "unsqueeze(1) should fix it the same way"
+
+# %% [markdown]
+# ### Matrix products
+#
+# `*` multiplies element by element (with broadcasting); `@`, the same as
+# `torch.matmul`, is the matrix product: entry `[i, j]` of `A @ B` is
+# `sum_k A[i, k] * B[k, j]`, so the inner sizes must match, `[n, k] @ [k, m] → [n, m]`.
+# Even on two square matrices, where both work, they compute different things:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+S = torch.tensor([[1, 2], [3, 4]])
+print(f"S * S = {(S * S).tolist()}   (each entry squared)")
+print(f"S @ S = {(S @ S).tolist()}   (rows times columns)")
+A = torch.arange(6.0).reshape(2, 3)
+B = torch.arange(12.0).reshape(3, 4)
+C = A @ B
+print(f"A {tuple(A.shape)} @ B {tuple(B.shape)} -> {tuple(C.shape)};  C[1, 2] = {C[1, 2].item():g}")
+assert (S * S).tolist() == [[1, 4], [9, 16]] and (S @ S).tolist() == [[7, 10], [15, 22]], "* and @ should differ"
+assert C.shape == (2, 4), "[2, 3] @ [3, 4] should give [2, 4]"
+assert C[1, 2].item() == sum(A[1, k].item() * B[k, 2].item() for k in range(3)), "C[i, j] should be row i of A times column j of B"
+assert torch.equal(C, torch.matmul(A, B)), "@ is torch.matmul"
+
+# %% [markdown]
+# Their errors differ too: `*` complains about broadcasting, `@` about the inner sizes.
+
+# %%
+print(f"A * B: {error_message(lambda: A * B)}")
+print(f"A @ A: {error_message(lambda: A @ A)}")
+print(f"fix: A @ A.mT has shape {tuple((A @ A.mT).shape)}")
+
+# %% [markdown]
+# There are stricter relatives. `torch.mm` takes exactly two 2-D tensors, and
+# `torch.bmm` exactly two 3-D tensors with the same batch size: `[b, n, k]` and
+# `[b, k, m]` give `[b, n, m]`, one matrix product per batch entry. Neither broadcasts,
+# which makes them useful when you want a wrong shape to fail:
+
+# %%
+g = torch.Generator().manual_seed(SEED)
+X = torch.randn(5, 2, 3, generator=g)  # a batch of five [2, 3] matrices
+Y = torch.randn(5, 3, 4, generator=g)  # a batch of five [3, 4] matrices
+batched = torch.bmm(X, Y)
+print(f"bmm: {tuple(X.shape)} x {tuple(Y.shape)} -> {tuple(batched.shape)}")
+torch.testing.assert_close(batched, torch.stack([X[b] @ Y[b] for b in range(5)]))
+print(f"mm on 3-D:         {error_message(lambda: torch.mm(X, B))}")
+print(f"bmm on 2-D:        {error_message(lambda: torch.bmm(A, B))}")
+print(f"bmm, batch 5 vs 1: {error_message(lambda: torch.bmm(X, Y[:1]))}")
+print(f"@ broadcasts it:   {tuple(X.shape)} @ {tuple(Y[:1].shape)} -> {tuple((X @ Y[:1]).shape)}")
+
+# %% [markdown]
+# `@` is the flexible one. It treats all dimensions but the last two as *batch*
+# dimensions and broadcasts them with the rule of section 5, while the last two
+# follow the matrix rule. So a batch `[b, n, k]` times one weight matrix `[k, m]` uses
+# the same matrix for every batch entry (a linear layer applied to a batch of sequences
+# computes exactly this; `F.linear` stores the weight as `[m, k]`, hence the `.mT`), and batch shapes `[2, 1]` and `[3]` broadcast to `[2, 3]`:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+W = torch.randn(3, 4, generator=g)
+shared_w = X @ W  # [5, 2, 3] @ [3, 4]
+print(f"{tuple(X.shape)} @ {tuple(W.shape)} -> {tuple(shared_w.shape)}")
+P = torch.randn(2, 1, 2, 3, generator=g)
+Q = torch.randn(3, 3, 4, generator=g)
+PQ = P @ Q  # batch [2, 1] with batch [3]; matrices [2, 3] @ [3, 4]
+print(f"{tuple(P.shape)} @ {tuple(Q.shape)} -> {tuple(PQ.shape)}")
+assert shared_w.shape == (5, 2, 4), "a [k, m] matrix should be applied to every entry of the batch"
+torch.testing.assert_close(shared_w, torch.stack([X[b] @ W for b in range(5)]))
+torch.testing.assert_close(F.linear(X, W.mT), shared_w)
+assert PQ.shape == (2, 3, 2, 4), "batch dimensions [2, 1] and [3] should broadcast to [2, 3]"
+torch.testing.assert_close(PQ, torch.stack([torch.stack([P[i, 0] @ Q[j] for j in range(3)]) for i in range(2)]))
+
+# %% [markdown]
+# **`einsum`** writes a product as index labels: every label that appears in the
+# inputs but not in the output is summed over. Attention (chapter 09) needs the dot
+# product of every query with every key in each batch entry, `scores[b, n, m] = sum_d
+# q[b, n, d] * k[b, m, d]`, which reads directly as `"bnd,bmd->bnm"`; with `@` it is `q @ k.mT`.
+
+# %%
+q = torch.randn(5, 2, 3, generator=g)  # batch 5, 2 queries of size 3
+k = torch.randn(5, 4, 3, generator=g)  # batch 5, 4 keys of size 3
+scores = torch.einsum("bnd,bmd->bnm", q, k)
+print(f"einsum('bnd,bmd->bnm'): {tuple(q.shape)}, {tuple(k.shape)} -> {tuple(scores.shape)}")
+torch.testing.assert_close(scores, q @ k.mT)
+torch.testing.assert_close(scores[3, 1, 2], (q[3, 1] * k[3, 2]).sum())
+
+# %% [markdown]
+# ### Joining and splitting
+#
+# `torch.cat` joins tensors along an **existing** dimension (all other sizes must
+# match); `torch.stack` puts same-shaped tensors along a **new** dimension, as
+# if each were `unsqueeze`d first. `chunk(n)` cuts a tensor into at most `n` equal pieces (the
+# last one smaller when the size does not divide), while `split(size)` cuts it into pieces of
+# `size` rows, and also accepts a list of sizes. Both return views.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+top, bottom = torch.zeros(2, 3), torch.ones(2, 3)
+print(f"cat dim 0:   {tuple(torch.cat([top, bottom]).shape)}    cat dim 1:   {tuple(torch.cat([top, bottom], dim=1).shape)}")
+print(f"stack dim 0: {tuple(torch.stack([top, bottom]).shape)}  stack dim 2: {tuple(torch.stack([top, bottom], dim=2).shape)}")
+rows10 = torch.arange(10)
+sizes = {
+    "chunk(3)": [len(c) for c in rows10.chunk(3)],
+    "split(3)": [len(c) for c in rows10.split(3)],
+    "split(4)": [len(c) for c in rows10.split(4)],
+    "split([2, 3, 5])": [len(c) for c in rows10.split([2, 3, 5])],
+    "arange(6).chunk(4)": [len(c) for c in torch.arange(6).chunk(4)],
+}
+for what, pieces in sizes.items():
+    print(f"{what:19s} -> piece sizes {pieces}")
+assert torch.cat([top, bottom]).shape == (4, 3) and torch.stack([top, bottom]).shape == (2, 2, 3), "cat joins, stack adds a dimension"
+assert torch.equal(torch.stack([top, bottom]), torch.cat([top.unsqueeze(0), bottom.unsqueeze(0)])), "stack = unsqueeze, then cat"
+assert sizes["chunk(3)"] == [4, 4, 2] and sizes["split(3)"] == [3, 3, 3, 1], "chunk takes a count, split a size"
+assert sizes["arange(6).chunk(4)"] == [2, 2, 2], "chunk(4) of 6 rows gives only 3 pieces"
+assert same_storage(rows10, rows10.chunk(3)[1]) and same_storage(rows10, rows10.split(4)[2]), "pieces should be views"
+
+# %% [markdown]
+# Note the last two rows. `chunk(n)` uses pieces of `ceil(size / n)` rows, so on 10 rows
+# `chunk(3)` is the same as `split(4)`, and it can return *fewer* than `n` pieces: 6 rows in
+# chunks of `ceil(6 / 4) = 2` make 3 pieces, not 4. When the number of pieces matters (one per
+# worker, say), check it or use `split` with explicit sizes. `stack` refuses tensors of
+# different shapes, and `cat` tensors that differ outside the joined dimension:
+
+# %%
+print(f"stack: {error_message(lambda: torch.stack([A, B]))}")
+print(f"cat:   {error_message(lambda: torch.cat([A, B]))}")
+
+# %% [markdown]
+# ### Picking one entry per row: `gather` and `scatter_`
+#
+# A classifier gives a `[B, C]` tensor of class probabilities; a loss needs, for each
+# row, only the probability of that row's target class. `gather(dim, index)` does that:
+# along `dim=1`, `out[i, j] = probs[i, index[i, j]]`. The index must have as many
+# dimensions as the input, so the `[B]` targets become `[B, 1]` with `unsqueeze(1)`, and
+# the result is `[B, 1]`. Advanced indexing with `torch.arange(B)` for the rows (section 6) gives the same numbers as `[B]`.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+logits = torch.tensor([[2.0, 0.5, -1.0], [0.1, 0.2, 3.0], [1.0, 1.0, 1.0], [-2.0, 4.0, 0.0]])  # B=4, C=3
+probs = logits.softmax(dim=1)
+targets = torch.tensor([0, 2, 1, 0])
+picked = probs.gather(1, targets.unsqueeze(1))  # [4, 1]
+print(f"probs.gather(1, targets.unsqueeze(1)): shape {tuple(picked.shape)}, values {[round(p, 4) for p in picked.squeeze(1).tolist()]}")
+print(f"probs[torch.arange(B), targets]:       shape {tuple(probs[torch.arange(4), targets].shape)}")
+assert picked.shape == (4, 1), "gather should keep the index's shape [B, 1]"
+assert torch.equal(picked.squeeze(1), probs[torch.arange(4), targets]), "gather and advanced indexing should pick the same entries"
+assert all(picked[i, 0] == probs[i, targets[i]] for i in range(4)), "row i should hold probs[i, targets[i]]"
+torch.testing.assert_close(-picked.log().mean(), F.cross_entropy(logits, targets))
+print(f"-log of the picked probabilities, averaged: {-picked.log().mean().item():.4f} = F.cross_entropy {F.cross_entropy(logits, targets).item():.4f}")
+
+# %% [markdown]
+# The last line is the cross-entropy loss that chapter 05 trains with, written by hand:
+# the mean of `-log(probability of the target class)`. Forgetting the `unsqueeze` is the usual mistake:
+
+# %%
+print(error_message(lambda: probs.gather(1, targets)))
+
+# %% [markdown]
+# `scatter_(dim, index, src)` is the inverse: it *writes* `src[i, j]` to position
+# `[i, index[i, j]]` (for `dim=1`) of the tensor it is called on. Scattering the picked
+# probabilities into a zero tensor puts each one back where `gather` found it. (Exercise 2,
+# one-hot rows, is another case of writing one entry per row.)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+put_back = torch.zeros_like(probs).scatter_(1, targets.unsqueeze(1), picked)
+by_hand = torch.zeros_like(probs)
+for i in range(4):
+    by_hand[i, targets[i]] = probs[i, targets[i]]
+print([[round(p, 4) for p in row] for row in put_back.tolist()])
+assert torch.equal(put_back, by_hand), "scatter_ should write picked[i] to [i, targets[i]] and leave the rest zero"
+assert torch.equal(put_back.gather(1, targets.unsqueeze(1)), picked), "gather after scatter_ should give back the picked values"
+
+# %% [markdown]
+# ### In-place operations: the trailing underscore
+#
+# A method whose name ends in `_` (`add_`, `mul_`, `zero_`, `scatter_`, `clamp_`, …) changes
+# its tensor in place and returns that same tensor; the version without `_` returns a new one.
+# `x += 1` is in place too, while `x = x + 1` makes a new tensor and rebinds the name. Two
+# things show it: the address of the first element (`data_ptr()`), and `_version`, an internal
+# counter that PyTorch increments on every in-place change.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+original = torch.zeros(3)
+address, version = original.data_ptr(), original._version
+acc = original
+fresh = acc.add(1)
+print(f"acc.add(1):  new memory {fresh.data_ptr() != address}, acc still {acc.tolist()}, version +{original._version - version}")
+returned = acc.add_(1)
+print(f"acc.add_(1): same memory {acc.data_ptr() == address}, acc now {acc.tolist()}, version +{original._version - version}, returns acc itself {returned is acc}")
+acc += 1
+print(f"acc += 1:    same memory {acc.data_ptr() == address}, acc now {acc.tolist()}, version +{original._version - version}")
+acc = acc + 1
+print(f"acc = acc + 1: same memory {acc.data_ptr() == address}; the name now points to a new tensor, the old one holds {original.tolist()}")
+assert fresh.data_ptr() != address and original.tolist() == [2.0, 2.0, 2.0], "add should leave its input alone; add_ and += should change it"
+assert returned is original, "add_ should return the very tensor it changed"
+assert original._version == version + 2, "two in-place changes (add_ and +=) should bump _version twice"
+assert acc.data_ptr() != address, "x = x + 1 should allocate a new tensor"
+
+# %% [markdown]
+# An in-place operation cannot change the dtype of its tensor, because the result must
+# fit the memory that is already there. So where type promotion (section 2) would go up a
+# category, the in-place version refuses, while the out-of-place one promotes:
+
+# %%
+counts_i64 = torch.tensor([1, 2, 3])
+print(error_message(lambda: counts_i64.add_(0.5)))
+print(f"out of place: counts_i64.add(0.5).dtype -> {counts_i64.add(0.5).dtype}")
+
+# %% [markdown]
+# In-place operations save memory, but they overwrite values. Autograd (next chapter)
+# keeps some intermediate tensors for the backward pass, and refuses to differentiate
+# through one that was changed in place after it was saved; chapter 02 reproduces that
+# error ("modified by an inplace operation"). So use the plain forms by default, and the `_`
+# forms where you mean to update a tensor you own, such as a running total.
+
+# %% [markdown]
+# ## 8. NumPy interop and shared memory
 #
 # PyTorch and NumPy convert both ways, and whether the result **shares memory**
 # with its source depends on the function:
@@ -449,7 +870,7 @@ print(torch.where(z < 0))
 # | `torch.as_tensor(array)` | yes when dtype and device already match, else copies |
 # | `torch.tensor(array)` | no, always copies |
 #
-# Sharing is fast (no copy, whatever the size) but means a change on one side shows up on the other:
+# Sharing copies nothing, whatever the size, but it means a change on one side shows up on the other:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -480,10 +901,7 @@ print(f"NumPy's default float64 stays float64: {torch.from_numpy(np.zeros(2)).dt
 # needs `.cpu()` first. The `meta` device exists on every machine, so it shows the error anywhere:
 
 # %%
-try:
-    torch.ones(2, device="meta").numpy()
-except TypeError as err:
-    print(f"{type(err).__name__}: {err}")
+print(error_message(lambda: torch.ones(2, device="meta").numpy(), TypeError))
 print(torch.ones(2, device=device).cpu().numpy())
 
 # %% [markdown]
@@ -514,6 +932,7 @@ assert torch.tensor(check_array)[1].item() == 0.0 and not np.shares_memory(torch
 report.record("broadcast [4,1] + [5]", "x".join(map(str, table.shape)))
 report.record("view on transposed tensor", "RuntimeError (reshape works)")
 report.record("from_numpy shares memory", "yes")
+report.record("int64 tensor + 0-dim float64 tensor / + Python 2.5", f"{(i64 + zero_dim_f64).dtype} / {(i64 + 2.5).dtype}")
 print("all checks passed")
 
 # %% [markdown]
@@ -534,6 +953,9 @@ with warnings.catch_warnings(record=True) as caught:
 for w in caught:
     print(f"{w.category.__name__}: {w.message}")
 print(f"fix: make the shapes equal -> {F.mse_loss(pred, target.squeeze(1)).item():.2f}")
+assert (pred - target).shape == (4, 4) and loss.item() > 1.0, "the broadcast loss should be [4, 4] and far from 0"
+assert any("broadcasting" in str(w.message) for w in caught), "F.mse_loss should warn about the size mismatch"
+assert F.mse_loss(pred, target.squeeze(1)).item() == 0.0, "with equal shapes the perfect prediction has loss 0"
 
 # %% [markdown]
 # **`squeeze()` with a batch of one.** `squeeze()` without an argument removes
@@ -564,10 +986,7 @@ print(f"float, scaled:     {pixels.float() / 255}")
 # %%
 features = torch.from_numpy(np.random.default_rng(SEED).random((2, 3)))  # float64
 weights = torch.randn(3, 2)  # float32
-try:
-    features @ weights
-except RuntimeError as err:
-    print(f"{type(err).__name__}: {err}")
+print(error_message(lambda: features @ weights))
 print(f"fix: features.float() @ weights -> {(features.float() @ weights).dtype}")
 
 # %% [markdown]
@@ -576,10 +995,7 @@ print(f"fix: features.float() @ weights -> {(features.float() @ weights).dtype}"
 
 # %%
 labels = torch.tensor([0, 2, 1])
-try:
-    torch.rand_like(labels)
-except NotImplementedError as err:
-    print(f"{type(err).__name__}: {err}")
+print(error_message(lambda: torch.rand_like(labels), NotImplementedError))
 print(f"fix: torch.rand_like(labels, dtype=torch.float32).shape -> {tuple(torch.rand_like(labels, dtype=torch.float32).shape)}")
 
 # %% [markdown]
@@ -623,14 +1039,54 @@ def one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
 result = check("01.one_hot", one_hot)
 
 # %% [markdown]
+# **Exercise 3: `softmax`.** Write `softmax(x, dim)` for a float tensor `x` of any shape:
+# `exp(x)` divided by the sum of `exp(x)` along `dim`, so that the values along `dim` are
+# positive and sum to 1 (the probabilities of section 7 came from `logits.softmax(dim=1)`).
+# Return the same shape and dtype as `x`, and build it from section 7's tools, not
+# `torch.softmax`. Two things matter:
+#
+# - the sum must broadcast back along `dim`: use `keepdim=True`;
+# - `exp` overflows for large inputs (the cell below shows where, in float32). Softmax does not
+#   change when the same number is subtracted from every entry along `dim` (the factor `exp(-c)`
+#   cancels), so subtract `x.amax(dim=dim, keepdim=True)` first; the largest entry becomes 0.
+#
+# Leave `x` unchanged: subtract with `x - m`, not in place.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+edge = torch.tensor([88.0, 89.0])
+print(f"float32 exp({edge.tolist()}) = {[f'{v:.3g}' for v in edge.exp().tolist()]}")
+assert torch.isfinite(edge[0].exp()) and torch.isinf(edge[1].exp()), "float32 exp should overflow between 88 and 89"
+
+
+# %%
+def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """exp(x) / exp(x).sum(dim), computed without overflow; same shape and dtype as x."""
+    raise NotImplementedError
+
+
+# %%
+result = check("01.softmax", softmax)
+
+# %% [markdown]
 # ## Summary
 #
 # - A tensor is a storage (a flat block of memory) read through a shape and strides, with one dtype and one device.
-# - Mixed dtypes promote by category, then size; Python numbers and 0-dim tensors only count by category.
+# - Type promotion ranks operands as dimensioned tensors > 0-dim tensors > Python numbers, and categories as
+#   bool < integer < floating point < complex. A lower-ranked operand matters only when its category is higher:
+#   a 0-dim tensor then brings its own dtype (`int64` + 0-dim `float64` → `float64`), a Python float the default
+#   dtype (`int64` + 2.5 → `float32`). Within a category, the dimensioned tensors decide the size.
 # - `view` never copies and so fails on layouts like a transpose; `reshape` copies when it must.
 #   `transpose`, `permute`, `expand`, slicing and `view` all share memory with their source.
 # - Broadcasting compares shapes right-aligned; sizes must match or be 1, and size-1 dimensions stretch with stride 0.
 # - Slices are views; integer-tensor and boolean-mask indexing make copies; `torch.where` selects element-wise.
+# - A reduction with `dim=d` removes dimension `d`; `keepdim=True` keeps it as size 1 so the result broadcasts
+#   back (`x / x.sum(dim=1, keepdim=True)`). `max(dim=...)` returns `(values, indices)`.
+# - `*` is element-wise, `@` the matrix product with broadcast batch dimensions; `mm` and `bmm` are strict
+#   2-D and 3-D versions; `einsum` spells out the indices.
+# - `cat` joins along an existing dimension, `stack` along a new one; `chunk` takes a count, `split` a size;
+#   `gather` picks one entry per row, `scatter_` writes one.
+# - A trailing `_` means in place: same memory, `_version` goes up, and the dtype cannot change.
 # - `from_numpy` and `.numpy()` share memory, `torch.tensor` copies.
 #
 # **Next**: chapter 02 lets tensors remember how they were computed, so that

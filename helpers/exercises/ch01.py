@@ -1,4 +1,4 @@
-"""Exercises of chapter 01 (tensors): ``01.pairwise_sq_dists`` and ``01.one_hot``."""
+"""Exercises of chapter 01 (tensors): ``01.pairwise_sq_dists``, ``01.one_hot`` and ``01.softmax``."""
 
 from __future__ import annotations
 
@@ -123,3 +123,102 @@ def _test_one_hot(one_hot: Callable) -> None:
                 f"row {row} should be {want[row].tolist()} for label {int(labels[row])}, got {got[row].tolist()}. "
                 "Index rows with torch.arange(N) and columns with labels, together: out[torch.arange(N), labels] = 1."
             )
+
+
+# --------------------------------------------------------------------------
+# 01.softmax
+# --------------------------------------------------------------------------
+
+
+def _softmax_reference(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Softmax of ``x`` along ``dim``: ``exp(x) / exp(x).sum(dim)``, same shape and dtype as ``x``.
+
+    Subtracting the maximum along ``dim`` first leaves the result unchanged
+    (numerator and denominator are both multiplied by ``exp(-max)``) and keeps
+    ``exp`` from overflowing: float32 ``exp`` is ``inf`` above about 88.7.
+    ``keepdim=True`` keeps the reduced dimension as size 1, so the maximum and
+    the sum broadcast back along ``dim``. ``x`` itself is left unchanged.
+    """
+    shifted = x - x.amax(dim=dim, keepdim=True)
+    e = shifted.exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+#: Every spelling of PyTorch's own softmax (Tensor.softmax and Tensor.log_softmax come with
+#: the torch.* names; nn.Softmax calls F.softmax from inside torch, so it is named as a class).
+_LIBRARY_SOFTMAX = (
+    "torch.softmax", "torch.log_softmax", "torch.special.softmax", "torch.special.log_softmax",
+    "torch.nn.functional.softmax", "torch.nn.functional.log_softmax", "torch.nn.Softmax", "torch.nn.LogSoftmax",
+)
+
+
+def _run_softmax(softmax: Callable, x: torch.Tensor, dim: int, label: str):
+    """Call the candidate on a copy of ``x``; turn a broadcasting error into a hint about keepdim."""
+    given = x.clone()
+    try:
+        got = softmax(given, dim)
+    except RuntimeError as exc:
+        if isinstance(exc, NotImplementedError) or "must match the size of tensor" not in str(exc):
+            raise
+        raise AssertionError(
+            f"for {label}, broadcasting failed ({exc}). A reduction along dim={dim} removes that "
+            "dimension; pass keepdim=True to amax and sum so the result broadcasts back against x."
+        ) from exc
+    assert torch.equal(given, x), (
+        f"for {label}, your function changed x in place. Subtract with x - m (a new tensor), "
+        "not x.sub_(m) or x -= m: the caller's tensor must stay as it was."
+    )
+    return got
+
+
+@exercise(
+    "01.softmax",
+    "write softmax(x, dim) that returns exp(x) / exp(x).sum(dim) along dimension dim of a float tensor "
+    "of any shape: same shape and dtype as x, positive values that sum to 1 along dim. Subtract "
+    "x.amax(dim=dim, keepdim=True) first so that exp cannot overflow, use keepdim=True so the sums "
+    "broadcast back, leave x unchanged, and do not call torch.softmax or F.softmax.",
+    _softmax_reference,
+    shortcuts=_LIBRARY_SOFTMAX,
+    goal="softmax from amax, exp and sum",
+)
+def _test_softmax(softmax: Callable) -> None:
+    g = torch.Generator().manual_seed(1)
+    cases = [
+        # (label, x, dim): non-square first (a missing keepdim fails loudly), then a square
+        # matrix (a missing keepdim broadcasts along the wrong dimension without an error),
+        # other dims, 3-D, and logits large enough to overflow exp.
+        ("x of shape [4, 3], dim=1", torch.randn(4, 3, generator=g, dtype=torch.float64) * 3, 1),
+        ("a square x of shape [3, 3], dim=1", torch.randn(3, 3, generator=g, dtype=torch.float64) * 3, 1),
+        ("a square x of shape [3, 3], dim=0", torch.randn(3, 3, generator=g, dtype=torch.float64) * 3, 0),
+        ("x of shape [2, 3, 5], dim=-1", torch.randn(2, 3, 5, generator=g, dtype=torch.float64), -1),
+        ("x of shape [2, 3, 5], dim=1", torch.randn(2, 3, 5, generator=g, dtype=torch.float64), 1),
+        ("float32 logits up to 1000, dim=1", torch.tensor([[1000.0, 999.0, 998.0, 0.0], [-1000.0, -1001.0, 50.0, 60.0]]), 1),
+    ]
+    for label, x, dim in cases:
+        want = torch.softmax(x, dim=dim)
+        got = _run_softmax(softmax, x, dim, label)
+        assert isinstance(got, torch.Tensor), f"return a tensor, got {type(got).__name__}"
+        assert got.shape == x.shape, (
+            f"for {label} the result should keep the shape {tuple(x.shape)}, got {tuple(got.shape)}: "
+            "softmax rescales the values along dim, it does not remove dim."
+        )
+        assert got.dtype == x.dtype, f"for {label} the result should stay {x.dtype}, got {got.dtype}"
+        if not torch.isfinite(got).all():
+            raise AssertionError(
+                f"for {label} your result contains inf or nan: exp overflowed. Subtract "
+                f"x.amax(dim=dim, keepdim=True) before exp; that does not change the softmax."
+            )
+        sums = got.sum(dim=dim)
+        if not torch.allclose(sums, torch.ones_like(sums), atol=1e-5):
+            raise AssertionError(
+                f"for {label} the values along dim={dim} should sum to 1, but they sum to values from "
+                f"{sums.min().item():.4g} to {sums.max().item():.4g}. Divide by the sum over dim={dim} "
+                "with keepdim=True, so that it broadcasts back along that same dimension."
+            )
+        worst = (got - want).abs().max().item()
+        # float32 tolerates the rounding of other correct formulas (exp(x - logsumexp) at x ~ 1000)
+        tol = 1e-4 if x.dtype == torch.float32 else 1e-8
+        assert torch.allclose(got, want, rtol=tol, atol=tol), (
+            f"for {label} some values are off by up to {worst:.3g}, although they sum to 1: "
+            f"each entry should be exp(x) divided by the sum of exp(x) along dim={dim}."
+        )
