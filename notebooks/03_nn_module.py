@@ -25,33 +25,51 @@
 #
 # **What you will learn**
 #
-# - parameters vs buffers (`nn.Parameter`, `register_buffer`, `persistent=False`);
+# - parameters vs buffers (`nn.Parameter`, `register_buffer`, `persistent=False`),
+#   and why `model.to(...)` needs no assignment while `x.to(...)` does;
 # - the containers `nn.Sequential`, `nn.ModuleList` and `nn.ModuleDict`, and
 #   why a plain Python list of layers silently breaks a model;
 # - `state_dict()` and `load_state_dict()`, including the errors `strict`
 #   loading gives;
 # - what `train()` and `eval()` change, shown on dropout and batch norm;
 # - forward hooks, to look at activations inside a model;
+# - functional (`F.relu`, `F.dropout`) vs module (`nn.ReLU`, `nn.Dropout`)
+#   forms, and the `F.dropout` call that keeps dropping in `eval()`;
+# - weight initialisation with `torch.nn.init` and `model.apply`: what
+#   PyTorch does by default, and how the scale of the initial weights decides
+#   whether activations and gradients vanish, explode or stay put through
+#   25 layers;
 # - counting parameters, checked against a hand calculation.
 #
 # **Prerequisites**: chapters 01 (tensors) and 02 (autograd).
 #
-# **Estimated time**: 45 minutes.
+# **Estimated time**: 60 minutes.
 
 # %% tags=["parameters"]
 SEED = 0  # seed for weight initialisation and random inputs
 BATCH = 8  # batch size of the example inputs
+DEPTH = 25  # Linear + activation pairs in the initialisation experiment (section 9); keep <= 35,
+#             beyond that N(0, 1) weights overflow float32 (about 11x per layer)
+WIDTH = 256  # features of every layer in that experiment
+STAT_BATCH = 64  # random inputs pushed through it
+SCALE_BAND = 4.0  # measured activation/gradient scale over DEPTH layers must be within this factor of the prediction
+BAND_SEEDS = 5  # seeds over which the Kaiming + ReLU scale is checked against SCALE_BAND
 
 # %% [markdown]
 # ## Setup
 
 # %%
 import copy
+import inspect
+import math
 
+import matplotlib.pyplot as plt
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import helpers.models
+import helpers.plotting  # noqa: F401  (small, 72-dpi figure defaults)
 from helpers.device import pick_device, seed_everything
 from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
 from helpers.models import MLP
@@ -67,7 +85,7 @@ print(f"torch {torch.__version__}, device: {device}")
 #
 # You write a module by subclassing `nn.Module`, creating layers in
 # `__init__` and using them in `forward`. Calling `model(x)` runs `forward`
-# (through `__call__`, which also runs any hooks; section 6).
+# (through `__call__`, which also runs any hooks; section 7).
 #
 # The interesting part happens on assignment. `nn.Module.__setattr__` looks at
 # what you assign to `self`: an `nn.Parameter` (a tensor subclass that
@@ -94,6 +112,9 @@ print(tiny)
 for name, p in tiny.named_parameters():
     print(f"{name:15s} shape={tuple(p.shape)}  requires_grad={p.requires_grad}")
 print("output shape:", tuple(tiny(torch.randn(BATCH, 4)).shape))
+assert [n for n, _ in tiny.named_parameters()] == ["scale", "hidden.weight", "hidden.bias"], "scale, then hidden's two"
+assert isinstance(tiny.scale, torch.Tensor) and tiny.scale.requires_grad, "an nn.Parameter is a tensor that requires grad"
+assert "note" in vars(tiny) and "note" not in dict(tiny.named_modules()), "a string is kept as an ordinary attribute"
 
 # %% [markdown]
 # Parameter names are dotted paths through the submodules (`hidden.weight`).
@@ -114,9 +135,9 @@ print("output shape:", tuple(tiny(torch.randn(BATCH, 4)).shape))
 # | buffer with `persistent=False` | no | no | yes |
 # | plain tensor attribute | no | no | **no** |
 #
-# The module below has one of each. This machine may have no GPU, so we use a
-# dtype change, `.to(torch.float64)`, as a stand-in for a device move: `.to()`
-# converts exactly the same set of tensors in both cases.
+# The module below has one of each. `.to()` takes a dtype, a device or both,
+# and converts the same set of tensors in every case; we start with a dtype
+# change, `.to(torch.float64)`, which every machine can do.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -129,7 +150,7 @@ class Kinds(nn.Module):
         self.plain = torch.zeros(3)
 
     def forward(self, x):
-        return (x - self.running_mean) * self.weight
+        return (x - self.running_mean) * self.weight + self.plain
 
 
 kinds = Kinds()
@@ -140,12 +161,66 @@ print("state_dict():  ", list(kinds.state_dict()))
 kinds.to(torch.float64)
 for name in ["weight", "running_mean", "scratch", "plain"]:
     print(f"after .to(float64): {name:12s} is {getattr(kinds, name).dtype}")
+assert [n for n, _ in kinds.named_parameters()] == ["weight"], "only the nn.Parameter is a parameter"
+assert list(kinds.state_dict()) == ["weight", "running_mean"], "the parameter and the persistent buffer are saved"
+assert kinds.weight.dtype == kinds.running_mean.dtype == kinds.scratch.dtype == torch.float64, ".to() converts all three"
 
 # %% [markdown]
-# The plain attribute stayed `float32`. On a GPU machine, `model.to("cuda")`
-# would likewise leave it on the CPU, and the first `forward` that mixes it
-# with CUDA tensors would fail with a device mismatch.
+# The plain attribute stayed `float32`. A device move behaves the same way. To
+# see one without a GPU we use the **`meta`** device, which every PyTorch build
+# has: a meta tensor carries a shape and a dtype but no data (PyTorch uses it
+# to build large models before allocating their memory). After
+# `.to("meta")` the plain attribute is still on the CPU, so a `forward` that
+# combines it with the moved tensors would mix two devices, which PyTorch
+# refuses with a `RuntimeError`. On a GPU, `model.to("cuda")` leaves it
+# behind in the same way.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+on_meta = Kinds().to("meta")
+for name in ["weight", "running_mean", "scratch", "plain"]:
+    print(f"after .to('meta'): {name:12s} is on {getattr(on_meta, name).device}")
+assert on_meta.weight.is_meta and on_meta.running_mean.is_meta and on_meta.scratch.is_meta, "registered tensors move"
+assert not on_meta.plain.is_meta, "a plain tensor attribute stays where it was"
+
+# %% [markdown]
+# **`Module.to()` works in place; `Tensor.to()` returns a new tensor.** We
+# wrote `kinds.to(torch.float64)` above without assigning the result, and the
+# module changed. That is how `Module.to()` is defined: it converts the
+# module's own parameters and buffers and returns the module itself, so
+# `model = model.to(device)` and a bare `model.to(device)` do the same thing.
+# On the same device (here: a dtype change on the CPU) each parameter stays the
+# same `nn.Parameter` object, with new data inside, so an optimizer built
+# before the call still holds the model's parameters.
 #
+# `Tensor.to()` never changes its tensor. It returns a converted copy (or the
+# tensor itself when nothing needs converting), so a bare `x.to(device)` on a
+# line of its own is a silent no-op, a classic bug in a training loop: write
+# `x = x.to(device)`.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+lin = nn.Linear(3, 2)
+weight_before = lin.weight
+opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+returned = lin.to(torch.float64)  # no assignment needed
+print("Module.to returns the same module:  ", returned is lin)
+print("its weight is now", lin.weight.dtype, "and the same", type(lin.weight).__name__, "object:", lin.weight is weight_before)
+print("the optimizer built before still holds it:", opt.param_groups[0]["params"][0] is lin.weight)
+
+t = torch.zeros(3)
+t.to(torch.float64)  # the pitfall: the converted copy is thrown away
+print("after a bare t.to(float64), t is   ", t.dtype)
+t64 = t.to(torch.float64)
+print("t64 = t.to(float64) is a new tensor:", t64 is not t, "| t64:", t64.dtype, "| t:", t.dtype)
+print("t.to(float32) on a float32 t returns t itself:", t.to(torch.float32) is t)
+
+assert returned is lin and lin.weight.dtype == torch.float64, "Module.to should convert in place and return self"
+assert lin.weight is weight_before and isinstance(lin.weight, nn.Parameter), "the Parameter object should survive .to"
+assert t.dtype == torch.float32 and t64.dtype == torch.float64 and t64 is not t, "Tensor.to should return a new tensor"
+assert t.to(torch.float32) is t, "Tensor.to should return the tensor itself when nothing changes"
+
+# %% [markdown]
 # BatchNorm is the classic module with both kinds: `weight` and `bias` are
 # trained; `running_mean`, `running_var` and `num_batches_tracked` are
 # buffers, updated during training by the forward pass itself, not by the
@@ -156,6 +231,7 @@ for name in ["weight", "running_mean", "scratch", "plain"]:
 bn = nn.BatchNorm1d(4)
 print("parameters:", [(n, tuple(p.shape)) for n, p in bn.named_parameters()])
 print("buffers:   ", [(n, tuple(b.shape)) for n, b in bn.named_buffers()])
+assert [n for n, _ in bn.named_buffers()] == ["running_mean", "running_var", "num_batches_tracked"], "BatchNorm's buffers"
 
 # %% [markdown]
 # ## 3. Containers: `Sequential`, `ModuleList`, `ModuleDict`
@@ -203,6 +279,11 @@ for model in [seq, Residual(), MultiHead()]:
 print("Sequential output:", tuple(seq(x).shape))
 print("Residual output:  ", tuple(Residual()(x).shape))
 print("MultiHead outputs:", tuple(MultiHead()(x, "classify").shape), tuple(MultiHead()(x, "regress").shape))
+assert list(seq.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias"], "Sequential numbers its layers"
+assert len(Residual().state_dict()) == 6, "ModuleList registers its 3 layers (weight and bias each)"
+assert sorted(MultiHead().state_dict())[:2] == ["body.bias", "body.weight"] and len(MultiHead().state_dict()) == 6, (
+    "ModuleDict registers its heads by name"
+)
 
 # %% [markdown]
 # ## 4. The plain-list pitfall
@@ -251,13 +332,14 @@ def audit(model, x):
     changed = [not torch.equal(b, layer.weight) for b, layer in zip(before, hidden)]
     print("2. hidden weights changed by opt.step():", changed)
     model.to(torch.float64)
-    print("3. after .to(float64): hidden dtypes", [str(layer.weight.dtype) for layer in hidden])
+    dtypes = [layer.weight.dtype for layer in hidden]
+    print("3. after .to(float64): hidden dtypes", [str(d) for d in dtypes])
     print("4. state_dict():", list(model.state_dict()))
     model.to(torch.float32)
-    return changed
+    return changed, dtypes
 
 
-broken_changed = audit(broken, x)
+broken_changed, broken_dtypes = audit(broken, x)
 
 # %% [markdown]
 # The fix is one word: `nn.ModuleList` registers its contents, and everything
@@ -279,12 +361,13 @@ class FixedNet(nn.Module):
 
 torch.manual_seed(SEED)
 fixed = FixedNet()
-fixed_changed = audit(fixed, x)
+fixed_changed, fixed_dtypes = audit(fixed, x)
 
 # %%
 assert len(list(broken.parameters())) == 2, "the list-based model should expose only out.weight and out.bias"
 assert len(list(fixed.parameters())) == 8, "with ModuleList, 3 hidden layers x 2 tensors + 2 output tensors = 8"
 assert not any(broken_changed) and all(fixed_changed), "only registered layers should be updated by the optimizer"
+assert set(broken_dtypes) == {torch.float32} and set(fixed_dtypes) == {torch.float64}, ".to() should reach registered layers only"
 assert len(fixed.state_dict()) == 8 and len(broken.state_dict()) == 2, "state_dict should follow registration"
 
 # %% [markdown]
@@ -313,10 +396,12 @@ for name, t in net.state_dict().items():
 # %%
 # NBVAL_CHECK_OUTPUT
 clone = make_net()
-print(clone.load_state_dict(net.state_dict()))
+loaded = clone.load_state_dict(net.state_dict())
+print(loaded)
 net.eval()
 clone.eval()
 print("same outputs:", torch.equal(net(x), clone(x)))
+assert not loaded.missing_keys and not loaded.unexpected_keys and torch.equal(net(x), clone(x)), "the copy should match"
 
 # %% [markdown]
 # By default loading is **strict**: every key the model expects must be
@@ -327,28 +412,52 @@ print("same outputs:", torch.equal(net(x), clone(x)))
 
 # %%
 other = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))  # no BatchNorm: layer indices shift
+strict_error = ""
 try:
     other.load_state_dict(net.state_dict())
 except RuntimeError as err:
-    print(f"{type(err).__name__}: {err}")
+    strict_error = f"{type(err).__name__}: {err}"
+    print(strict_error)
+assert "Missing key(s)" in strict_error and "Unexpected key(s)" in strict_error, "strict loading should list both"
 
 # %% [markdown]
 # `strict=False` loads whatever matches by name and returns the lists instead
 # of raising. It is meant for deliberate partial loading (a pretrained body
-# with a new head, as in transfer learning, chapter 13); read the returned lists, because with
-# `strict=False` a complete mismatch also "succeeds" without loading anything.
-# Shapes are always checked: a name that matches with a different shape is an
-# error even with `strict=False`.
+# with a new head, as in transfer learning, chapter 13). Shapes are always
+# checked: a name that matches with a different shape is an error even with
+# `strict=False`.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 result = other.load_state_dict(net.state_dict(), strict=False)
 print("missing:   ", result.missing_keys)
 print("unexpected:", result.unexpected_keys)
+shape_error = ""
 try:
     nn.Linear(3, 2).load_state_dict(nn.Linear(4, 2).state_dict(), strict=False)
 except RuntimeError as err:
-    print(f"{type(err).__name__}: {err}")
+    shape_error = f"{type(err).__name__}: {err}"
+    print(shape_error)
+assert result.missing_keys and result.unexpected_keys, "strict=False should return what did not match"
+assert "size mismatch" in shape_error, "a shape mismatch should raise even with strict=False"
+
+# %% [markdown]
+# Read the returned lists: with `strict=False` a complete mismatch also
+# "succeeds", loading nothing. Here every name of the checkpoint carries a
+# `module.` prefix, which is what a model saved from inside a
+# `DistributedDataParallel` wrapper looks like (chapter 25):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+target = nn.Linear(4, 2)
+target_before = copy.deepcopy(target.state_dict())
+prefixed = {"module." + k: v for k, v in nn.Linear(4, 2).state_dict().items()}
+mismatch = target.load_state_dict(prefixed, strict=False)
+print("missing:   ", mismatch.missing_keys)
+print("unexpected:", mismatch.unexpected_keys)
+changed_by_load = [k for k, v in target.state_dict().items() if not torch.equal(v, target_before[k])]
+print("tensors changed by the load:", changed_by_load)
+assert mismatch.missing_keys == ["weight", "bias"] and not changed_by_load, "a complete mismatch should load nothing"
 
 # %% [markdown]
 # One more property worth knowing: the tensors in a `state_dict` **share
@@ -367,6 +476,8 @@ with torch.no_grad():
     layer.bias.fill_(42.0)  # "training" continues
 print("state_dict() taken earlier:", alias["bias"].item())
 print("deepcopy taken earlier:    ", frozen["bias"].item())
+assert alias["bias"].data_ptr() == layer.bias.data_ptr(), "state_dict() tensors share the parameter's memory"
+assert alias["bias"].item() == 42.0 and frozen["bias"].item() == 0.0, "only the deep copy keeps the old value"
 
 # %% [markdown]
 # ## 6. `train()` and `eval()`
@@ -397,6 +508,7 @@ eval_equal = torch.equal(model(x), model(x))
 print("flags after eval():", set(m.training for m in model.modules()))
 print(f"two passes equal in train mode: {train_equal}")
 print(f"two passes equal in eval mode:  {eval_equal}")
+assert not any(m.training for m in model.modules()), "eval() should reach every submodule"
 
 # %% [markdown]
 # BatchNorm's buffers show the other half: a forward pass in training mode
@@ -410,19 +522,23 @@ bn = model[1]
 count_before, mean_before = bn.num_batches_tracked.item(), bn.running_mean.clone()
 model.eval()
 model(x)
-print("eval forward:  num_batches_tracked", count_before, "->", bn.num_batches_tracked.item(),
-      "| running_mean changed:", not torch.equal(mean_before, bn.running_mean))
+count_eval, mean_changed_eval = bn.num_batches_tracked.item(), not torch.equal(mean_before, bn.running_mean)
+print("eval forward:  num_batches_tracked", count_before, "->", count_eval, "| running_mean changed:", mean_changed_eval)
 model.train()
 model(x)
-print("train forward: num_batches_tracked", count_before, "->", bn.num_batches_tracked.item(),
-      "| running_mean changed:", not torch.equal(mean_before, bn.running_mean))
+count_train, mean_changed_train = bn.num_batches_tracked.item(), not torch.equal(mean_before, bn.running_mean)
+print("train forward: num_batches_tracked", count_before, "->", count_train, "| running_mean changed:", mean_changed_train)
 
 bn_only = nn.BatchNorm1d(4)
-first_row_alone_in_batch = bn_only(x)[0]
-first_row_other_batch = bn_only(torch.cat([x[:1], 10 * x[1:]]))[0]
-print("train mode, row 0 same in two different batches:", torch.allclose(first_row_alone_in_batch, first_row_other_batch))
+other_batch = torch.cat([x[:1], 10 * x[1:]])  # same row 0, different other rows
+row0_same_train = torch.allclose(bn_only(x)[0], bn_only(other_batch)[0])
+print("train mode, row 0 same in two different batches:", row0_same_train)
 bn_only.eval()
-print("eval mode,  row 0 same in two different batches:", torch.allclose(bn_only(x)[0], bn_only(torch.cat([x[:1], 10 * x[1:]]))[0]))
+row0_same_eval = torch.allclose(bn_only(x)[0], bn_only(other_batch)[0])
+print("eval mode,  row 0 same in two different batches:", row0_same_eval)
+assert count_eval == count_before and not mean_changed_eval, "an eval() forward must leave BatchNorm's buffers alone"
+assert count_train == count_before + 1 and mean_changed_train, "a train() forward should update BatchNorm's buffers"
+assert not row0_same_train and row0_same_eval, "only in train mode should a row depend on the rest of its batch"
 
 # %% [markdown]
 # Note what `eval()` does **not** do: it does not turn off autograd. Outputs
@@ -433,9 +549,12 @@ print("eval mode,  row 0 same in two different batches:", torch.allclose(bn_only
 # %%
 # NBVAL_CHECK_OUTPUT
 model.eval()
-print("eval() only:           requires_grad =", model(x).requires_grad)
+grad_after_eval = model(x).requires_grad
+print("eval() only:           requires_grad =", grad_after_eval)
 with torch.no_grad():
-    print("eval() + no_grad():    requires_grad =", model(x).requires_grad)
+    grad_under_no_grad = model(x).requires_grad
+print("eval() + no_grad():    requires_grad =", grad_under_no_grad)
+assert grad_after_eval and not grad_under_no_grad, "eval() leaves autograd on; no_grad() turns it off"
 
 # %%
 model.train()
@@ -469,19 +588,506 @@ handles = [m.register_forward_hook(record_shape(name)) for name, m in model.name
 model(x)
 for name, shape in shapes.items():
     print(f"{name}: {type(model[int(name)]).__name__:12s} -> {shape}")
+n_recorded = len(shapes)
 
 for h in handles:
     h.remove()
 shapes.clear()
 model(x)
 print("after remove():", shapes)
+assert n_recorded == len(model) and shapes == {}, "each layer's hook should fire once, and never after remove()"
+
+# %% [markdown]
+# A forward hook that **returns** something other than `None` replaces the
+# module's output with it: useful on purpose, a surprise by accident (a
+# `lambda` that builds a tuple of two `append` calls returns that tuple). Write
+# observing hooks as functions that return nothing.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+relu = nn.ReLU()
+handle = relu.register_forward_hook(lambda module, inputs, output: output * 0)
+replaced = relu(torch.ones(3))
+handle.remove()
+print("output with a hook that returns output * 0:", replaced.tolist(), "| after remove():", relu(torch.ones(3)).tolist())
+assert replaced.tolist() == [0.0, 0.0, 0.0], "a hook's return value should replace the output"
 
 # %% [markdown]
 # `register_forward_pre_hook` runs before `forward` (and can change the
 # inputs); `register_full_backward_hook` sees the gradients flowing through a
-# module during `backward()`.
+# module during `backward()`, and section 9 uses it.
 #
-# ## 8. Counting parameters
+# ## 8. Functional and module forms
+#
+# Most layers without weights exist twice: as a module in `torch.nn`
+# (`nn.ReLU`, `nn.Dropout`, `nn.Softmax`) and as a function in
+# `torch.nn.functional`, imported as `F` by convention (`F.relu`, `F.dropout`,
+# `F.softmax`). The module's `forward` just calls the function, as the
+# installed source shows:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for cls in (nn.ReLU, nn.Dropout):
+    body = [line.strip() for line in inspect.getsource(cls.forward).splitlines() if "return" in line]
+    print(f"{cls.__name__}.forward: {body[0]}")
+print("F.dropout" + str(inspect.signature(F.dropout)))
+
+# %% [markdown]
+# So the two forms compute the same numbers (for dropout, given the same
+# random state), and neither has parameters:
+
+# %%
+z = torch.randn(BATCH, 16)
+same_relu = torch.equal(F.relu(z), nn.ReLU()(z))
+torch.manual_seed(SEED)
+dropped_f = F.dropout(z, p=0.5, training=True)
+torch.manual_seed(SEED)
+dropped_m = nn.Dropout(p=0.5).train()(z)
+same_dropout = torch.equal(dropped_f, dropped_m)
+n_params = sum(p.numel() for m in (nn.ReLU(), nn.Dropout(0.5)) for p in m.parameters())
+print("F.relu(z) equals nn.ReLU()(z):                        ", same_relu)
+print("F.dropout(z, 0.5) equals nn.Dropout(0.5)(z), same seed:", same_dropout,
+      f"({(dropped_f == 0).float().mean().item():.0%} of the entries dropped)")
+print("parameters in nn.ReLU() and nn.Dropout(0.5):", n_params)
+assert same_relu and same_dropout, "the module and functional forms should compute the same numbers"
+assert (dropped_f == 0).any() and not torch.equal(dropped_f, z), "dropout should really have dropped something"
+assert n_params == 0, "stateless layers have no parameters"
+
+# %% [markdown]
+# The difference is what the surrounding `nn.Module` can see. A module form is
+# registered: it appears in `print(model)` and `named_modules()`, it can carry
+# a hook (section 7), and `train()`/`eval()` reach it, because it reads its
+# own `self.training`. A function knows only what you pass it, and
+# `F.dropout`'s `training` argument **defaults to `True`**. Three versions of
+# the same block:
+
+# %%
+class ModuleForm(nn.Module):
+    def __init__(self, p=0.5):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.act = nn.ReLU()
+        self.drop = nn.Dropout(p)
+
+    def forward(self, x):
+        return self.drop(self.act(self.fc(x)))
+
+
+class FunctionalForm(nn.Module):
+    def __init__(self, p=0.5):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.p = p
+
+    def forward(self, x):
+        return F.dropout(F.relu(self.fc(x)), self.p)  # the bug: training=True by default
+
+
+class FunctionalFixed(FunctionalForm):
+    def forward(self, x):
+        return F.dropout(F.relu(self.fc(x)), self.p, training=self.training)  # the fix
+
+
+torch.manual_seed(SEED)
+blocks = {"nn.ReLU, nn.Dropout": ModuleForm(), "F.dropout(h, p)": FunctionalForm(), "F.dropout(h, p, self.training)": FunctionalFixed()}
+for block in blocks.values():
+    block.load_state_dict(blocks["nn.ReLU, nn.Dropout"].state_dict())  # same names, same weights
+print(blocks["nn.ReLU, nn.Dropout"])
+print(blocks["F.dropout(h, p)"])
+for label, block in blocks.items():
+    print(f"{label:31s} named_modules: {[n for n, _ in block.named_modules()]}  parameters: {sum(p.numel() for p in block.parameters())}")
+
+# %% [markdown]
+# Now each block in training and in evaluation mode, on a batch large enough
+# for the fractions to be precise. We count the share of the positive ReLU
+# outputs that come out as zero, that is, what dropout removed:
+
+# %%
+z_big = torch.randn(1024, 16)
+
+
+def dropped_share(block, x):
+    """Share of the positive ReLU outputs of block.fc(x) that the block's output sets to zero."""
+    with torch.no_grad():
+        kept = F.relu(block.fc(x))
+        out = block(x)
+    positive = kept > 0
+    return (out[positive] == 0).float().mean().item(), out, kept
+
+
+dropped = {}
+for label, block in blocks.items():
+    share_train, _, _ = dropped_share(block.train(), z_big)
+    share_eval, out_eval, kept_eval = dropped_share(block.eval(), z_big)
+    dropped[label] = (share_train, share_eval)
+    print(f"{label:31s} dropped in train(): {share_train:.0%}   in eval(): {share_eval:.0%}")
+    if label == "F.dropout(h, p)":
+        survivors = out_eval != 0
+        scaled_by_2 = torch.allclose(out_eval[survivors], 2 * kept_eval[survivors])
+print("in eval(), the survivors of the buggy block are still scaled by 1/(1-p) = 2:", scaled_by_2)
+buggy = blocks["F.dropout(h, p)"].eval()
+with torch.no_grad():
+    buggy_repeatable = torch.equal(buggy(z_big), buggy(z_big))
+print("two eval() passes of the buggy block give the same output:", buggy_repeatable)
+
+# %%
+for label, (share_train, _) in dropped.items():
+    assert 0.4 < share_train < 0.6, f"{label}: dropout with p=0.5 should drop about half in train(), got {share_train:.2f}"
+assert dropped["nn.ReLU, nn.Dropout"][1] == 0 and dropped["F.dropout(h, p, self.training)"][1] == 0, (
+    "the module form and the fixed functional form should not drop anything in eval()"
+)
+assert 0.4 < dropped["F.dropout(h, p)"][1] < 0.6 and scaled_by_2, "F.dropout(h, p) should keep dropping in eval()"
+assert not buggy_repeatable, "the buggy block's eval() output should change from call to call"
+
+# %% [markdown]
+# `eval()` set `training = False` on all three blocks, but the buggy one never
+# reads it: it still drops about half of its units (and doubles the rest) at
+# evaluation time, so its test predictions are noisy and differ from call to
+# call. Nothing raises. The rule of thumb: stateless, mode-independent
+# functions (`F.relu`, `F.softmax`, `F.cross_entropy`) are fine, and common,
+# inside `forward`; anything with parameters or with train/eval behaviour is
+# clearer as a module, and if you do call `F.dropout`, pass
+# `training=self.training`.
+#
+# ## 9. Weight initialisation
+#
+# Every layer starts from random weights, and their **scale** decides whether
+# a deep network can train at all. A `Linear` layer computes
+# $z_i = \sum_j W_{ij} h_j$ over its `fan_in` inputs. With independent
+# weights of mean 0 and variance $\sigma^2$ (and zero bias),
+# $\operatorname{Var}(z_i) = \text{fan\_in}\,\sigma^2\,\mathbb{E}[h_j^2]$, and
+# ReLU keeps the positive half of a symmetric $z$, so
+# $\mathbb{E}[\mathrm{relu}(z)^2] = \operatorname{Var}(z)/2$. Each
+# `Linear + ReLU` therefore multiplies the scale of the activations (their
+# root mean square, and with it their standard deviation) by
+#
+# $$\sqrt{\text{fan\_in}\,\sigma^2 / 2}.$$
+#
+# From layer 1 to layer 25, a factor of 0.5 shrinks the signal
+# $2^{24} \approx 1.7 \times 10^7$ times and a factor of 2 blows it up as much. The backward pass multiplies
+# the gradient by the transposed weights at every layer, with the same factor
+# (`fan_out` in place of `fan_in`; here the two are equal): vanishing and
+# exploding gradients. Two standard choices keep the factor at 1:
+#
+# - **Kaiming (He) initialisation** for ReLU: $\sigma^2 = 2/\text{fan\_in}$
+#   (He, Zhang, Ren and Sun, "Delving Deep into Rectifiers", ICCV 2015,
+#   arXiv:1502.01852).
+# - **Xavier (Glorot) initialisation** for tanh, which is close to the
+#   identity near 0: $\sigma^2 = 2/(\text{fan\_in} + \text{fan\_out})$, a
+#   compromise between the forward and the backward pass (Glorot and Bengio,
+#   "Understanding the difficulty of training deep feedforward neural
+#   networks", AISTATS 2010). PyTorch multiplies it by a `gain`;
+#   `nn.init.calculate_gain("tanh")` is its recommended $5/3$.
+#
+# **What PyTorch does by default.** `nn.Linear.reset_parameters`, which the
+# constructor calls, reads (installed torch source):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+source = inspect.getsource(nn.Linear.reset_parameters)
+print("\n".join(line.strip() for line in source.splitlines() if "init." in line))
+a = math.sqrt(5)
+gain = nn.init.calculate_gain("leaky_relu", a)  # sqrt(2 / (1 + a**2)) = sqrt(1/3)
+bound = gain * math.sqrt(3 / WIDTH)  # kaiming_uniform_ draws U(-bound, bound), bound = gain * sqrt(3 / fan_in)
+print(f"gain = {gain:.6f} = sqrt(1/3) = {math.sqrt(1 / 3):.6f}")
+print(f"bound for fan_in = {WIDTH}: {bound:.6f} = 1/sqrt(fan_in) = {1 / math.sqrt(WIDTH):.6f}")
+print(f"calculate_gain('relu') = {nn.init.calculate_gain('relu'):.6f} = sqrt(2), "
+      f"calculate_gain('tanh') = {nn.init.calculate_gain('tanh'):.6f} = 5/3")
+assert math.isclose(nn.init.calculate_gain("tanh"), 5 / 3) and math.isclose(nn.init.calculate_gain("relu"), math.sqrt(2))
+assert math.isclose(bound, 1 / math.sqrt(WIDTH)), "kaiming_uniform_(a=sqrt(5)) should be U(-1/sqrt(fan_in), 1/sqrt(fan_in))"
+
+# %% [markdown]
+# `kaiming_uniform_` with `a = sqrt(5)` is a roundabout way of writing
+# $U(-1/\sqrt{\text{fan\_in}},\ 1/\sqrt{\text{fan\_in}})$, the rule older
+# versions of PyTorch wrote out directly and keep for backward compatibility
+# (see pytorch/pytorch issues 1667 and 57109); the bias is drawn from the same
+# range. Drawing that uniform by hand from the same seed gives the same
+# weights. Its variance is $\text{bound}^2/3 = 1/(3\,\text{fan\_in})$, a sixth
+# of Kaiming's $2/\text{fan\_in}$, so the factor above is
+# $\sqrt{1/6} \approx 0.41$ per `Linear + ReLU`. Between the first and the
+# last of the three Linear layers of chapter 05's MLP that compounds to
+# $0.41^2 \approx 0.17$; over 25 layers to $0.41^{24} \approx 5 \times 10^{-10}$,
+# as measured below. `nn.Conv2d` uses the same rule, with
+# $\text{fan\_in} = \text{in\_channels} \times \text{kernel height} \times \text{kernel width}$.
+
+# %%
+torch.manual_seed(SEED)
+default_linear = nn.Linear(WIDTH, WIDTH)
+torch.manual_seed(SEED)
+by_hand = torch.empty(WIDTH, WIDTH).uniform_(-1 / math.sqrt(WIDTH), 1 / math.sqrt(WIDTH))
+same_draw = torch.allclose(default_linear.weight, by_hand, rtol=1e-6, atol=0.0)
+default_std = default_linear.weight.std().item()
+print("nn.Linear's weight equals uniform_(-1/sqrt(fan_in), 1/sqrt(fan_in)) from the same seed:", same_draw)
+print(f"std of the default weights {default_std:.4f}: 1/sqrt(3 fan_in) = {1 / math.sqrt(3 * WIDTH):.4f}, "
+      f"Kaiming's sqrt(2/fan_in) = {math.sqrt(2 / WIDTH):.4f}")
+assert same_draw, "nn.Linear's default weight should be U(-1/sqrt(fan_in), 1/sqrt(fan_in))"
+assert abs(default_std * math.sqrt(3 * WIDTH) - 1) < 0.02, f"default weight std {default_std:.4f} should be 1/sqrt(3 fan_in)"
+conv = nn.Conv2d(16, 32, kernel_size=3)  # fan_in = 16 * 3 * 3 = 144
+conv_bound = 1 / math.sqrt(16 * 3 * 3)
+print(f"Conv2d(16, 32, 3): largest |weight| {conv.weight.abs().max().item():.4f} <= 1/sqrt(144) = {conv_bound:.4f}, "
+      f"std {conv.weight.std().item():.4f} vs 1/sqrt(3 * 144) = {conv_bound / math.sqrt(3):.4f}")
+assert conv.weight.abs().max() <= conv_bound and abs(conv.weight.std().item() / (conv_bound / math.sqrt(3)) - 1) < 0.05, (
+    "Conv2d's default should be U(-1/sqrt(fan_in), 1/sqrt(fan_in)) too"
+)
+
+# %% [markdown]
+# **`torch.nn.init` and `model.apply`.** The functions in `torch.nn.init`
+# fill a tensor in place (hence the trailing underscore) and run under
+# `torch.no_grad()` internally, so they work directly on parameters and do
+# not enter the autograd graph: `normal_(w, mean, std)`, `uniform_(w, a, b)`,
+# `zeros_(w)`, `kaiming_normal_(w, mode="fan_in", nonlinearity="relu")` and
+# `kaiming_uniform_` (same variance, uniform shape), `xavier_uniform_(w, gain)`
+# and `xavier_normal_`. To initialise a whole model, write a function of one
+# module that picks the layers it wants by type, and pass it to
+# `model.apply(fn)`, which calls `fn` on every submodule, at every depth, then
+# on the model itself, and returns the model:
+
+# %%
+def linear_init(weight_init):
+    """Return a function for model.apply: weight_init(weight) and zero bias on every nn.Linear."""
+
+    def init_fn(m):
+        if isinstance(m, nn.Linear):  # apply visits every module; change only the Linear layers
+            weight_init(m.weight)
+            nn.init.zeros_(m.bias)
+
+    return init_fn
+
+
+def deep_stack(activation, depth=DEPTH, width=WIDTH):
+    """depth x (Linear(width, width), activation()), with PyTorch's default initialisation."""
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), activation()]
+    return nn.Sequential(*layers)
+
+
+kaiming_relu = linear_init(lambda w: nn.init.kaiming_normal_(w, mode="fan_in", nonlinearity="relu"))
+
+torch.manual_seed(SEED)
+stack = deep_stack(nn.ReLU)
+visited = []
+stack.apply(lambda m: visited.append(type(m).__name__))
+returned = stack.apply(kaiming_relu)
+w0 = stack[0].weight
+print(f"apply visited {len(visited)} modules: {visited.count('Linear')} Linear, {visited.count('ReLU')} ReLU, "
+      f"and last the {visited[-1]} itself; it returned the model: {returned is stack}")
+print(f"layer 0 after kaiming_normal_: weight std {w0.std().item():.4f} (sqrt(2/{WIDTH}) = {math.sqrt(2 / WIDTH):.4f}), "
+      f"bias all zero: {bool((stack[0].bias == 0).all())}")
+print("still a trainable leaf:", w0.requires_grad and w0.is_leaf, "| grad_fn:", w0.grad_fn)
+assert len(visited) == len(list(stack.modules())) == 2 * DEPTH + 1 and visited[-1] == "Sequential", "apply visits all"
+assert abs(w0.std().item() * math.sqrt(WIDTH / 2) - 1) < 0.02, "kaiming_normal_ should give std sqrt(2/fan_in)"
+assert all((m.bias == 0).all() for m in stack if isinstance(m, nn.Linear)), "every bias should be zero"
+assert w0.is_leaf and w0.requires_grad and w0.grad_fn is None, "nn.init should not put the weight into a graph"
+
+# %% [markdown]
+# **Activations and gradients through 25 layers.** The experiment: a stack of
+# `DEPTH` = 25 `Linear(256, 256)` layers, each followed by ReLU (or, in a
+# second stack, tanh), a batch of `STAT_BATCH` = 64 random inputs, and four
+# initialisations: $N(0, 0.01^2)$, $N(0, 1)$, the scheme made for the
+# activation (Kaiming for ReLU, Xavier with gain 5/3 for tanh), and PyTorch's
+# default. Forward hooks (section 7) record the standard deviation of every
+# activation layer's output, and full backward hooks the standard deviation of
+# the gradient that reaches it. The backward pass starts from the same random
+# gradient for every model, so only the weights differ.
+
+# %%
+def scale_profile(model, x, upstream):
+    """Std per activation layer of its output (forward) and of the gradient reaching it (backward).
+
+    Returns (forward_std, backward_std, output): two float64 tensors [number of activation
+    layers], first layer first, and the model's output. The backward pass starts from `upstream`.
+    """
+    forward_std, backward_std = [], []
+
+    def on_forward(module, inputs, output):
+        forward_std.append(output.double().std().item())
+
+    def on_backward(module, grad_input, grad_output):
+        backward_std.append(grad_output[0].double().std().item())
+
+    acts = [m for m in model if not isinstance(m, nn.Linear)]
+    handles = [m.register_forward_hook(on_forward) for m in acts]
+    handles += [m.register_full_backward_hook(on_backward) for m in acts]
+    try:
+        out = model(x)
+        out.backward(upstream)
+    finally:
+        for h in handles:
+            h.remove()
+    # backward visits the last layer first
+    return torch.tensor(forward_std, dtype=torch.float64), torch.tensor(backward_std[::-1], dtype=torch.float64), out.detach()
+
+
+ACTIVATIONS = {"ReLU": nn.ReLU, "tanh": nn.Tanh}
+WEIGHT_INITS = {  # per activation: name -> what to do to each weight (None: keep PyTorch's default)
+    "ReLU": {
+        "N(0, 0.01)": lambda w: nn.init.normal_(w, mean=0.0, std=0.01),
+        "N(0, 1)": lambda w: nn.init.normal_(w, mean=0.0, std=1.0),
+        "Kaiming": lambda w: nn.init.kaiming_normal_(w, mode="fan_in", nonlinearity="relu"),
+        "PyTorch default": None,
+    },
+    "tanh": {
+        "N(0, 0.01)": lambda w: nn.init.normal_(w, mean=0.0, std=0.01),
+        "N(0, 1)": lambda w: nn.init.normal_(w, mean=0.0, std=1.0),
+        "Xavier, gain 5/3": lambda w: nn.init.xavier_uniform_(w, gain=nn.init.calculate_gain("tanh")),
+        "PyTorch default": None,
+    },
+}
+
+torch.manual_seed(SEED)
+stat_x = torch.randn(STAT_BATCH, WIDTH)
+upstream = torch.randn(STAT_BATCH, WIDTH)
+profiles = {}
+for act_name, inits in WEIGHT_INITS.items():
+    for init_name, weight_init in inits.items():
+        torch.manual_seed(SEED)
+        stack = deep_stack(ACTIVATIONS[act_name])
+        if weight_init is not None:
+            stack.apply(linear_init(weight_init))
+        profiles[act_name, init_name] = scale_profile(stack, stat_x, upstream)
+
+print(f"{'':5s} {'initialisation':16s} {'activation std: layer 1':>24s} {f'layer {DEPTH}':>9s} {'ratio':>8s}"
+      f"   {'gradient std: layer 1':>22s} {f'layer {DEPTH}':>9s} {'ratio':>8s}   {'|tanh| > 0.99':>13s}")
+for (act_name, init_name), (fwd, bwd, out) in profiles.items():
+    saturated = f"{(out.abs() > 0.99).double().mean().item():13.0%}" if act_name == "tanh" else ""
+    print(f"{act_name:5s} {init_name:16s} {fwd[0]:24.2g} {fwd[-1]:9.2g} {fwd[-1] / fwd[0]:8.1e}"
+          f"   {bwd[0]:22.2g} {bwd[-1]:9.2g} {bwd[0] / bwd[-1]:8.1e}   {saturated}")
+
+# %%
+COLOURS = {"N(0, 0.01)": "tab:blue", "N(0, 1)": "tab:red", "Kaiming": "tab:green", "Xavier, gain 5/3": "tab:green",
+           "PyTorch default": "tab:gray"}
+fig, axes = plt.subplots(2, 2, figsize=(9, 5.6), sharex=True)
+layers = range(1, DEPTH + 1)
+for row, act_name in enumerate(ACTIVATIONS):
+    for init_name in WEIGHT_INITS[act_name]:
+        fwd, bwd, _ = profiles[act_name, init_name]
+        axes[row, 0].semilogy(layers, fwd, color=COLOURS[init_name], label=init_name)
+        axes[row, 1].semilogy(layers, bwd, color=COLOURS[init_name], label=init_name)
+    axes[row, 0].set(title=f"Linear + {act_name}: forward", ylabel="std of activations")
+    axes[row, 1].set(title=f"Linear + {act_name}: backward", ylabel="std of gradient at layer")
+    axes[row, 0].legend(fontsize=7, loc="best")
+saturated_share = (profiles["tanh", "N(0, 1)"][2].abs() > 0.99).double().mean().item()
+axes[1, 0].annotate(f"N(0, 1): std stays near 1, but {saturated_share:.0%}\nof the last layer's units are saturated",
+                    (DEPTH, profiles["tanh", "N(0, 1)"][0][-1]), (DEPTH * 0.45, 1e-5), fontsize=8, color="tab:red",
+                    arrowprops={"arrowstyle": "->", "color": "tab:red"})
+for ax in axes[1]:
+    ax.set_xlabel(f"layer (of {DEPTH}, width {WIDTH})")
+fig.suptitle("Activation and gradient scale through depth, by initialisation (log scale)", fontsize=10)
+plt.show()
+
+# %% [markdown]
+# What the table and the figure show (the cell below checks each statement
+# against the arithmetic of the start of this section):
+#
+# - **$N(0, 0.01^2)$ with ReLU**: $0.01\sqrt{256/2} = 0.113$ per layer, so the
+#   activations fall from 0.093 at layer 1 to $2 \times 10^{-24}$ at layer 25
+#   ($0.113^{24} \approx 1.9 \times 10^{-23}$ predicted), and the gradient
+#   reaching layer 1 is $1.6 \times 10^{-23}$ of the one at layer 25: the
+#   first layers receive essentially no gradient.
+# - **$N(0, 1)$ with ReLU**: 11.3 per layer. The activations reach
+#   $2 \times 10^{26}$ and the gradient at layer 1 is $1.6 \times 10^{25}$
+#   times the one at layer 25. float32 tops out at $3.4 \times 10^{38}$,
+#   about twelve more factors of 11.3 away.
+# - **Kaiming with ReLU**: the factor is 1. The activation scale ends at 1.1
+#   times its layer-1 value and the gradient at 0.85 times.
+# - **The default with ReLU**: the gradient shrinks by 0.41 per layer, to
+#   $6.3 \times 10^{-10}$ at layer 1. The activations level off at about 0.02
+#   instead of vanishing, because every layer adds its random bias (drawn from
+#   $U(\pm 1/16)$): with the same weights and zero biases they shrink by the
+#   predicted 0.41 per layer (checked below).
+# - **tanh** is close to the identity near 0, so $N(0, 0.01^2)$ vanishes like
+#   a stack of plain matrices ($0.01\sqrt{256} = 0.16$ per layer,
+#   $8 \times 10^{-20}$ after 25). With $N(0, 1)$ the standard deviation stays
+#   at about 0.97, which looks healthy, but 87% of the last layer's outputs
+#   are beyond $\pm 0.99$: the units are **saturated**, and the gradient still
+#   grows by about 3 times per layer. Xavier with gain 5/3 keeps the
+#   activations at 0.86 of their layer-1 scale with 1% saturated; its gradient
+#   grows by about 9% per layer (8.8 times over 25 layers): mild next to the
+#   other choices, but not flat.
+
+# %%
+def ratio(act_name, init_name):
+    """(last / first activation std, first / last gradient std) for one stack."""
+    fwd, bwd, _ = profiles[act_name, init_name]
+    return (fwd[-1] / fwd[0]).item(), (bwd[0] / bwd[-1]).item()
+
+
+def near(measured, predicted):
+    """True when measured is within a factor SCALE_BAND of predicted."""
+    return 1 / SCALE_BAND < measured / predicted < SCALE_BAND
+
+
+n = DEPTH - 1  # layer-to-layer steps between the first and the last activation layer
+relu_factor = {"N(0, 0.01)": 0.01 * math.sqrt(WIDTH / 2), "N(0, 1)": 1.0 * math.sqrt(WIDTH / 2), "Kaiming": 1.0}
+for init_name, factor in relu_factor.items():
+    fwd_ratio, bwd_ratio = ratio("ReLU", init_name)
+    print(f"ReLU, {init_name:10s}: predicted {factor:.3f}^{n} = {factor**n:8.1e}; "
+          f"measured forward {fwd_ratio:8.1e}, backward {bwd_ratio:8.1e}")
+    assert near(fwd_ratio, factor**n) and near(bwd_ratio, factor**n), (
+        f"ReLU + {init_name}: activation ratio {fwd_ratio:.2e} and gradient ratio {bwd_ratio:.2e} should be within "
+        f"a factor {SCALE_BAND} of sqrt(fan_in sigma^2 / 2)^{n} = {factor**n:.2e}"
+    )
+default_fwd, default_bwd = ratio("ReLU", "PyTorch default")
+print(f"ReLU, default   : predicted backward sqrt(1/6)^{n} = {math.sqrt(1 / 6) ** n:8.1e}; "
+      f"measured forward {default_fwd:8.1e}, backward {default_bwd:8.1e}")
+assert near(default_bwd, math.sqrt(1 / 6) ** n), f"default init: gradient ratio {default_bwd:.2e} vs sqrt(1/6)^{n}"
+assert default_fwd < 1 / SCALE_BAND, f"default init: activations should shrink through {DEPTH} ReLU layers"
+torch.manual_seed(SEED)
+no_bias = deep_stack(nn.ReLU)  # the same default weights as the "PyTorch default" stack above
+for m in no_bias:
+    if isinstance(m, nn.Linear):
+        nn.init.zeros_(m.bias)
+with torch.no_grad():
+    no_bias_fwd = (no_bias(stat_x).std() / no_bias[:2](stat_x).std()).item()
+print(f"ReLU, default weights, zero biases: measured forward {no_bias_fwd:8.1e}")
+assert near(no_bias_fwd, math.sqrt(1 / 6) ** n), "without biases the default's activations should shrink like sqrt(1/6)^(DEPTH-1)"
+
+tanh_small_fwd, tanh_small_bwd = ratio("tanh", "N(0, 0.01)")  # tanh(z) ~ z near 0: factor sigma * sqrt(fan_in)
+assert near(tanh_small_fwd, (0.01 * math.sqrt(WIDTH)) ** n) and near(tanh_small_bwd, (0.01 * math.sqrt(WIDTH)) ** n), (
+    "tanh with N(0, 0.01): activations and gradients should shrink like (0.01 sqrt(fan_in))^(DEPTH-1)"
+)
+saturated_large = (profiles["tanh", "N(0, 1)"][2].abs() > 0.99).double().mean().item()
+saturated_xavier = (profiles["tanh", "Xavier, gain 5/3"][2].abs() > 0.99).double().mean().item()
+tanh_large_fwd, tanh_large_bwd = ratio("tanh", "N(0, 1)")
+xavier_fwd, xavier_bwd = ratio("tanh", "Xavier, gain 5/3")
+print(f"tanh, N(0, 1): {saturated_large:.0%} of the last layer's units saturated, gradient x{tanh_large_bwd ** (1 / n):.2f} per layer")
+print(f"tanh, Xavier : {saturated_xavier:.0%} saturated, activations x{xavier_fwd:.2f} over {DEPTH} layers, "
+      f"gradient x{xavier_bwd ** (1 / n):.3f} per layer")
+assert saturated_large > 0.5 and tanh_large_bwd ** (1 / n) > 2, "tanh with N(0, 1): saturated units and a growing gradient"
+assert saturated_xavier < 0.1 and near(xavier_fwd, 1.0), "tanh with Xavier: few saturated units, roughly constant scale"
+assert xavier_bwd ** (1 / n) < 1.25, "tanh with Xavier: the gradient should grow far more slowly than with N(0, 1)"
+
+# %% [markdown]
+# The Kaiming result should not depend on a lucky seed. The same stack with
+# `BAND_SEEDS` other draws of weights and inputs (forward pass only):
+
+# %%
+kaiming_ratios = []
+for seed in range(SEED, SEED + BAND_SEEDS):
+    torch.manual_seed(seed)
+    stack = deep_stack(nn.ReLU).apply(kaiming_relu)
+    x_seed = torch.randn(STAT_BATCH, WIDTH)
+    with torch.no_grad():
+        kaiming_ratios.append((stack(x_seed).std() / stack[:2](x_seed).std()).item())
+print(f"Kaiming + ReLU, last/first activation std over seeds {SEED}..{SEED + BAND_SEEDS - 1}:",
+      ", ".join(f"{r:.2f}" for r in kaiming_ratios))
+assert all(near(r, 1.0) for r in kaiming_ratios), f"Kaiming + ReLU should keep the scale within a factor {SCALE_BAND}"
+_ = report.record("activation std ratio, layer 25 / layer 1, Kaiming + ReLU", ratio("ReLU", "Kaiming")[0])
+_ = report.record("gradient std ratio, layer 1 / layer 25, PyTorch default + ReLU", f"{default_bwd:.1e}")
+
+# %% [markdown]
+# **Why the default matters.** Every `nn.Linear` you create starts from it
+# unless you change it, and it is not Kaiming: in a plain deep ReLU stack it
+# loses a factor of 0.41 per layer in the gradient. Deeper models in later
+# chapters also rely on normalisation layers (BatchNorm in chapter 07's
+# VGG-style network, chapter 12) and residual connections (chapter 07's
+# ResNet-20), which are designed to keep activations at a workable scale. When
+# you stack many plain layers yourself, initialise for the activation, as
+# above: `kaiming_normal_(w, nonlinearity="relu")` before ReLU,
+# `xavier_uniform_(w, gain=calculate_gain("tanh"))` before tanh.
+#
+# ## 10. Counting parameters
 #
 # The parameter count tells you how much memory the weights need and how big
 # a model is compared to others. It must match what you can work out on paper,
@@ -546,7 +1152,7 @@ mlp_count = helpers.models.count_parameters(mlp)
 print(f"MLP parameters: {mlp_count:,}")
 
 # %% [markdown]
-# ## 9. Checks
+# ## 11. Checks
 
 # %%
 assert total == by_hand == 204_042, f"the worked example should have 784*256+256 + 2*256 + 256*10+10 = 204,042 parameters, got {total:,}"
@@ -556,14 +1162,17 @@ assert mlp_count == (784 * 512 + 512) + (512 * 256 + 256) + (256 * 10 + 10) == 5
 assert [n for n, _ in kinds.named_buffers()] == ["running_mean", "scratch"], "both buffers should be registered"
 assert "scratch" not in kinds.state_dict(), "a persistent=False buffer must not be in state_dict"
 assert kinds.plain.dtype == torch.float32, ".to() must not touch a plain tensor attribute"
+assert n_all == total and n_trainable == trainable, "helpers.models.count_parameters should agree with the sums above"
 print("all checks passed")
 
 # %% [markdown]
-# ## 10. Pitfalls
+# ## 12. Pitfalls
 #
-# The plain-list pitfall (section 4) and a forgotten `eval()` (section 6) are
-# the two that cost the most debugging time. Two more, with their real
-# messages:
+# Four silent bugs are shown above, where they belong: layers in a plain list
+# (section 4), a forgotten `eval()` (section 6), a bare `x.to(device)` whose
+# result is thrown away (section 2) and `F.dropout` without
+# `training=self.training` (section 8). Three more raise an error; here are
+# their real messages.
 #
 # **Forgetting `super().__init__()`.** The registration machinery lives in
 # `nn.Module.__init__`; assigning a submodule before it has run fails:
@@ -574,10 +1183,13 @@ class NoSuper(nn.Module):
         self.fc = nn.Linear(2, 2)  # super().__init__() was never called
 
 
+no_super_error = None
 try:
     NoSuper()
 except AttributeError as err:
-    print(f"{type(err).__name__}: {err}")
+    no_super_error = f"{type(err).__name__}: {err}"
+    print(no_super_error)
+assert no_super_error is not None, "assigning a submodule before super().__init__() should raise"
 
 
 class WithSuper(nn.Module):
@@ -600,10 +1212,13 @@ class AllInAList(nn.Module):
         self.layers = [nn.Linear(2, 2), nn.Linear(2, 2)]
 
 
+empty_error = None
 try:
     torch.optim.SGD(AllInAList().parameters(), lr=0.1)
 except ValueError as err:
-    print(f"{type(err).__name__}: {err}")
+    empty_error = f"{type(err).__name__}: {err}"
+    print(empty_error)
+assert empty_error is not None, "an optimizer over no parameters should refuse to be built"
 
 
 class AllInAModuleList(nn.Module):
@@ -616,7 +1231,28 @@ opt = torch.optim.SGD(AllInAModuleList().parameters(), lr=0.1)
 print("fixed: the optimizer has", len(opt.param_groups[0]["params"]), "parameter tensors")
 
 # %% [markdown]
-# ## 11. Exercises
+# **Initialising a parameter in place without `no_grad`.** A parameter is a
+# leaf that requires grad, and autograd refuses an in-place change to such a
+# tensor outside `torch.no_grad()`, so a hand-written `m.weight.normal_(...)`
+# fails. Use `torch.nn.init` (which wraps its work in `no_grad`) or your own
+# `with torch.no_grad():`.
+
+# %%
+layer = nn.Linear(4, 3)
+inplace_error = None
+try:
+    layer.weight.normal_(0.0, 0.01)
+except RuntimeError as err:
+    inplace_error = f"{type(err).__name__}: {err}"
+    print(inplace_error)
+with torch.no_grad():
+    layer.weight.normal_(0.0, 0.01)  # the fix, by hand
+nn.init.normal_(layer.weight, mean=0.0, std=0.01)  # the fix, with nn.init
+print("fixed: still a trainable leaf:", layer.weight.is_leaf and layer.weight.requires_grad)
+assert inplace_error is not None and "in-place" in inplace_error, "an in-place init outside no_grad should raise"
+
+# %% [markdown]
+# ## 13. Exercises
 #
 # Each exercise has a stub that raises `NotImplementedError`, and a checker
 # cell that prints `[TODO]` until you write your answer, then `[PASSED]` or
@@ -685,6 +1321,24 @@ class Standardize(nn.Module):
 result = check("03.standardize", Standardize)
 
 # %% [markdown]
+# **Exercise 4: `init_for_relu(model)`.** For every `nn.Linear` in `model`, at
+# any depth, draw the weight with Kaiming (He) initialisation for ReLU
+# (standard deviation $\sqrt{2/\text{in\_features}}$) and set the bias, where
+# the layer has one, to zero. Leave every other layer alone, and change the
+# parameters in place (the checker looks at the model it passed you). Its
+# model has an `Embedding`, a `LayerNorm`, a `Linear` without bias, and
+# `Linear` layers inside nested submodules.
+
+# %%
+def init_for_relu(model: nn.Module) -> nn.Module:
+    """Kaiming (He) weights for ReLU and zero biases in every nn.Linear of model, in place; return model."""
+    raise NotImplementedError
+
+
+# %%
+result = check("03.init_for_relu", init_for_relu)
+
+# %% [markdown]
 # ## Summary
 #
 # - `nn.Module` registers what you assign to it: `nn.Parameter`s, submodules,
@@ -700,7 +1354,18 @@ result = check("03.standardize", Standardize)
 #   with the model: deep-copy it to snapshot.
 # - `train()`/`eval()` switch dropout and batch norm; `eval()` does not turn
 #   off autograd.
-# - Forward hooks observe a model from outside; remove their handles.
+# - `Module.to()` converts in place and returns the module; `Tensor.to()`
+#   returns a new tensor, so write `x = x.to(device)`.
+# - Forward hooks observe a model from outside; remove their handles, and
+#   return nothing from an observing hook.
+# - `F.relu` and `nn.ReLU` compute the same thing; only modules show up in
+#   `print(model)`, take hooks and follow `train()`/`eval()`. `F.dropout`
+#   needs `training=self.training`, or it keeps dropping in evaluation.
+# - Initial weight scale compounds through depth: each `Linear + ReLU`
+#   multiplies activations and gradients by $\sqrt{\text{fan\_in}\,\sigma^2/2}$.
+#   Kaiming ($2/\text{fan\_in}$) for ReLU and Xavier for tanh keep it near 1;
+#   PyTorch's default $U(\pm 1/\sqrt{\text{fan\_in}})$ gives 0.41 with ReLU.
+#   Apply an init with `model.apply(fn)` and the in-place `nn.init` functions.
 # - A parameter count is simple arithmetic: `in*out + out` per Linear,
 #   `2*features` per BatchNorm, buffers excluded.
 #

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from helpers.exercises import ch02, check, solution
+from tests.exercise_support import assert_rejected
 
 
 def _stub(*args, **kwargs):
@@ -462,3 +463,124 @@ def test_finite_differences_are_accurate_enough_to_have_passed_a_tolerance_check
     """Why the checker watches where f is evaluated: the values alone would pass."""
     for label, f, x, _, first, _ in ch02._SCALAR_CASES:
         assert ch02._close(derivative_finite_difference_with_grad(f, x), first), label
+
+
+# --------------------------------------------------------------------------
+# 03.init_for_relu: wrong answers, each with the hint it must get, and right ones
+# --------------------------------------------------------------------------
+
+
+def _on_linears(weight_fn, bias=True):
+    """An init_for_relu that applies weight_fn(layer) and (optionally) zeros the bias of every Linear."""
+
+    def init(model):
+        def fn(m):
+            if isinstance(m, nn.Linear):
+                weight_fn(m)
+                if bias and m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+        return model.apply(fn)
+
+    return init
+
+
+init_xavier = _on_linears(lambda m: nn.init.xavier_normal_(m.weight))
+init_fan_out = _on_linears(lambda m: nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu"))
+init_gain_one = _on_linears(lambda m: nn.init.kaiming_normal_(m.weight, nonlinearity="linear"))
+init_keeps_bias = _on_linears(lambda m: nn.init.kaiming_normal_(m.weight, nonlinearity="relu"), bias=False)
+init_variance_as_std = _on_linears(lambda m: nn.init.normal_(m.weight, std=2 / m.in_features))
+init_default_again = _on_linears(lambda m: m.reset_parameters())
+
+
+def init_direct_children_only(model):
+    for m in model.children():
+        if isinstance(m, nn.Linear):
+            nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+            nn.init.zeros_(m.bias)
+    return model
+
+
+def init_new_parameters(model):
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            m.weight = nn.Parameter(torch.randn_like(m.weight) * (2 / m.in_features) ** 0.5)
+            if m.bias is not None:
+                m.bias = nn.Parameter(torch.zeros_like(m.bias))
+    return model
+
+
+def init_every_matrix(model):
+    """Kaiming on every 2-D parameter: the Embedding's weight too."""
+    for p in model.parameters():
+        if p.dim() == 2:
+            nn.init.kaiming_normal_(p, nonlinearity="relu")
+    for m in model.modules():
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+    return model
+
+
+def init_every_vector_zero(model):
+    """Right for the Linear layers, but zeros every 1-D parameter: LayerNorm's weight too."""
+    solution("03.init_for_relu")(model)
+    for p in model.parameters():
+        if p.dim() == 1:
+            nn.init.zeros_(p)
+    return model
+
+
+INIT_WRONG = [
+    (init_xavier, ["Xavier", "tanh"]),
+    (init_fan_out, ["fan_out", "fan_in"]),
+    (init_gain_one, ["gain", "sqrt(2)"]),
+    (init_keeps_bias, ["bias", "zeros_"]),
+    (init_variance_as_std, ["std", "sqrt(2 / in_features)"]),
+    (init_default_again, ["default"]),
+    (lambda model: model, ["kept its old weights", "apply"]),
+    (init_direct_children_only, ["kept its old weights", "children()"]),
+    (init_new_parameters, ["new object", "in place"]),
+    (init_every_matrix, ["embed.weight", "its layer is Embedding", "isinstance(m, nn.Linear)"]),
+    (init_every_vector_zero, ["body.3.weight", "its layer is LayerNorm"]),
+]
+
+
+@pytest.mark.parametrize(("wrong", "hints"), INIT_WRONG, ids=[getattr(w, "__name__", "lambda") for w, _ in INIT_WRONG])
+def test_init_for_relu_rejects(wrong, hints):
+    assert_rejected("03.init_for_relu", wrong, *hints)
+
+
+def init_by_hand(model):
+    """The arithmetic written out, under torch.no_grad(), looping over modules() instead of apply."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                m.weight.normal_(0.0, (2 / m.in_features) ** 0.5)
+                if m.bias is not None:
+                    m.bias.zero_()
+
+
+INIT_RIGHT = [
+    _on_linears(lambda m: nn.init.kaiming_uniform_(m.weight, nonlinearity="relu")),  # same variance, uniform
+    _on_linears(lambda m: nn.init.kaiming_normal_(m.weight)),  # defaults: leaky_relu with a=0 is ReLU's gain
+    _on_linears(lambda m: m.weight.data.normal_(0.0, (2 / m.in_features) ** 0.5)),  # the older .data style
+    init_by_hand,  # returns None: the checker looks at the model it passed
+]
+
+
+@pytest.mark.parametrize("right", INIT_RIGHT, ids=["kaiming_uniform", "kaiming_defaults", "data_normal", "by_hand"])
+def test_init_for_relu_accepts(right):
+    result = check("03.init_for_relu", right, show=False)
+    assert result.passed, result.message
+
+
+def test_init_for_relu_reference_matches_its_docstring():
+    """The reference draws N(0, 2 / in_features), zeros biases, and leaves other layers alone."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(400, 300), nn.ReLU(), nn.LayerNorm(300), nn.Linear(300, 10, bias=False))
+    norm_before = model[2].weight.detach().clone()
+    weight = model[0].weight
+    assert solution("03.init_for_relu")(model) is model
+    assert model[0].weight is weight
+    assert abs(model[0].weight.std().item() / (2 / 400) ** 0.5 - 1) < 0.03
+    assert torch.equal(model[0].bias, torch.zeros(300)) and torch.equal(model[2].weight, norm_before)

@@ -7,6 +7,8 @@ Exercises:
   between them and no activation after the last.
 - ``03.standardize``: a ``Standardize(mean, std)`` module that keeps its
   statistics as buffers.
+- ``03.init_for_relu``: ``init_for_relu(model)``, Kaiming (He) weights for
+  ReLU and zero biases in every ``nn.Linear`` of ``model``, in place.
 
 Each checker raises ``AssertionError("hint")`` for a wrong answer (see
 :func:`helpers.exercises.check`). Checkers that need random numbers run inside
@@ -15,6 +17,7 @@ Each checker raises ``AssertionError("hint")`` for a wrong answer (see
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable, Sequence
 
@@ -23,7 +26,7 @@ from torch import nn
 
 from . import exercise
 
-__all__ = ["Standardize", "build_mlp", "count_parameters"]
+__all__ = ["Standardize", "build_mlp", "count_parameters", "init_for_relu"]
 
 
 # --------------------------------------------------------------------------
@@ -77,6 +80,25 @@ class Standardize(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self.mean) / self.std
+
+
+def init_for_relu(model: nn.Module) -> nn.Module:
+    """Kaiming (He) normal weights for ReLU and zero biases in every ``nn.Linear`` of ``model``.
+
+    Each weight ``[out, in]`` is drawn from ``N(0, 2 / in)`` (``mode="fan_in"``;
+    He et al. 2015, arXiv:1502.01852); a bias, where the layer has one, is set to
+    0. Other layers are left alone. Works in place through ``nn.init`` (which
+    runs under ``torch.no_grad()``), so the parameters stay the same
+    ``nn.Parameter`` objects, and returns ``model``.
+    """
+
+    def init_fn(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    return model.apply(init_fn)
 
 
 # --------------------------------------------------------------------------
@@ -354,3 +376,113 @@ def _check_standardize(candidate: Callable) -> None:
         raise AssertionError(
             "after .to(torch.float64) the module should compute in float64 with the same result."
         )
+
+
+class _Head(nn.Module):
+    """A custom module holding a Linear without bias, so that it sits two levels deep."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(256, 64, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x)
+
+
+class _InitTarget(nn.Module):
+    """Embedding(100, 64) -> Linear(64, 512) -> ReLU -> Linear(512, 256) -> LayerNorm -> ReLU -> head.
+
+    Every Linear has a different (in, out), so Kaiming's std sqrt(2 / in) differs
+    from sqrt(2 / out) (fan_out), from Xavier's sqrt(2 / (in + out)) and from the
+    default's 1 / sqrt(3 in) by more than 10 % for each of them.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(100, 64)
+        self.body = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 256), nn.LayerNorm(256), nn.ReLU())
+        self.head = _Head()
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(self.embed(tokens)))
+
+
+def _linear_name(name: str, layer: nn.Linear) -> str:
+    return f"{name} = Linear({layer.in_features}, {layer.out_features})"
+
+
+@exercise(
+    "03.init_for_relu",
+    "write init_for_relu(model): for every nn.Linear in model, at any depth, draw the weight with "
+    "Kaiming (He) initialisation for ReLU (std sqrt(2 / in_features)) and set the bias, where there "
+    "is one, to zero; leave every other layer alone and change the parameters in place.",
+    reference=init_for_relu,
+)
+def _check_init_for_relu(candidate: Callable) -> None:
+    torch.manual_seed(0)
+    model = _InitTarget()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    objects = dict(model.named_parameters())
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    candidate(model)
+
+    after = dict(model.named_parameters())
+    for name, p in objects.items():
+        if after.get(name) is not p:
+            raise AssertionError(
+                f"{name} is a new object after init_for_relu: change the existing parameter in place "
+                "(nn.init.kaiming_normal_(m.weight, ...)) instead of assigning a new nn.Parameter, or an "
+                "optimizer built before would keep training the old one."
+            )
+        if not (p.is_leaf and p.requires_grad):
+            raise AssertionError(
+                f"{name} is no longer a trainable leaf (is_leaf={p.is_leaf}, requires_grad={p.requires_grad}): "
+                "initialise under torch.no_grad(), which nn.init does for you."
+            )
+    for name, layer in linears.items():
+        label = _linear_name(name, layer)
+        w = layer.weight.detach()
+        fan_in, fan_out = layer.in_features, layer.out_features
+        if torch.equal(w, before[f"{name}.weight"]):
+            raise AssertionError(
+                f"{label} kept its old weights: model.apply(fn) calls fn on every submodule at every depth "
+                "(model.children() only gives the direct ones); change the model you are given, not a copy."
+            )
+        if layer.bias is not None and not torch.equal(layer.bias.detach(), torch.zeros_like(layer.bias)):
+            raise AssertionError(f"the bias of {label} is not zero: nn.init.zeros_(m.bias).")
+        std, mean = w.std().item(), w.mean().item()
+        want = math.sqrt(2 / fan_in)
+        if abs(std / want - 1) < 0.04 and abs(mean) < 0.05 * want:
+            continue
+        candidates = {
+            "fan_out": math.sqrt(2 / fan_out),
+            "xavier": math.sqrt(2 / (fan_in + fan_out)),
+            "gain 1": math.sqrt(1 / fan_in),
+            "default": 1 / math.sqrt(3 * fan_in),
+        }
+        closest = min(candidates, key=lambda k: abs(std / candidates[k] - 1))
+        if abs(std / candidates[closest] - 1) < 0.04:
+            raise AssertionError(
+                {
+                    "fan_out": f"{label}: weight std {std:.4f} is sqrt(2 / out_features) = {candidates['fan_out']:.4f}, "
+                    f"mode='fan_out'. Keep the forward pass steady with mode='fan_in': sqrt(2 / {fan_in}) = {want:.4f}.",
+                    "xavier": f"{label}: weight std {std:.4f} is Xavier's sqrt(2 / (in + out)) = "
+                    f"{candidates['xavier']:.4f}, made for tanh. ReLU needs Kaiming: sqrt(2 / in_features) = {want:.4f}.",
+                    "gain 1": f"{label}: weight std {std:.4f} is sqrt(1 / in_features) = {candidates['gain 1']:.4f}, a gain "
+                    f"of 1. ReLU zeroes half its inputs, so its gain is sqrt(2): nonlinearity='relu' gives {want:.4f}.",
+                    "default": f"{label}: weight std {std:.4f} is PyTorch's default 1 / sqrt(3 in_features) = "
+                    f"{candidates['default']:.4f}, not Kaiming's sqrt(2 / in_features) = {want:.4f}.",
+                }[closest]
+            )
+        raise AssertionError(
+            f"{label}: weight std {std:.4f} and mean {mean:.4f}; Kaiming for ReLU means mean 0 and std "
+            f"sqrt(2 / in_features) = {want:.4f}."
+        )
+    for name, p in model.named_parameters():
+        module_name = name.rsplit(".", 1)[0]
+        if module_name not in linears and not torch.equal(p.detach(), before[name]):
+            kind = type(model.get_submodule(module_name)).__name__
+            raise AssertionError(
+                f"{name} changed, but its layer is {kind}, not nn.Linear: pick the layers with "
+                "isinstance(m, nn.Linear) and leave the others (Embedding, LayerNorm, ...) alone."
+            )
