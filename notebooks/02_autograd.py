@@ -26,22 +26,25 @@
 #
 # - how autograd records a computational graph: `requires_grad`, leaf tensors,
 #   `grad_fn` and `next_functions`;
-# - what `backward()` computes and where it stores the result (`.grad`);
+# - what `backward()` computes and where it stores the result (`.grad`), and
+#   why a second `backward()` needs `retain_graph=True`;
 # - why gradients accumulate across `backward()` calls, and the two ways to
 #   reset them (`.grad = None` and `.grad.zero_()`);
 # - how to switch recording off: `torch.no_grad()` versus `torch.inference_mode()`,
-#   and `detach()`;
+#   and `detach()`; and the older spellings you will still read, `.data` and
+#   `Variable`;
 # - `backward(gradient=...)` for non-scalar outputs, i.e. the vector-Jacobian
-#   product;
+#   product, and where `torch.func` fits;
 # - higher-order derivatives with `create_graph=True` and `torch.autograd.grad`;
-# - the errors learners really hit, with their real messages and their fixes.
+# - the errors learners really hit, with their real messages and their fixes,
+#   and `torch.autograd.detect_anomaly()` to find the line that caused one.
 #
 # **Prerequisites**: chapter 00 (environment) and chapter 01 (tensors).
 #
-# **Estimated time**: 45 minutes.
+# **Estimated time**: 60 minutes.
 
 # %% tags=["parameters"]
-SEED = 0  # seed for the few random numbers below
+SEED = 0  # for seed_everything, as in every chapter (this one draws no random numbers)
 GRID_POINTS = 201  # points on the x grid of the derivative plots
 
 # %% [markdown]
@@ -51,23 +54,48 @@ GRID_POINTS = 201  # points on the x grid of the derivative plots
 # numbers go into a `ChapterReport`. Autograd works the same on every device,
 # so the tiny scalar examples stay on the CPU; the plotting grid uses the
 # device that `pick_device` chose.
+#
+# This chapter reproduces many errors on purpose. `expect_error` runs a block
+# that must fail: it prints the error as `Type: message`, and asserts that it
+# is the error the text promises (its type and a piece of its message), so the
+# notebook stops if a PyTorch release changes or removes it.
 
 # %%
 import math
+import types
 import warnings
+from contextlib import contextmanager
 
 import matplotlib.pyplot as plt
 import torch
 
 import helpers.plotting  # noqa: F401  (small, 72-dpi figure defaults)
 from helpers.device import pick_device, seed_everything
-from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
+from helpers.exercises import check, hint, solution  # noqa: F401  (hint, solution: for the exercises)
 from helpers.report import ChapterReport
 
 seed_everything(SEED)
 device = pick_device()
 report = ChapterReport("02_autograd")
 print(f"torch {torch.__version__}, device for the plotting grid: {device}")
+
+
+@contextmanager
+def expect_error(kind, fragment):
+    """Run the block, which must raise `kind` with `fragment` in its message; print the error.
+
+    Yields a namespace whose `.error` is the caught exception, for later checks.
+    """
+    caught = types.SimpleNamespace(error=None)
+    try:
+        yield caught
+    except kind as err:
+        print(f"{type(err).__name__}: {err}")
+        assert fragment in str(err), f"expected {fragment!r} in the message, got: {err}"
+        caught.error = err
+    else:
+        raise AssertionError(f"expected {kind.__name__} ({fragment!r}), but the block ran without error")
+
 
 # %% [markdown]
 # ## 1. The computational graph
@@ -99,25 +127,66 @@ for name, t in [("x", x), ("y", y), ("s", s), ("z", z)]:
 # links from `z` walks the whole graph backwards. The walk ends at
 # `AccumulateGrad` nodes: one per leaf, and their job is to add the incoming
 # gradient to the leaf's `.grad`. (Printing a node directly shows a memory
-# address, so the helper below prints only the class names.)
+# address, so the helper below records only the class names.)
 
 # %%
 # NBVAL_CHECK_OUTPUT
 leaf_names = {id(x): "x", id(y): "y"}
 
 
-def show_graph(node, depth=0):
-    """Print the backward graph below `node`, one node per line."""
+def walk_graph(node, depth=0, parent=None, found=None):
+    """Every node below `node`, depth first, as (label, depth, index of its parent)."""
+    found = [] if found is None else found
     label = type(node).__name__
     if hasattr(node, "variable"):  # an AccumulateGrad node holds its leaf
-        label += f"  -> writes {leaf_names.get(id(node.variable), '?')}.grad"
-    print("    " * depth + label)
+        label += f"\nwrites {leaf_names.get(id(node.variable), '?')}.grad"
+    found.append((label, depth, parent))
+    here = len(found) - 1
     for child, _ in node.next_functions:
         if child is not None:
-            show_graph(child, depth + 1)
+            walk_graph(child, depth + 1, here, found)
+    return found
 
 
-show_graph(z.grad_fn)
+graph = walk_graph(z.grad_fn)
+for label, depth, _ in graph:
+    print("    " * depth + label.replace("\n", "  -> "))
+kinds = [label.split("\n")[0] for label, _, _ in graph]
+assert kinds == ["PowBackward0", "AddBackward0", "AccumulateGrad", "AccumulateGrad"], kinds
+
+# %% [markdown]
+# The same walk, drawn. The arrows follow `next_functions`, which is the
+# direction the gradient travels during `backward()`: from the output `z`
+# to the leaves.
+
+# %%
+def draw_graph(ax, nodes, root_label):
+    """Draw the (label, depth, parent) list of `walk_graph`, depth from left to right."""
+    columns: dict[int, list[int]] = {}
+    for i, (_, depth, _) in enumerate(nodes):
+        columns.setdefault(depth, []).append(i)
+    where = {}
+    for depth, members in columns.items():
+        for k, i in enumerate(members):
+            where[i] = (depth + 1, (len(members) - 1) / 2 - k)
+    where[-1] = (0, 0.0)  # the output tensor itself
+    box = {"boxstyle": "round,pad=0.4", "fc": "white", "ec": "0.3"}
+    texts = {-1: ax.text(*where[-1], root_label, ha="center", va="center", bbox={**box, "fc": "0.9"}, fontsize=9)}
+    for i, (label, _, _) in enumerate(nodes):
+        texts[i] = ax.text(*where[i], label, ha="center", va="center", bbox=box, fontsize=9)
+    for i, (_, _, parent) in enumerate(nodes):
+        start = -1 if parent is None else parent
+        ax.annotate("", where[i], where[start], arrowprops={
+            "arrowstyle": "-|>", "color": "0.3", "patchA": texts[start].get_bbox_patch(),
+            "patchB": texts[i].get_bbox_patch(), "shrinkA": 2, "shrinkB": 2})
+    ax.set(xlim=(-0.6, max(columns) + 1.6), ylim=(-1.0, 1.0))
+    ax.axis("off")
+
+
+fig, ax = plt.subplots(figsize=(9, 2.4))
+draw_graph(ax, graph, "z = (x + y)**2\n(z.grad_fn)")
+ax.set_title("The backward graph of z, from the walk over z.grad_fn.next_functions")
+plt.show()
 
 # %% [markdown]
 # A tensor that does not require grad (a constant, or the input data) leaves
@@ -163,22 +232,38 @@ s2 = x2 + 4.0
 s2.retain_grad()
 (s2**2).backward()
 print("with retain_grad(): s.grad =", s2.grad.item())
+assert s2.grad.item() == 14.0, "dz/ds = 2s = 14 at s = 7"
 
 # %% [markdown]
 # After `backward()` the graph is freed: its nodes drop the intermediate
 # values they saved, again to save memory. A second `backward()` through the
-# same graph therefore fails. Pass `retain_graph=True` to the first call when
-# you really need to go through a graph twice (you rarely do: usually you
-# rebuild the graph by running the forward pass again).
+# same graph therefore fails.
 
 # %%
 a = torch.tensor(2.0, requires_grad=True)
 out = a.exp() * a
 out.backward()
-try:
+with expect_error(RuntimeError, "Trying to backward through the graph a second time"):
     out.backward()
-except RuntimeError as err:
-    print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
+# The fix the message names: `retain_graph=True` on the first call keeps the
+# saved values, so the second call works. It does not reset anything, so the
+# second call **adds** the same gradient again (section 3). You rarely need
+# this: usually each step runs the forward pass again and builds a fresh graph.
+# Here $\frac{d}{da}(a e^a) = e^a(1 + a) = 3e^2$ at $a = 2$.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+a = torch.tensor(2.0, requires_grad=True)
+out = a.exp() * a
+out.backward(retain_graph=True)  # keep the saved values for another pass
+first = a.grad.item()
+out.backward()  # works now
+print(f"after the first backward:  a.grad = {first:.3f}  (3e^2 = {3 * math.exp(2):.3f})")
+print(f"after the second backward: a.grad = {a.grad.item():.3f}")
+assert math.isclose(first, 3 * math.exp(2), rel_tol=1e-6), f"d/da (a e^a) at 2 should be 3e^2, got {first}"
+assert math.isclose(a.grad.item(), 2 * first, rel_tol=1e-6), "the second backward should add the same gradient again"
 
 # %% [markdown]
 # ## 3. Gradients accumulate
@@ -196,14 +281,15 @@ for step in range(3):
     loss = w**2
     loss.backward()
     print(f"after backward #{step + 1}: w.grad = {w.grad.item():g}")
+assert w.grad.item() == 12.0, "three backward passes of 4 each should add up to 12"
 
 # %% [markdown]
 # There are two ways to reset:
 #
-# - `w.grad = None` drops the tensor. The next `backward()` allocates a fresh
-#   one instead of adding to zeros, which saves a memory write, and optimizers
-#   skip parameters whose `.grad` is `None`. This is what
-#   `optimizer.zero_grad()` does by default (`set_to_none=True`).
+# - `w.grad = None` drops the tensor; the next `backward()` allocates a fresh
+#   one. This is what `optimizer.zero_grad()` does by default
+#   (`set_to_none=True`); its documentation says this "will in general have
+#   lower memory footprint, and can modestly improve performance".
 # - `w.grad.zero_()` fills the existing tensor with zeros in place. Use it when
 #   code relies on `.grad` staying the same tensor object.
 #
@@ -221,6 +307,26 @@ w.grad.zero_()
 print("after w.grad.zero_():", w.grad.item(), "| same tensor object:", w.grad is same_object)
 (w**2).backward()
 print("next backward gives:", w.grad.item())
+assert w.grad.item() == 4.0 and w.grad is same_object
+
+# %% [markdown]
+# The two are not the same for an optimizer. The same documentation warns that
+# `torch.optim` optimizers "have a different behavior if the gradient is 0 or
+# None": a parameter whose `.grad` is `None` is skipped altogether, while one
+# with a zero gradient still takes a step. With weight decay, which pulls
+# every weight towards 0 at each step, the difference shows. Two parameters
+# of value 1, SGD with `lr=0.1` and `weight_decay=0.5`, one step:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+p_none = torch.nn.Parameter(torch.tensor(1.0))  # .grad is None: it received no gradient
+p_zero = torch.nn.Parameter(torch.tensor(1.0))
+p_zero.grad = torch.zeros(())  # a gradient of exactly 0
+torch.optim.SGD([p_none, p_zero], lr=0.1, weight_decay=0.5).step()
+print(f".grad None: {p_none.item():.3f} (skipped)")
+print(f".grad 0:    {p_zero.item():.3f} (decayed: 1 - 0.1 * 0.5 * 1)")
+assert p_none.item() == 1.0, "SGD should leave a parameter whose .grad is None untouched"
+assert math.isclose(p_zero.item(), 0.95, rel_tol=1e-6), f"a zero gradient should still decay 1 to 0.95, got {p_zero.item()}"
 
 # %% [markdown]
 # ## 4. Switching the recording off: `no_grad`, `inference_mode`, `detach`
@@ -230,27 +336,30 @@ print("next backward gives:", w.grad.item())
 #
 # **`torch.no_grad()`** is a context manager (and decorator) inside which
 # results do not require grad and have no `grad_fn`. Evaluation loops use it,
-# and so does every optimizer when it updates the weights: an update is not
-# part of the model's computation, and updating a leaf that requires grad in
-# place is refused outside `no_grad`:
+# and so does every `torch.optim` optimizer when it updates the weights (its
+# `step` runs with gradients disabled): an update is not part of the model's
+# computation, and updating a leaf that requires grad in place is refused
+# outside `no_grad`. The message still says "Variable", the pre-2018 name for
+# a tensor that autograd tracks (see the end of this section).
 
 # %%
 w = torch.tensor(2.0, requires_grad=True)
 (w**2).backward()
-try:
+with expect_error(RuntimeError, "a leaf Variable that requires grad is being used in an in-place operation"):
     w -= 0.1 * w.grad  # an SGD step, written naively
-except RuntimeError as err:
-    print(f"{type(err).__name__}: {err}")
 
 with torch.no_grad():
     w -= 0.1 * w.grad  # the same step, not recorded
 print(f"w after the step: {w.item():.2f}, still a leaf: {w.is_leaf}, requires_grad: {w.requires_grad}")
+assert math.isclose(w.item(), 1.6, rel_tol=1e-6), f"2 - 0.1 * 4 should be 1.6, got {w.item()}"
+assert w.is_leaf and w.requires_grad, "an update under no_grad should leave w a leaf that requires grad"
 
 # %% [markdown]
-# **`torch.inference_mode()`** goes further: besides not recording, it skips
-# the bookkeeping that would let a tensor take part in autograd later (version
-# counters, view tracking), which makes pure inference a little faster. The
-# tensors it creates are marked as *inference tensors*.
+# **`torch.inference_mode()`** goes further. In the words of its
+# documentation: "Compared to `no_grad`, it removes additional overhead by
+# disabling view tracking and version counter bumps" (the version counter
+# appears in section 8). The tensors it creates are marked as *inference
+# tensors*.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -260,26 +369,28 @@ with torch.inference_mode():
     b = x * 2
 print(f"under no_grad:        requires_grad={a.requires_grad}, grad_fn={a.grad_fn}, is_inference={a.is_inference()}")
 print(f"under inference_mode: requires_grad={b.requires_grad}, grad_fn={b.grad_fn}, is_inference={b.is_inference()}")
+assert not a.is_inference() and b.is_inference()
 
 # %% [markdown]
 # The price: an inference tensor may never enter a computation that autograd
 # records. Using `b` in a graph later fails as soon as autograd would need to
 # save it for the backward pass. The error names both fixes: make a normal
 # copy with `.clone()` outside inference mode, or use `no_grad` in the first
-# place when the results will be reused for training.
+# place when the results will be reused for training. Either way the gradient
+# of $b \cdot \text{weight}$ with respect to `weight` is $b = 6$.
 
 # %%
 weight = torch.tensor(5.0, requires_grad=True)
-try:
+with expect_error(RuntimeError, "Inference tensors cannot be saved for backward"):
     (b * weight).backward()
-except RuntimeError as err:
-    print(f"{type(err).__name__}: {err}")
 
 (b.clone() * weight).backward()  # fix 1: a normal tensor with the same values
 print("with b.clone():", weight.grad.item())
+assert weight.grad.item() == 6.0, f"with b.clone() the gradient should be b = 6, got {weight.grad.item()}"
 weight.grad = None
 (a * weight).backward()  # fix 2: a tensor made under no_grad is a normal tensor
 print("with the no_grad result:", weight.grad.item())
+assert weight.grad.item() == 6.0, f"with the no_grad result the gradient should be 6, got {weight.grad.item()}"
 
 # %% [markdown]
 # **`t.detach()`** returns a new tensor that shares `t`'s memory but is cut
@@ -296,17 +407,87 @@ x = torch.tensor(3.0, requires_grad=True)
 d = x.detach()
 print("detach shares memory:", d.data_ptr() == x.data_ptr(), "| requires_grad:", d.requires_grad)
 
-try:
+with expect_error(RuntimeError, "Can't call numpy() on Tensor that requires grad"):
     x.numpy()
-except RuntimeError as err:
-    print(f"{type(err).__name__}: {err}")
 print("x.detach().numpy() =", x.detach().numpy())
 
 (x * x).backward()
 print("d/dx x*x          =", x.grad.item())
+assert x.grad.item() == 6.0
 x.grad = None
 (x * x.detach()).backward()
 print("d/dx x*x.detach() =", x.grad.item())
+assert x.grad.item() == 3.0, "x.detach() should act as the constant 3"
+
+# %% [markdown]
+# ### Older spellings: `.data` and `Variable`
+#
+# Code written before PyTorch 0.4 (2018), and many tutorials copied from it,
+# use two older forms.
+#
+# **`.data`**, as in `w.data -= lr * w.grad`, was how weights were updated
+# before `no_grad` existed. Like `detach()`, `t.data` shares `t`'s memory and
+# is cut off from the graph, with one difference: `detach()` shares `t`'s
+# version counter, `.data` does not. So autograd sees an in-place change made
+# through `detach()`, and does **not** see one made through `.data`. Take
+# `sigmoid`, whose backward reuses its saved output $y$ as $y(1 - y)$
+# (section 8 looks at saved values in detail), and double that output
+# through `.data`:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+y = x.sigmoid()
+y.data.mul_(2)  # y now holds 2*sigmoid(x), but SigmoidBackward0 is not told
+y.sum().backward()  # no error
+sig = torch.sigmoid(x.detach())
+print("version of y after y.data.mul_(2):", y._version)
+assert y._version == 0, "a change through .data should not bump y's version counter"
+print("autograd's gradient:       ", x.grad)
+print("d/dx sum(sigmoid(x)):      ", sig * (1 - sig))
+print("d/dx sum(2 * sigmoid(x)):  ", 2 * sig * (1 - sig))
+assert not torch.allclose(x.grad, sig * (1 - sig)) and not torch.allclose(x.grad, 2 * sig * (1 - sig)), (
+    "the gradient after y.data.mul_(2) should be neither derivative"
+)
+assert torch.allclose(x.grad, 2 * sig * (1 - 2 * sig)), "the backward should have used the overwritten y: y(1 - y), y = 2 sigmoid"
+
+# %% [markdown]
+# No error, and a gradient that is the derivative of nothing you wrote: the
+# backward used the overwritten value, $y(1 - y)$ with $y = 2\sigma(x)$. The
+# same change made through `detach()` is caught:
+
+# %%
+x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+y = x.sigmoid()
+y.detach().mul_(2)  # detach() shares y's version counter
+print("version of y after y.detach().mul_(2):", y._version)
+assert y._version == 1, "a change through detach() should bump y's version counter"
+with expect_error(RuntimeError, "modified by an inplace operation"):
+    y.sum().backward()
+
+# %% [markdown]
+# So write weight updates as `with torch.no_grad(): w -= lr * w.grad`, as
+# above, rather than through `.data`.
+#
+# **`Variable`**: before 0.4, a tensor that autograd tracked had to be wrapped
+# in `torch.autograd.Variable`. Tensor and Variable have since been merged:
+# `Variable(t)` still works, but returns a plain `torch.Tensor`. Its
+# `volatile=True` flag, the old way to switch recording off, has been replaced
+# by `torch.no_grad()`: passing it only warns. The old word survives in error
+# messages such as "a leaf Variable that requires grad" above.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+t = torch.tensor([1.0, 2.0])
+old = torch.autograd.Variable(t, requires_grad=True)
+print(f"Variable(t, requires_grad=True): type {type(old).__name__}, requires_grad={old.requires_grad}, is_leaf={old.is_leaf}")
+assert type(old) is torch.Tensor, f"Variable(...) should return a plain torch.Tensor, got {type(old)}"
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    volatile = torch.autograd.Variable(t, volatile=True)
+print("volatile=True warns:", caught[0].message)
+assert "no_grad" in str(caught[0].message) and not volatile.requires_grad
 
 # %% [markdown]
 # ## 5. Non-scalar outputs: `backward(gradient=...)`
@@ -314,19 +495,23 @@ print("d/dx x*x.detach() =", x.grad.item())
 # A loss is a scalar, so "the gradient" is unambiguous. For a vector output
 # $y = f(x)$ with $y \in \mathbb{R}^m$, $x \in \mathbb{R}^n$, the derivative is
 # the $m \times n$ **Jacobian** $J_{ij} = \partial y_i / \partial x_j$.
-# Autograd never builds $J$. It computes a **vector-Jacobian product**
-# $v^\top J$ for a vector $v$ you choose (the weight of each output): this is
-# far cheaper, and it is exactly what the chain rule needs. For a scalar output
-# $v$ is simply 1, which is why `loss.backward()` needs no argument. For a
-# vector output, autograd refuses to guess:
+# Autograd never builds $J$. One backward pass computes a **vector-Jacobian
+# product** $v^\top J$ for a vector $v$ you choose (the weight of each
+# output), and that is exactly what the chain rule needs. Building all of
+# $J$ takes $m$ such passes, one per row (measured below). For a scalar
+# output $v$ is simply 1, which is why `loss.backward()` needs no argument.
+# For a vector output, autograd refuses to guess:
 
 # %%
+def products(t):
+    """(t0 t1, t1 t2, t2 t0): a map from R^3 to R^3 with a Jacobian easy to write by hand."""
+    return torch.stack([t[0] * t[1], t[1] * t[2], t[2] * t[0]])
+
+
 x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
-y = torch.stack([x[0] * x[1], x[1] * x[2], x[2] * x[0]])
-try:
+y = products(x)
+with expect_error(RuntimeError, "grad can be implicitly created only for scalar outputs"):
     y.backward()
-except RuntimeError as err:
-    print(f"{type(err).__name__}: {err}")
 
 # %% [markdown]
 # By hand, at $x = (1, 2, 3)$:
@@ -336,18 +521,71 @@ except RuntimeError as err:
 #
 # With $v = (1, 10, 100)$, $v^\top J = (2 + 300,\ 1 + 30,\ 20 + 100) = (302, 31, 120)$.
 # `backward(gradient=v)` stores exactly that in `x.grad`. We compare it with the
-# full Jacobian from `torch.autograd.functional.jacobian` (which builds $J$ one
-# row at a time, using one vector-Jacobian product per row: exercise 3 below).
+# full Jacobian from `torch.autograd.functional.jacobian`, which builds $J$ one
+# row at a time, one vector-Jacobian product per row (exercise 3 below).
 
 # %%
 # NBVAL_CHECK_OUTPUT
 v = torch.tensor([1.0, 10.0, 100.0])
 y.backward(gradient=v)
-J = torch.autograd.functional.jacobian(lambda t: torch.stack([t[0] * t[1], t[1] * t[2], t[2] * t[0]]), x.detach())
+J = torch.autograd.functional.jacobian(products, x.detach())
 print("J =\n", J)
 print("x.grad   =", x.grad)
 print("v @ J    =", v @ J)
+assert torch.equal(J, torch.tensor([[2.0, 1.0, 0.0], [0.0, 3.0, 2.0], [3.0, 0.0, 1.0]])), "J differs from the hand calculation"
 assert torch.equal(x.grad, v @ J), "backward(gradient=v) should equal the vector-Jacobian product v^T J"
+
+# %% [markdown]
+# The cost, counted: a hook on an intermediate tensor runs once per backward
+# pass through it. `backward(gradient=v)` makes one pass; the full Jacobian of
+# this $m = 3$ output map makes three.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+passes = []
+
+
+def counted_products(t):
+    """`products`, with a hook that records each backward pass through its input."""
+    u = t * 1.0
+    u.register_hook(lambda grad: passes.append(1))
+    return products(u)
+
+
+t = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+counted_products(t).backward(gradient=v)
+vjp_passes, passes = len(passes), []
+torch.autograd.functional.jacobian(counted_products, t.detach())
+jacobian_passes = len(passes)
+print(f"backward passes for v^T J: {vjp_passes}; for the whole J: {jacobian_passes}")
+assert (vjp_passes, jacobian_passes) == (1, 3), "one pass for a VJP, one per output row for the Jacobian"
+
+# %% [markdown]
+# `torch.autograd.functional` is the older, tensor-style interface. The
+# documentation of its `jacobian` suggests **`torch.func`** instead, "if you
+# are looking for something less experimental and more performant":
+# `torch.func.jacrev` (rows by reverse mode, the VJPs above, all at once with
+# `vmap`), `torch.func.jacfwd` (columns by forward mode) and
+# `torch.func.hessian` transform a function into the function that returns its
+# Jacobian or Hessian. (On its first call `jacfwd` may trigger a
+# `FutureWarning` inside torch itself, printed below; it is not about your
+# code.) They agree with the row-by-row Jacobian; for
+# $g(x) = x_0 x_1 x_2$ the Hessian is $\begin{pmatrix} 0 & x_2 & x_1 \\ x_2 & 0 & x_0 \\ x_1 & x_0 & 0 \end{pmatrix}$.
+# Chapter 21 covers `torch.func` in depth (`vmap`, per-example gradients,
+# forward mode, when each is faster).
+
+# %%
+with warnings.catch_warnings(record=True) as caught:  # jacfwd may warn from inside torch
+    warnings.simplefilter("always")
+    J_rev = torch.func.jacrev(products)(x.detach())
+    J_fwd = torch.func.jacfwd(products)(x.detach())
+    H = torch.func.hessian(lambda t: t[0] * t[1] * t[2])(x.detach())
+for message in sorted({f"{w.category.__name__}: {w.message}" for w in caught}):
+    print(f"(warned inside torch: {message})")
+print("jacrev == row-by-row J:", torch.equal(J_rev, J), "| jacfwd == J:", torch.equal(J_fwd, J))
+print("hessian of x0*x1*x2 at (1, 2, 3):\n", H)
+assert torch.equal(J_rev, J) and torch.equal(J_fwd, J), "torch.func's Jacobians should equal the row-by-row one"
+assert torch.equal(H, torch.tensor([[0.0, 3.0, 2.0], [3.0, 0.0, 1.0], [2.0, 1.0, 0.0]])), f"unexpected Hessian {H}"
 
 # %% [markdown]
 # `y.sum().backward()` is the same as `y.backward(gradient=torch.ones_like(y))`.
@@ -410,10 +648,8 @@ _ = report.record("d2/dx2 x^4 at 3", d2_at_3)
 x = torch.tensor(3.0, requires_grad=True)
 (df_const,) = torch.autograd.grad(x**4, x)
 print("grad_fn of the first derivative:", df_const.grad_fn)
-try:
+with expect_error(RuntimeError, "does not require grad and does not have a grad_fn"):
     torch.autograd.grad(df_const, x)
-except RuntimeError as err:
-    print(f"{type(err).__name__}: {err}")
 
 # %% [markdown]
 # ### A picture: derivatives on a grid
@@ -421,12 +657,10 @@ except RuntimeError as err:
 # Using the diagonal-Jacobian trick from section 5, one `autograd.grad` call
 # on `f(xs).sum()` gives $f'$ at every grid point, and a second call gives
 # $f''$. Left: $x^4$ with its autograd derivatives; the curves of $f'$ and
-# $f''$ cross at $x = 0$ and $x = 3$, which is the coincidence above. Right:
-# $\sin x$, whose derivatives we know exactly ($\cos x$ and $-\sin x$), drawn
-# as dashed lines under the autograd curves. Autograd does not approximate
-# (no finite differences): each operation's backward applies that operation's
-# exact derivative formula (sin's multiplies by $\cos x$), so the curves agree
-# to float rounding.
+# $f''$ touch at $x = 0$ (where $4x^2(x - 3)$ has a double root, so neither
+# passes the other) and cross at $x = 3$, which is the coincidence above.
+# Right: $\sin x$, whose derivatives we know exactly ($\cos x$ and $-\sin x$),
+# drawn as thin dashed black lines on top of the autograd curves.
 
 # %%
 def grid_derivatives(f, xs):
@@ -455,15 +689,41 @@ ax1.set(title="$x^4$ and its autograd derivatives", xlabel="x", ylim=(-20, 160))
 ax1.legend(fontsize=8, loc="upper left")
 
 xt = xs_sin.cpu()
-for values, exact, label in zip(trig, [torch.sin(xt), torch.cos(xt), -torch.sin(xt)], ["sin x", "f' (autograd)", "f'' (autograd)"]):
-    ax2.plot(xt, values.cpu(), label=label, lw=2, alpha=0.6)
-    ax2.plot(xt, exact, "--", color="k", lw=0.8)
-ax2.set(title="sin x: autograd (colour) vs exact (dashed)", xlabel="x")
-ax2.legend(fontsize=8, loc="lower left")
+for values, label in zip(trig, ["sin x", "f' (autograd)", "f'' (autograd)"]):
+    ax2.plot(xt, values.cpu(), label=label, lw=2.5, alpha=0.6)
+for k, exact in enumerate([torch.sin(xt), torch.cos(xt), -torch.sin(xt)]):
+    ax2.plot(xt, exact, "--", color="k", lw=0.8, label="exact" if k == 0 else None)
+ax2.set(title="sin x: autograd (colour) vs exact (dashed)", xlabel="x", ylim=(-1.3, 2.0))
+ax2.legend(fontsize=8, loc="upper center", ncol=4, handlelength=1.5, columnspacing=1.0)
 plt.show()
 
-trig_error = max((trig[1].cpu() - torch.cos(xt)).abs().max().item(), (trig[2].cpu() + torch.sin(xt)).abs().max().item())
-print(f"largest difference between autograd and the exact derivatives of sin: {trig_error:.1e}")
+# %% [markdown]
+# How close are they? Autograd does not approximate: each operation's
+# backward applies that operation's exact derivative formula. Sin's backward
+# multiplies the incoming gradient by $\cos x$, computed by the same `cos`
+# we compare with, so the difference below is exactly 0.0 in this run (a
+# check that autograd uses the formula, not a test of its accuracy). What
+# autograd replaces, central differences $(f(x + h) - f(x - h)) / 2h$ in the
+# same float32, is off by far more, and no step $h$ fixes it: a large $h$ is
+# off by about $h^2/6$ (truncation: $1.7 \cdot 10^{-3}$ at $h = 0.1$), a
+# small $h$ divides the float32 rounding errors of $f$ by $2h$ (about
+# $10^{-3}$ again at $h = 10^{-4}$). The best step here, $h = 10^{-2}$, is
+# still off by about $2 \cdot 10^{-5}$.
+
+# %%
+exact_d1, exact_d2 = torch.cos(xs_sin), -torch.sin(xs_sin)
+trig_error = max((trig[1] - exact_d1).abs().max().item(), (trig[2] - exact_d2).abs().max().item())
+fd_errors = {}
+for h in (1e-1, 1e-2, 1e-3, 1e-4):
+    central = (torch.sin(xs_sin + h) - torch.sin(xs_sin - h)) / (2 * h)
+    fd_errors[h] = (central - exact_d1).abs().max().item()
+print(f"largest |autograd - exact| for sin' and sin'': {trig_error:.1e}")
+for h, err in fd_errors.items():
+    print(f"largest |central difference - cos| in float32, h = {h:.0e}: {err:.1e}")
+best_fd = min(fd_errors.values())
+assert trig_error < 1e-6, f"autograd derivatives of sin differ from cos/-sin by {trig_error:.1e}"
+assert best_fd > 10 * max(trig_error, 1e-6), f"central differences ({best_fd:.1e}) should be far less accurate than autograd"
+_ = report.record("float32 central-difference error of sin', best h", f"{best_fd:.1e}")
 
 # %% [markdown]
 # ## 7. Checks
@@ -484,7 +744,8 @@ assert (d1_at_2, d2_at_2) == (32.0, 48.0), f"at x = 2, x^4 should give f' = 32 a
 
 assert torch.allclose(poly[1], 4 * xs_poly**3, rtol=1e-5, atol=1e-4), "grid f' of x^4 differs from 4x^3"
 assert torch.allclose(poly[2], 12 * xs_poly**2, rtol=1e-5, atol=1e-4), "grid f'' of x^4 differs from 12x^2"
-assert trig_error < 1e-5, f"autograd derivatives of sin differ from cos/-sin by {trig_error:.1e}"
+gap = (poly[1] - poly[2]).cpu()  # 4x^3 - 12x^2 = 4x^2 (x - 3)
+assert (gap[xp < 3 - 1e-3] <= 1e-4).all() and (gap[xp > 3 + 1e-3] > 0).all(), "f' - f'' should be <= 0 below 3 and > 0 above"
 print("all checks passed")
 
 # %% [markdown]
@@ -497,34 +758,60 @@ print("all checks passed")
 # $\sigma'(x) = \sigma(x)(1 - \sigma(x))$. If you then change that output in
 # place (`mul_`, `add_`, `relu_`, `+=`, `y[0] = ...`), the saved value is no
 # longer what the forward pass produced and the gradient would be silently
-# wrong. Autograd prevents that: every tensor has a version counter that each
-# in-place operation increments (`t._version`, an internal attribute shown here
-# for teaching), and the backward pass checks that the version it saved is the
-# version it finds.
+# wrong (as it was with `.data` in section 4). Autograd prevents that: every
+# tensor has a version counter that each in-place operation increments
+# (`t._version`, an internal attribute shown here for teaching), and the
+# backward pass checks that the version it saved is the version it finds.
 
 # %%
 x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
 y = x.sigmoid()
 print("version of y after sigmoid:", y._version)
-y.mul_(2)  # in place: overwrites the output that SigmoidBackward saved
+y.mul_(2)  # in place: overwrites the output that SigmoidBackward0 saved
 print("version of y after mul_:  ", y._version)
-try:
+with expect_error(RuntimeError, "modified by an inplace operation"):
     y.sum().backward()
-    inplace_error = None
-except RuntimeError as err:
-    inplace_error = err
-    print(f"{type(err).__name__}: {err}")
-
-assert inplace_error is not None and "modified by an inplace operation" in str(inplace_error), (
-    "expected autograd to refuse a backward pass through a tensor modified in place"
-)
 
 # %% [markdown]
 # The message tells you the shape and type of the tensor (`[torch.FloatTensor [3]]`),
-# which operation saved it (`output 0 of Sigmoid`) and the version mismatch.
-# The fix is to make a new tensor instead of overwriting the saved one:
-# `y = y * 2` rather than `y.mul_(2)`. The gradient is then correct,
-# $2\sigma(x)(1 - \sigma(x))$:
+# the operation that produced it (`output 0 of Sigmoid`; the node that saved
+# it for the backward pass is that operation's backward node,
+# `SigmoidBackward0`) and the version mismatch. It does not tell you which
+# line of your code made the in-place change. Its hint does:
+# `torch.autograd.detect_anomaly()` records, for every node, the traceback of
+# the forward line that created it, and when a backward node fails it warns
+# with that traceback. Its own warning on entry says it "will increase the
+# runtime and should only be enabled for debugging". Both warnings are
+# captured here; we print the first line of the second and the line of code
+# it points at.
+
+# %%
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with torch.autograd.detect_anomaly():
+        x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+        y = x.sigmoid()
+        y.mul_(2)
+        with expect_error(RuntimeError, "modified by an inplace operation"):
+            y.sum().backward()
+messages = [str(w.message) for w in caught]
+entering = next(m for m in messages if m.startswith("Anomaly Detection has been enabled"))
+anomaly = next(m for m in messages if m.startswith("Error detected in"))
+code_lines = [line.strip() for line in anomaly.splitlines() if line.startswith("    ")]
+print()
+print("on entry, detect_anomaly warned:", entering)
+print("on the error, it warned:", anomaly.splitlines()[0])
+print("  ... and the last line of its traceback is:", code_lines[-1])
+assert "increase the runtime" in entering, entering
+assert "SigmoidBackward0" in anomaly, f"the anomaly warning should name SigmoidBackward0: {anomaly}"
+assert code_lines[-1] == "y = x.sigmoid()", f"the traceback should end at the forward line, got {code_lines[-1:]}"
+
+# %% [markdown]
+# The traceback points at `y = x.sigmoid()`, the forward operation whose
+# saved output was overwritten; the in-place change is that line or anything
+# after it that modifies `y`. The fix is to make a new tensor instead of
+# overwriting the saved one: `y = y * 2` rather than `y.mul_(2)`. The gradient
+# is then correct, $2\sigma(x)(1 - \sigma(x))$:
 
 # %%
 x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
@@ -548,29 +835,30 @@ y = x * 2
 y.add_(1)  # fine: MulBackward0 (by a constant) did not save y
 y.sum().backward()
 print("gradient:", x.grad)
+assert torch.equal(x.grad, torch.full((3,), 2.0)), "d/dx sum(2x + 1) is 2 everywhere"
 
 # %% [markdown]
 # ## 9. Exercises
 #
 # Each exercise has a stub that raises `NotImplementedError`, and a checker
 # cell that prints `[TODO]` until you write your answer, then `[PASSED]` or
-# `[NOT YET]` with a hint. Replace the `raise` line with your code and re-run
-# both cells. If you are stuck, `solution("02.derivative")` (import it with
-# `from helpers.exercises import solution`) returns the reference function;
-# `inspect.getsource` shows its code.
+# `[NOT YET]` with what went wrong. Replace the `raise` line with your code and
+# re-run both cells. After a failed check, `hint("02.derivative")` gives a
+# fuller hint (a second failed attempt shows it too); if you are stuck,
+# `solution("02.derivative")` returns the reference function, and
+# `inspect.getsource` shows its code. Both are imported in the setup cell.
 #
 # **Exercise 1: `derivative(f, x)`.** Return $f'(x)$ as a Python float,
 # computed by autograd. `f` takes and returns a 0-d tensor and uses torch
 # operations, such as `torch.sin` or `t**3`. The checker tries several
-# functions, and insists that `f` is called with a tensor that requires grad
-# (so finite differences do not count).
+# functions, and insists that `f` is called at `x` itself, with a tensor that
+# requires grad (so finite differences do not count).
 
 # %%
 def derivative(f, x: float) -> float:
     """Return f'(x) as a Python float, computed by autograd.
 
-    Make x a tensor with requires_grad=True, evaluate f on it, then use
-    backward() or torch.autograd.grad, and return the result with .item().
+    f maps a 0-d float tensor to a 0-d tensor; x is a Python float.
     """
     raise NotImplementedError
 
@@ -580,16 +868,18 @@ result = check("02.derivative", derivative)
 
 # %% [markdown]
 # **Exercise 2: `second_derivative(f, x)`.** Return $f''(x)$ as a Python
-# float. The checker tests $x^4$ at $x = 3$ (108), but also at $x = 2$ (48),
-# along with $\sin$, $\exp$ and others, so an answer that returns the first
-# derivative fails.
+# float, by differentiating autograd's first derivative (section 6). The
+# checker tests $x^4$ at $x = 3$ (108), but also at $x = 2$ (48), along with
+# $\sin$, $\exp$ and others, so an answer that returns the first derivative
+# fails. Library functions that compute second derivatives for you
+# (`torch.autograd.functional.hessian`, `torch.func.hessian`,
+# `torch.func.grad` twice) are refused.
 
 # %%
 def second_derivative(f, x: float) -> float:
     """Return f''(x) as a Python float, computed by autograd.
 
-    Take the first derivative with torch.autograd.grad(..., create_graph=True),
-    then differentiate that result with respect to x again.
+    f maps a 0-d float tensor to a 0-d tensor; x is a Python float.
     """
     raise NotImplementedError
 
@@ -600,17 +890,16 @@ result = check("02.second_derivative", second_derivative)
 # %% [markdown]
 # **Exercise 3: `jacobian(f, x)`.** For `f` mapping a 1-d tensor `[n]` to a
 # 1-d tensor `[m]`, return the Jacobian `[m, n]`, built row by row: row `i` is
-# the vector-Jacobian product with $v = e_i$ (1 at position `i`, 0 elsewhere).
-# Use `y.backward(gradient=v, retain_graph=True)` or
-# `torch.autograd.grad(y, x, grad_outputs=v, retain_graph=True)`. Watch out
-# for section 3: `.grad` accumulates.
+# the vector-Jacobian product with $v = e_i$ (1 at position `i`, 0 elsewhere),
+# as in section 5. The library functions that build the whole Jacobian
+# (`torch.autograd.functional.jacobian`, `torch.func.jacrev`/`jacfwd`,
+# `vmap`, forward mode) are refused.
 
 # %%
 def jacobian(f, x: torch.Tensor) -> torch.Tensor:
-    """Return the [m, n] Jacobian of f at x, one vector-Jacobian product per row.
+    """Return the [m, n] Jacobian of f at x: J[i, j] = d f(x)[i] / d x[j].
 
-    x is a 1-d float tensor [n] that does not require grad: start from
-    x = x.detach().requires_grad_(True). Row i is the gradient of f(x)[i].
+    x is a 1-d float tensor [n] that does not require grad; f(x) is a 1-d tensor [m].
     """
     raise NotImplementedError
 
@@ -623,20 +912,26 @@ result = check("02.jacobian", jacobian)
 #
 # - Operations on tensors that require grad record a graph of `grad_fn` nodes,
 #   linked by `next_functions`, ending in one `AccumulateGrad` per leaf.
-# - `backward()` applies the chain rule through that graph and **adds** the
-#   result to each leaf's `.grad`; reset with `.grad = None` (what
-#   `optimizer.zero_grad()` does) or `.grad.zero_()`.
+# - `backward()` applies the chain rule through that graph, **adds** the
+#   result to each leaf's `.grad`, and frees the graph (`retain_graph=True`
+#   keeps it). Reset with `.grad = None` (what `optimizer.zero_grad()` does,
+#   and a `None` gradient makes the optimizer skip the parameter) or
+#   `.grad.zero_()`.
 # - `no_grad` stops recording (optimizer updates, evaluation);
 #   `inference_mode` also drops autograd's bookkeeping, and its tensors cannot
 #   enter a recorded computation later; `detach()` cuts one tensor out of the
-#   graph.
+#   graph. `.data` does the same but hides in-place changes from autograd,
+#   which gives silently wrong gradients; `Variable` is now just `Tensor`.
 # - For a non-scalar output, `backward(gradient=v)` computes the
-#   vector-Jacobian product $v^\top J$.
+#   vector-Jacobian product $v^\top J$ in one backward pass; the full Jacobian
+#   takes one pass per output (`torch.func.jacrev`/`jacfwd`, chapter 21).
 # - `create_graph=True` records the backward pass so that a derivative can be
 #   differentiated again. For $x^4$ at $x = 3$ the first and second derivatives
-#   are both 108; at $x = 2$ they are 32 and 48.
+#   are both 108; at $x = 2$ they are 32 and 48. Autograd's derivatives are
+#   exact formulas, not finite differences.
 # - Modifying in place a tensor that a node saved for backward is caught by
-#   the version counter; make a new tensor instead.
+#   the version counter; `detect_anomaly()` points at the forward line; make a
+#   new tensor instead.
 #
 # **Next**: chapter 03 packages parameters into `nn.Module`s, so that
 # `model.parameters()` hands every leaf tensor to an optimizer, and chapter 04

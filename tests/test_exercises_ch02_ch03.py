@@ -1,4 +1,4 @@
-"""Exercises of chapters 02 (Autograd) and 03 (nn.Module).
+"""Exercises of chapter 03 (nn.Module); chapter 02's are in tests/test_exercises_ch02.py.
 
 For every exercise: the reference solution passes its checker, a stub that
 raises NotImplementedError reads "not attempted", and realistic wrong answers
@@ -11,13 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from helpers.exercises import ch02, check, solution
+from helpers.exercises import check, solution
 from tests.exercise_support import assert_rejected
-
-
-def _stub(*args, **kwargs):
-    """What the notebook ships: the learner has not written anything yet."""
-    raise NotImplementedError
 
 
 class _StubModule(nn.Module):
@@ -30,110 +25,9 @@ def test_stub_module_is_not_attempted():
     assert check("03.standardize", _StubModule, show=False).status == "not attempted"
 
 
-def test_check_prints_one_line(capsys):
-    check("02.derivative", _stub)
-    out = capsys.readouterr().out
-    assert out.startswith("[TODO] exercise 02.derivative: not attempted yet.")
-
-
 # --------------------------------------------------------------------------
 # Realistic wrong answers
 # --------------------------------------------------------------------------
-
-
-def derivative_returns_value(f, x):
-    t = torch.tensor(x, requires_grad=True)
-    return f(t).item()
-
-
-def derivative_returns_tensor(f, x):
-    t = torch.tensor(x, requires_grad=True)
-    f(t).backward()
-    return t.grad
-
-
-def derivative_finite_difference(f, x):
-    h = 1e-4
-    return ((f(torch.tensor(x + h)) - f(torch.tensor(x - h))) / (2 * h)).item()
-
-
-def derivative_finite_difference_with_grad(f, x):
-    """Central differences on a float64 tensor that requires grad: accurate to ~1e-10, not autograd."""
-    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    h = 1e-5
-    return ((f(t + h) - f(t - h)) / (2 * h)).item()
-
-
-def derivative_catches_the_refusal(f, x):
-    """Finite differences that swallow the checker's error and fall back to a guess."""
-    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    h = 1e-5
-    try:
-        return ((f(t + h) - f(t - h)) / (2 * h)).item()
-    except AssertionError:
-        (g,) = torch.autograd.grad(f(t), t)
-        return g.item()
-
-
-def second_derivative_finite_difference_with_grad(f, x):
-    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    h = 1e-4
-    return ((f(t + h) - 2 * f(t) + f(t - h)) / h**2).item()
-
-
-def second_derivative_of_autograd_by_differences(f, x):
-    """Autograd for f', then a finite difference of f' for f''."""
-
-    def first(at):
-        t = torch.tensor(at, dtype=torch.float64, requires_grad=True)
-        (g,) = torch.autograd.grad(f(t), t)
-        return g.item()
-
-    h = 1e-5
-    return (first(x + h) - first(x - h)) / (2 * h)
-
-
-def second_derivative_is_first(f, x):
-    """Prints 108 for x**4 at 3, which is right there, and 32 at x = 2, which is not."""
-    t = torch.tensor(x, requires_grad=True)
-    (g,) = torch.autograd.grad(f(t), t)
-    return g.item()
-
-
-def second_derivative_without_create_graph(f, x):
-    t = torch.tensor(x, requires_grad=True)
-    (g,) = torch.autograd.grad(f(t), t)
-    (g2,) = torch.autograd.grad(g, t)  # RuntimeError: g has no grad_fn
-    return g2.item()
-
-
-def jacobian_accumulating(f, x):
-    """Forgets that .grad accumulates between backward calls."""
-    x = x.detach().requires_grad_(True)
-    y = f(x)
-    rows = []
-    for i in range(y.shape[0]):
-        v = torch.zeros_like(y)
-        v[i] = 1.0
-        y.backward(gradient=v, retain_graph=True)
-        rows.append(x.grad.clone())
-    return torch.stack(rows)
-
-
-def jacobian_finite_differences(f, x):
-    """Column j from (f(x + h e_j) - f(x - h e_j)) / 2h, in float64."""
-    x = x.detach().to(torch.float64)
-    h = 1e-6
-    columns = []
-    for j in range(x.shape[0]):
-        e = torch.zeros_like(x)
-        e[j] = h
-        columns.append((f(x + e) - f(x - e)) / (2 * h))
-    return torch.stack(columns, dim=1)
-
-
-def jacobian_transposed(f, x):
-    return solution("02.jacobian")(f, x).T
 
 
 def count_state_dict(model, trainable_only=False):
@@ -270,18 +164,6 @@ class StandardizeEpsParameter(nn.Module):
 
 
 WRONG = [
-    ("02.derivative", derivative_returns_value, "not f'(x)"),
-    ("02.derivative", derivative_returns_tensor, ".item()"),
-    ("02.derivative", derivative_finite_difference, "does not require grad"),
-    ("02.derivative", derivative_finite_difference_with_grad, "finite differences"),
-    ("02.derivative", derivative_catches_the_refusal, "finite differences"),
-    ("02.second_derivative", second_derivative_finite_difference_with_grad, "finite differences"),
-    ("02.second_derivative", second_derivative_of_autograd_by_differences, "finite differences"),
-    ("02.second_derivative", second_derivative_is_first, "FIRST derivative"),
-    ("02.second_derivative", second_derivative_without_create_graph, "RuntimeError"),
-    ("02.jacobian", jacobian_accumulating, "accumulates"),
-    ("02.jacobian", jacobian_transposed, "transpose"),
-    ("02.jacobian", jacobian_finite_differences, "finite differences"),
     ("03.count_parameters", count_state_dict, "buffers"),
     ("03.count_parameters", count_ignoring_requires_grad, "requires_grad=False"),
     ("03.count_parameters", count_tensors, "numel"),
@@ -310,15 +192,6 @@ def test_wrong_answer_fails_with_hint(name, wrong, hint):
     assert hint in result.message, result.message
 
 
-def test_second_derivative_of_x4_differs_from_first_away_from_3():
-    """At x = 3 both derivatives of x**4 are 108; at x = 2 they are 32 and 48."""
-    d1, d2 = solution("02.derivative"), solution("02.second_derivative")
-    assert d1(lambda t: t**4, 3.0) == pytest.approx(108.0)
-    assert d2(lambda t: t**4, 3.0) == pytest.approx(108.0)
-    assert d1(lambda t: t**4, 2.0) == pytest.approx(32.0)
-    assert d2(lambda t: t**4, 2.0) == pytest.approx(48.0)
-
-
 def test_checkers_leave_the_global_rng_alone():
     torch.manual_seed(123)
     expected = torch.rand(3)
@@ -330,41 +203,6 @@ def test_checkers_leave_the_global_rng_alone():
 # --------------------------------------------------------------------------
 # Right answers written differently from the reference
 # --------------------------------------------------------------------------
-
-
-def derivative_float32(f, x):
-    t = torch.tensor(x, requires_grad=True)  # float32, the default dtype
-    f(t).backward()
-    return t.grad.item()
-
-
-def derivative_torch_func(f, x):
-    return torch.func.grad(f)(torch.tensor(x, dtype=torch.float64)).item()
-
-
-def second_derivative_float32(f, x):
-    t = torch.tensor(x, requires_grad=True)
-    (g,) = torch.autograd.grad(f(t), t, create_graph=True)
-    g.backward()
-    return t.grad.item()
-
-
-def jacobian_backward_with_reset(f, x):
-    x = x.detach().clone().requires_grad_(True)
-    y = f(x)
-    rows = []
-    for i in range(y.shape[0]):
-        x.grad = None
-        y.backward(
-            gradient=torch.nn.functional.one_hot(torch.tensor(i), y.shape[0]).to(y.dtype),
-            retain_graph=True,
-        )
-        rows.append(x.grad.clone())
-    return torch.stack(rows)
-
-
-def jacobian_float32(f, x):
-    return solution("02.jacobian")(lambda t: f(t.double()).float(), x.float())
 
 
 def count_with_numpy(model, trainable_only=False):
@@ -430,14 +268,6 @@ class StandardizeWithEpsBuffer(nn.Module):
 
 
 RIGHT = [
-    ("02.derivative", derivative_float32),
-    ("02.derivative", derivative_torch_func),
-    ("02.second_derivative", second_derivative_float32),
-    ("02.jacobian", jacobian_backward_with_reset),
-    ("02.jacobian", jacobian_float32),
-    ("02.jacobian", lambda f, x: torch.autograd.functional.jacobian(f, x)),
-    ("02.jacobian", lambda f, x: torch.func.jacrev(f)(x)),
-    ("02.jacobian", lambda f, x: torch.func.jacfwd(f)(x)),
     ("03.count_parameters", count_with_numpy),
     ("03.build_mlp", mlp_last_registered_first),
     ("03.build_mlp", mlp_inplace_relu),
@@ -446,9 +276,6 @@ RIGHT = [
 ]
 
 
-@pytest.mark.filterwarnings(
-    "ignore:`torch.jit.script` is deprecated:FutureWarning"
-)  # inside torch.func.jacfwd
 @pytest.mark.parametrize(
     ("name", "right"),
     RIGHT,
@@ -457,12 +284,6 @@ RIGHT = [
 def test_right_answer_passes(name, right):
     result = check(name, right, show=False)
     assert result.passed, result.message
-
-
-def test_finite_differences_are_accurate_enough_to_have_passed_a_tolerance_check():
-    """Why the checker watches where f is evaluated: the values alone would pass."""
-    for label, f, x, _, first, _ in ch02._SCALAR_CASES:
-        assert ch02._close(derivative_finite_difference_with_grad(f, x), first), label
 
 
 # --------------------------------------------------------------------------

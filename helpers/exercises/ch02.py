@@ -3,17 +3,21 @@
 Exercises:
 
 - ``02.derivative``: ``derivative(f, x) -> float``, f'(x) by autograd.
-- ``02.second_derivative``: ``second_derivative(f, x) -> float``, f''(x) with
-  ``create_graph=True``.
+- ``02.second_derivative``: ``second_derivative(f, x) -> float``, f''(x) by
+  differentiating the first derivative (``create_graph=True``).
 - ``02.jacobian``: ``jacobian(f, x) -> Tensor [m, n]``, one vector-Jacobian
   product per output.
 
-Each checker raises ``AssertionError("hint")`` for a wrong answer (see
+Each checker raises a :class:`~helpers.exercises.Hint` for a wrong answer: the
+case, the expected and the actual value first, the fix on a second failure (see
 :func:`helpers.exercises.check`). The test functions ``f`` it passes to the
-candidate insist on being called at the point itself (and, for the scalar
-derivatives, with a tensor that requires grad), so a finite-difference answer,
-which evaluates f at x + h and x - h, is refused with a hint rather than passed
-because it happens to be accurate enough.
+candidate insist on being called at the point itself, on a tensor that requires
+grad and whose values can be read, so a finite-difference answer, which
+evaluates f at x + h and x - h, is refused rather than passed because it happens
+to be accurate enough, and so is one that hides its evaluations inside
+``torch.func.vmap``. Library functions that compute the asked-for derivative
+(``torch.autograd.functional.hessian``, ``torch.func.jacrev``, forward mode, ...)
+are named as shortcuts and refused (:mod:`helpers.exercises.guards`).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from collections.abc import Callable
 
 import torch
 
-from . import exercise
+from . import Hint, Shortcut, exercise, expect_type
 
 __all__ = ["derivative", "jacobian", "second_derivative"]
 
@@ -73,7 +77,8 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torc
 
     Returns:
         ``J`` with shape ``[m, n]`` and ``J[i, j] = d f(x)[i] / d x[j]``.
-        Row ``i`` is the vector-Jacobian product ``e_i^T J``.
+        Row ``i`` is the vector-Jacobian product ``e_i^T J``; ``torch.autograd.grad``
+        returns a new tensor for each row, so the rows never alias one another.
     """
     x = x.detach().requires_grad_(True)
     y = f(x)
@@ -92,10 +97,10 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torc
 
 
 def _read_point(t: torch.Tensor) -> tuple[float, ...] | None:
-    """The values of ``t`` as float64 numbers, or None when they cannot be read (e.g. inside torch.func)."""
+    """The values of ``t`` as float64 numbers, or None when they cannot be read (e.g. inside torch.func.vmap)."""
     try:
         return tuple(t.detach().to(torch.float64).reshape(-1).tolist())
-    except Exception:  # a wrapped tensor we cannot inspect: do not judge it
+    except Exception:  # a batched or otherwise wrapped tensor: the caller refuses it
         return None
 
 
@@ -111,61 +116,60 @@ def _show(values: tuple[float, ...]) -> str:
     return f"{values[0]!r}" if len(values) == 1 else str(list(values))
 
 
+_AUTOGRAD_AT_X = (
+    "Make x a tensor with requires_grad=True (for a given tensor: x.detach().requires_grad_(True)), call f "
+    "once on it, and let autograd compute the exact derivative: backward() or torch.autograd.grad."
+)
+
+
 class _Watched:
     """Wraps a test function ``f`` and refuses calls that are not autograd at ``point``.
 
-    Autograd needs ``f`` evaluated once, at the point itself; finite differences
+    Autograd needs ``f`` evaluated at the point itself; finite differences
     evaluate it at ``x + h`` and ``x - h`` and only approximate the derivative.
-    Each call's input must therefore equal ``point`` (in some float dtype) and,
-    with ``need_grad``, require grad. The first problem is raised at once and
-    also kept in ``problem``, in case the learner's code swallows the error.
+    Each call's input must therefore be a readable tensor (not a batched one
+    inside ``vmap``, whose values cannot be checked), equal ``point`` in some
+    float dtype and require grad. The first problem is raised at once as a
+    :class:`Hint` and also kept in ``problem``, in case the learner's code
+    swallows the error.
     """
 
-    def __init__(self, f: Callable, label: str, point, need_grad: bool = True) -> None:
-        self.f, self.label, self.need_grad = f, label, need_grad
+    def __init__(self, f: Callable, label: str, point) -> None:
+        self.f, self.label = f, label
         self.point = tuple(torch.as_tensor(point, dtype=torch.float64).reshape(-1).tolist())
         self.allowed = _roundings(point)
-        self.problem: str | None = None
+        self.problem: Hint | None = None
 
-    def _refuse(self, message: str):
-        self.problem = self.problem or message
-        raise AssertionError(message)
+    def _refuse(self, what: str, more: str = _AUTOGRAD_AT_X):
+        self.problem = self.problem or Hint(what, more)
+        raise self.problem
 
     def __call__(self, t):
         if not isinstance(t, torch.Tensor):
-            self._refuse(
-                f"{self.label} was called with a {type(t).__name__}, not a tensor. Make x a tensor with "
-                "torch.tensor(x, requires_grad=True) and let autograd differentiate (no finite differences)."
-            )
-        if self.need_grad and not t.requires_grad:
-            self._refuse(
-                f"{self.label} was called with a tensor that does not require grad, so autograd cannot "
-                "differentiate it: create it with requires_grad=True."
-            )
+            self._refuse(f"{self.label} was called with a {type(t).__name__}, not a tensor, so autograd cannot see it.")
         values = _read_point(t)
-        if values is not None and values not in self.allowed:
+        if values is None:
+            self._refuse(
+                f"{self.label} was called with a tensor whose values cannot be read (a batched tensor, as "
+                "inside torch.func.vmap, or another wrapper), so this check cannot see where f is evaluated.",
+                "Call f on an ordinary tensor, x itself with requires_grad=True, with no vmap around it. " + _AUTOGRAD_AT_X,
+            )
+        if values not in self.allowed:
             self._refuse(
                 f"{self.label} was called at {_show(values)}, not at the point x = {_show(self.point)}: that "
-                "looks like finite differences, (f(x + h) - f(x - h)) / 2h, which only approximate the "
-                "derivative. Call f once, at x itself (a tensor with requires_grad=True), and let autograd "
-                "compute the exact derivative."
+                "looks like finite differences, (f(x + h) - f(x - h)) / 2h, which only approximate the derivative."
+            )
+        if not t.requires_grad:
+            self._refuse(
+                f"{self.label} was called at x with a tensor that does not require grad, so autograd records "
+                "nothing and cannot differentiate it."
             )
         return self.f(t)
 
     def verify(self) -> None:
         """Raise the first refused call again (the learner's code may have caught it)."""
-        if self.problem:
-            raise AssertionError(self.problem)
-
-
-def _as_float(value, what: str) -> float:
-    if isinstance(value, torch.Tensor):
-        raise AssertionError(
-            f"{what} returned a tensor ({value!r}); return a Python float with .item()."
-        )
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise AssertionError(f"{what} returned {type(value).__name__}; return a Python float.")
-    return float(value)
+        if self.problem is not None:
+            raise self.problem
 
 
 def _close(a: float, b: float) -> bool:
@@ -193,46 +197,105 @@ _SCALAR_CASES = [
 
 @exercise(
     "02.derivative",
-    "write derivative(f, x) that returns f'(x) as a Python float, computed by autograd "
-    "(make x a tensor with requires_grad=True, then backward() or torch.autograd.grad).",
+    "write derivative(f, x) that returns f'(x) as a Python float, computed by autograd (not by finite "
+    "differences). f takes and returns a 0-d float tensor, using torch operations.",
     reference=derivative,
+    hint=_AUTOGRAD_AT_X + " A one-element tensor becomes a Python float with .item().",
 )
 def _check_derivative(candidate: Callable) -> None:
     for label, f, x, value, first, _ in _SCALAR_CASES:
-        watched = _Watched(f, label, x)
-        got = _as_float(candidate(watched, x), f"derivative({label}, {x})")
+        watched = _Watched(f, f"f = {label}", x)
+        got = candidate(watched, x)
         watched.verify()
+        expect_type(got, float, f"derivative({label}, {x})")
         if _close(got, first):
             continue
         if _close(got, value):
-            raise AssertionError(
-                f"for f = {label} at x = {x} you returned f(x) = {got:.6g}, not f'(x) = {first:.6g}."
+            raise Hint(
+                f"for f = {label} at x = {x} you returned f(x) = {got:.6g}, not f'(x) = {first:.6g}.",
+                "After backward() the derivative is in the .grad of the tensor you created, not in f(x); "
+                "torch.autograd.grad(f(t), t) returns it directly.",
             )
-        raise AssertionError(f"d/dx {label} at x = {x} is {first:.6g}, but you returned {got:.6g}.")
+        raise Hint(
+            f"d/dx {label} at x = {x} is {first:.6g}, but you returned {got:.6g}.",
+            "Use a fresh tensor for each call (.grad accumulates across backward calls) and return "
+            "t.grad.item() after f(t).backward(), or torch.autograd.grad(f(t), t)[0].item().",
+        )
+
+
+#: Library functions that hand back a second derivative (or a Hessian) without create_graph.
+_SECOND_DERIVATIVE_SHORTCUTS = (
+    "torch.autograd.functional.*",  # hessian, hvp, vhp, jacobian, vjp, jvp
+    "torch.func.grad",  # torch.func.grad(torch.func.grad(f))
+    "torch.func.grad_and_value",
+    "torch.func.hessian",
+    "torch.func.jacrev",
+    "torch.func.jacfwd",
+    "torch.func.vjp",
+    "torch.func.jvp",
+    "torch.func.linearize",
+    "torch.autograd.forward_ad.make_dual",
+)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 @exercise(
     "02.second_derivative",
-    "write second_derivative(f, x) that returns f''(x) as a Python float: take the first "
-    "derivative with torch.autograd.grad(..., create_graph=True), then differentiate it again.",
+    "write second_derivative(f, x) that returns f''(x) as a Python float, computed by autograd: "
+    "differentiate the first derivative once more (no finite differences, no torch.func or "
+    "torch.autograd.functional).",
     reference=second_derivative,
+    shortcuts=_SECOND_DERIVATIVE_SHORTCUTS,
+    goal="the second derivative from two autograd passes (create_graph=True)",
+    hint="Take the first derivative with (df,) = torch.autograd.grad(f(t), t, create_graph=True): the "
+    "graph of that computation is recorded, so torch.autograd.grad(df, t) differentiates it again.",
 )
 def _check_second_derivative(candidate: Callable) -> None:
-    for label, f, x, _, first, second in _SCALAR_CASES:
-        watched = _Watched(f, label, x)
-        got = _as_float(candidate(watched, x), f"second_derivative({label}, {x})")
+    for label, f, x, value, first, second in _SCALAR_CASES:
+        watched = _Watched(f, f"f = {label}", x)
+        try:
+            got = candidate(watched, x)
+        except RuntimeError as exc:
+            if "does not require grad and does not have a grad_fn" not in str(exc):
+                raise
+            raise Hint(
+                f"for f = {label} at x = {x} your code raised RuntimeError: {_first_line(exc)}. The first "
+                "derivative you differentiate again has no grad_fn: autograd did not record how it was computed.",
+                "Pass create_graph=True to the first torch.autograd.grad (or backward) call: then the "
+                "derivative it returns is itself part of a graph, and can be differentiated.",
+            ) from exc
         watched.verify()
+        expect_type(got, float, f"second_derivative({label}, {x})")
         if _close(got, second):
             continue
         if _close(got, first):
-            raise AssertionError(
-                f"for f = {label} at x = {x} you returned the FIRST derivative ({got:.6g}); "
-                f"the second is {second:.6g}. (For x**4 at x = 3 both are 108, which is why that case "
-                "alone cannot tell them apart.) Differentiate the first derivative again: it needs "
-                "create_graph=True in the first torch.autograd.grad call."
+            raise Hint(
+                f"for f = {label} at x = {x} you returned the FIRST derivative ({got:.6g}); the second is "
+                f"{second:.6g}. (For x**4 at x = 3 both are 108, which is why that case alone cannot tell them "
+                "apart.)",
+                "Differentiate the first derivative again: (df,) = torch.autograd.grad(f(t), t, "
+                "create_graph=True), then torch.autograd.grad(df, t).",
             )
-        raise AssertionError(
-            f"d2/dx2 {label} at x = {x} is {second:.6g}, but you returned {got:.6g}."
+        if _close(got, first + second):
+            raise Hint(
+                f"for f = {label} at x = {x} you returned {got:.6g}, which is f' + f'' = {first:.6g} + "
+                f"{second:.6g}, not f'' = {second:.6g}: .grad accumulates.",
+                "f(t).backward(create_graph=True) already put f' into t.grad; a second backward() adds f'' "
+                "to it. Either read the first derivative with torch.autograd.grad(f(t), t, "
+                "create_graph=True), which leaves t.grad alone, or set t.grad = None before the second "
+                "backward (after saving the first derivative in a variable).",
+            )
+        if _close(got, value):
+            raise Hint(
+                f"for f = {label} at x = {x} you returned f(x) = {got:.6g}, not f''(x) = {second:.6g}.",
+                "Return the gradient of the first derivative, not the function value.",
+            )
+        raise Hint(
+            f"d2/dx2 {label} at x = {x} is {second:.6g}, but you returned {got:.6g}.",
+            "Compute df with create_graph=True, then differentiate df with respect to the same tensor t.",
         )
 
 
@@ -257,42 +320,99 @@ _JACOBIAN_CASES = [
     ("A @ x with A of shape [2, 3]", _f_linear, [1.0, 2.0, -1.0]),
 ]
 
+#: Library functions that build the whole Jacobian (or its columns, by forward mode) for the learner.
+_JACOBIAN_SHORTCUTS = (
+    "torch.autograd.functional.jacobian",
+    "torch.autograd.functional.jvp",
+    "torch.func.jacrev",
+    "torch.func.jacfwd",
+    "torch.func.jvp",
+    "torch.func.linearize",
+    Shortcut("torch.func.vmap", does="`torch.func.vmap`, which batches all the rows (or columns) into one call,"),
+    Shortcut("torch.vmap", does="`torch.vmap`, which batches all the rows (or columns) into one call,"),
+    "torch.autograd.forward_ad.make_dual",
+    Shortcut(
+        "torch.autograd.grad",
+        when=lambda a, k: bool(k.get("is_grads_batched")),
+        does="`torch.autograd.grad(..., is_grads_batched=True)`",
+    ),
+)
+
+_ROWS_FIX = (
+    "x.grad is one tensor that each backward() updates in place (and .zero_() clears in place), so "
+    "appending x.grad appends the same object every time. Append x.grad.clone(), or set x.grad = None "
+    "before each row, or use torch.autograd.grad(y, x, grad_outputs=v, retain_graph=True), which "
+    "returns a new tensor."
+)
+
+
+def _all_rows_equal(got: torch.Tensor, row: torch.Tensor) -> bool:
+    return torch.allclose(got, row.expand_as(got), rtol=1e-5, atol=1e-7)
+
 
 @exercise(
     "02.jacobian",
-    "write jacobian(f, x) that returns the [m, n] Jacobian of f: R^n -> R^m at x, building "
-    "row i from one vector-Jacobian product with v = e_i (backward(gradient=v) or "
-    "torch.autograd.grad(y, x, grad_outputs=v, retain_graph=True)).",
+    "write jacobian(f, x) that returns the [m, n] Jacobian J[i, j] = d f(x)[i] / d x[j] of f: R^n -> R^m "
+    "at x, building row i from one vector-Jacobian product with v = e_i (not with "
+    "torch.autograd.functional.jacobian, torch.func or forward mode).",
     reference=jacobian,
+    shortcuts=_JACOBIAN_SHORTCUTS,
+    goal="the Jacobian from one vector-Jacobian product per row",
+    hint="y = f(x) once, with x = x.detach().requires_grad_(True); then for each i, v = e_i and "
+    "(row,) = torch.autograd.grad(y, x, grad_outputs=v, retain_graph=True); torch.stack the rows.",
 )
 def _check_jacobian(candidate: Callable) -> None:
     for label, f, point in _JACOBIAN_CASES:
         x = torch.tensor(point, dtype=torch.float64)
         want = torch.autograd.functional.jacobian(f, x)
-        # Forward mode (torch.func.jacfwd) calls f with a tensor that does not require grad: allowed.
-        watched = _Watched(f, f"f = {label}", point, need_grad=False)
+        watched = _Watched(f, f"f = {label}", point)
         got = candidate(watched, x.clone())
         watched.verify()
-        if not isinstance(got, torch.Tensor):
-            raise AssertionError(
-                f"jacobian returned {type(got).__name__}; return a tensor of shape [m, n]."
-            )
+        expect_type(got, torch.Tensor, f"jacobian(f = {label})")
         got = got.detach().to(torch.float64)
-        if tuple(got.shape) != tuple(want.shape):
-            raise AssertionError(
-                f"for f = {label} the Jacobian has shape {tuple(want.shape)} "
-                f"(outputs x inputs), but yours has shape {tuple(got.shape)}."
+        m, n = want.shape
+        if tuple(got.shape) != (m, n):
+            if tuple(got.shape) == (n, m) and torch.allclose(got, want.T, rtol=1e-5, atol=1e-7):
+                raise Hint(
+                    f"for f = {label} you returned the transpose: shape {(n, m)} instead of {(m, n)} "
+                    "(outputs x inputs).",
+                    "Row i must be the gradient of output i: stack the rows with torch.stack(rows), not as columns.",
+                )
+            raise Hint(
+                f"for f = {label} the Jacobian has shape {(m, n)} (outputs x inputs), but yours has "
+                f"shape {tuple(got.shape)}.",
+                "One row per output y[i], each the gradient of y[i] with respect to x (length n): "
+                "torch.stack of m such rows.",
             )
         if torch.allclose(got, want, rtol=1e-5, atol=1e-7):
             continue
         if torch.allclose(got, want.cumsum(0), rtol=1e-5, atol=1e-7):
-            raise AssertionError(
-                "row i of your answer is the sum of rows 0..i: x.grad accumulates across backward "
-                "calls. Reset it (x.grad = None) before each row, or use torch.autograd.grad, "
-                "which returns the gradient instead of adding it to .grad."
+            raise Hint(
+                f"for f = {label}, row i of your answer is the sum of rows 0..i of the Jacobian: x.grad "
+                "accumulates across backward calls.",
+                "Reset it (x.grad = None) before each row, or use torch.autograd.grad, which returns the "
+                "gradient instead of adding it to .grad.",
             )
-        if want.shape[0] == want.shape[1] and torch.allclose(got, want.T, rtol=1e-5, atol=1e-7):
-            raise AssertionError(
-                "you returned the transpose: row i must be the gradient of output i."
+        if m > 1 and _all_rows_equal(got, want[-1]) and not _all_rows_equal(want, want[-1]):
+            raise Hint(
+                f"for f = {label} every row of your answer equals the LAST row of the Jacobian, "
+                f"{[round(v, 6) for v in want[-1].tolist()]}: your rows look like one and the same tensor.",
+                _ROWS_FIX,
             )
-        raise AssertionError(f"for f = {label} at x = {point}, expected\n{want}\nbut got\n{got}")
+        if not got.any() and want.any():
+            raise Hint(
+                f"for f = {label} every entry of your answer is 0, but the Jacobian is\n{want}\n"
+                "If you appended x.grad and then zeroed it, every row is that same zeroed tensor.",
+                _ROWS_FIX,
+            )
+        if m == n and torch.allclose(got, want.T, rtol=1e-5, atol=1e-7):
+            raise Hint(
+                f"for f = {label} you returned the transpose: row i must be the gradient of output i.",
+                "Row i is x.grad (or the result of torch.autograd.grad) after the VJP with v = e_i; stack "
+                "the rows with torch.stack(rows), not as columns.",
+            )
+        raise Hint(
+            f"for f = {label} at x = {point}, expected\n{want}\nbut got\n{got}",
+            "Row i is the vector-Jacobian product with v = e_i (1 at position i): "
+            "torch.autograd.grad(y, x, grad_outputs=v, retain_graph=True).",
+        )

@@ -1,0 +1,457 @@
+"""Exercises of chapter 02 (Autograd): wrong answers, library shortcuts and right answers.
+
+The generic checks (the reference passes, a stub reads "not attempted", a crash
+is reported) are in tests/test_exercises.py. Here: realistic wrong answers fail
+with a first-tier hint that names the mistake (and a fuller hint behind it),
+every library function that would do the exercise is refused, and right
+answers written differently from the reference pass.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
+import torch.func
+
+from helpers.exercises import ch02, check, hint, solution
+from tests.exercise_support import assert_rejected
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning"),  # inside torch.func.jacfwd
+    pytest.mark.filterwarnings(r"ignore:Using backward\(\) with create_graph=True:UserWarning"),  # the f' + f'' answer
+]
+
+
+def _stub(*args, **kwargs):
+    """What the notebook ships: the learner has not written anything yet."""
+    raise NotImplementedError
+
+
+def test_check_prints_one_line(capsys):
+    check("02.derivative", _stub)
+    out = capsys.readouterr().out
+    assert out.startswith("[TODO] exercise 02.derivative: not attempted yet.")
+
+
+# --------------------------------------------------------------------------
+# 02.derivative: wrong answers
+# --------------------------------------------------------------------------
+
+
+def derivative_returns_value(f, x):
+    t = torch.tensor(x, requires_grad=True)
+    return f(t).item()
+
+
+def derivative_returns_tensor(f, x):
+    t = torch.tensor(x, requires_grad=True)
+    f(t).backward()
+    return t.grad
+
+
+def derivative_without_requires_grad(f, x):
+    t = torch.tensor(x)
+    return f(t).item()  # never differentiates
+
+
+def derivative_finite_difference(f, x):
+    h = 1e-4
+    return ((f(torch.tensor(x + h)) - f(torch.tensor(x - h))) / (2 * h)).item()
+
+
+def derivative_finite_difference_with_grad(f, x):
+    """Central differences on a float64 tensor that requires grad: accurate to ~1e-10, not autograd."""
+    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    h = 1e-5
+    return ((f(t + h) - f(t - h)) / (2 * h)).item()
+
+
+def derivative_catches_the_refusal(f, x):
+    """Finite differences that swallow the checker's error and fall back to a guess."""
+    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    h = 1e-5
+    try:
+        return ((f(t + h) - f(t - h)) / (2 * h)).item()
+    except AssertionError:
+        (g,) = torch.autograd.grad(f(t), t)
+        return g.item()
+
+
+def derivative_finite_difference_under_vmap(f, x):
+    """Both evaluations in one batched call, through a name the shortcut guard does not rebind."""
+    from torch._functorch.apis import vmap  # the same function as torch.func.vmap
+
+    h = 1e-5
+    ys = vmap(f)(torch.tensor([x + h, x - h], dtype=torch.float64, requires_grad=True))
+    return ((ys[0] - ys[1]) / (2 * h)).item()
+
+
+# --------------------------------------------------------------------------
+# 02.second_derivative: wrong answers and shortcuts
+# --------------------------------------------------------------------------
+
+
+def second_derivative_finite_difference_with_grad(f, x):
+    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    h = 1e-4
+    return ((f(t + h) - 2 * f(t) + f(t - h)) / h**2).item()
+
+
+def second_derivative_of_autograd_by_differences(f, x):
+    """Autograd for f', then a finite difference of f' for f''."""
+
+    def first(at):
+        t = torch.tensor(at, dtype=torch.float64, requires_grad=True)
+        (g,) = torch.autograd.grad(f(t), t)
+        return g.item()
+
+    h = 1e-5
+    return (first(x + h) - first(x - h)) / (2 * h)
+
+
+def second_derivative_is_first(f, x):
+    """Prints 108 for x**4 at 3, which is right there, and 32 at x = 2, which is not."""
+    t = torch.tensor(x, requires_grad=True)
+    (g,) = torch.autograd.grad(f(t), t)
+    return g.item()
+
+
+def second_derivative_without_create_graph(f, x):
+    t = torch.tensor(x, requires_grad=True)
+    (g,) = torch.autograd.grad(f(t), t)
+    (g2,) = torch.autograd.grad(g, t)  # RuntimeError: g has no grad_fn
+    return g2.item()
+
+
+def second_derivative_accumulated(f, x):
+    """backward twice into the same .grad: returns f' + f'' (216 for x**4 at 3)."""
+    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    f(t).backward(create_graph=True)
+    t.grad.backward()
+    return t.grad.item()
+
+
+def second_derivative_hessian(f, x):
+    return torch.autograd.functional.hessian(f, torch.tensor(x, dtype=torch.float64)).item()
+
+
+def second_derivative_func_hessian(f, x):
+    return torch.func.hessian(f)(torch.tensor(x, dtype=torch.float64)).item()
+
+
+def second_derivative_func_grad_twice(f, x):
+    return torch.func.grad(torch.func.grad(f))(torch.tensor(x, dtype=torch.float64)).item()
+
+
+def second_derivative_hvp(f, x):
+    t = torch.tensor(x, dtype=torch.float64)
+    return torch.autograd.functional.hvp(f, t, torch.ones_like(t))[1].item()
+
+
+def second_derivative_jacfwd_of_jacrev(f, x):
+    return torch.func.jacfwd(torch.func.jacrev(f))(torch.tensor(x, dtype=torch.float64)).item()
+
+
+# --------------------------------------------------------------------------
+# 02.jacobian: wrong answers and shortcuts
+# --------------------------------------------------------------------------
+
+
+def jacobian_accumulating(f, x):
+    """Forgets that .grad accumulates between backward calls."""
+    x = x.detach().requires_grad_(True)
+    y = f(x)
+    rows = []
+    for i in range(y.shape[0]):
+        v = torch.zeros_like(y)
+        v[i] = 1.0
+        y.backward(gradient=v, retain_graph=True)
+        rows.append(x.grad.clone())
+    return torch.stack(rows)
+
+
+def jacobian_aliased_rows(f, x):
+    """Zeroes .grad in place before each row and appends x.grad itself: every row is the last one."""
+    x = x.detach().requires_grad_(True)
+    y = f(x)
+    rows = []
+    for i in range(y.shape[0]):
+        if x.grad is not None:
+            x.grad.zero_()
+        v = torch.zeros_like(y)
+        v[i] = 1.0
+        y.backward(gradient=v, retain_graph=True)
+        rows.append(x.grad)
+    return torch.stack(rows)
+
+
+def jacobian_aliased_rows_zeroed_after(f, x):
+    """Appends x.grad, then zeroes it in place: every row is the same, zeroed, tensor."""
+    x = x.detach().requires_grad_(True)
+    y = f(x)
+    rows = []
+    for i in range(y.shape[0]):
+        v = torch.zeros_like(y)
+        v[i] = 1.0
+        y.backward(gradient=v, retain_graph=True)
+        rows.append(x.grad)
+        x.grad.zero_()
+    return torch.stack(rows)
+
+
+def jacobian_finite_differences(f, x):
+    """Column j from (f(x + h e_j) - f(x - h e_j)) / 2h, in float64."""
+    x = x.detach().to(torch.float64)
+    h = 1e-6
+    columns = []
+    for j in range(x.shape[0]):
+        e = torch.zeros_like(x)
+        e[j] = h
+        columns.append((f(x + e) - f(x - e)) / (2 * h))
+    return torch.stack(columns, dim=1)
+
+
+def jacobian_without_requires_grad(f, x):
+    y = f(x)  # x does not require grad: nothing is recorded
+    return torch.zeros(y.shape[0], x.shape[0], dtype=y.dtype)
+
+
+def jacobian_transposed(f, x):
+    return solution("02.jacobian")(f, x).T
+
+
+def jacobian_forward_ad(f, x):
+    """Column j by forward mode: the tangent of f(x + eps e_j)."""
+    x = x.detach()
+    columns = []
+    with fwAD.dual_level():
+        for j in range(x.shape[0]):
+            dual = fwAD.make_dual(x, torch.eye(x.shape[0], dtype=x.dtype)[j])
+            columns.append(fwAD.unpack_dual(f(dual)).tangent)
+    return torch.stack(columns, dim=1)
+
+
+def jacobian_batched_grad(f, x):
+    x = x.detach().requires_grad_(True)
+    y = f(x)
+    (jac,) = torch.autograd.grad(y, x, torch.eye(y.shape[0], dtype=y.dtype), is_grads_batched=True)
+    return jac
+
+
+def jacobian_finite_differences_under_func_vmap(f, x):
+    h = 1e-6
+    steps = torch.eye(x.shape[0], dtype=torch.float64) * h
+    return (torch.func.vmap(lambda e: (f(x + e) - f(x - e)) / (2 * h))(steps)).T
+
+
+def jacobian_finite_differences_under_hidden_vmap(f, x):
+    """The same through torch._functorch.apis.vmap, a name the guard does not rebind: f sees batched tensors."""
+    from torch._functorch.apis import vmap
+
+    h = 1e-6
+    steps = torch.eye(x.shape[0], dtype=torch.float64) * h
+    xr = x.detach().requires_grad_(True)
+    return (vmap(lambda e: (f(xr + e) - f(xr - e)) / (2 * h))(steps)).T
+
+
+WRONG = [
+    ("02.derivative", derivative_returns_value, "not f'(x)"),
+    ("02.derivative", derivative_returns_tensor, "should be a Python float, got Tensor"),
+    ("02.derivative", derivative_without_requires_grad, "does not require grad"),
+    ("02.derivative", derivative_finite_difference, "finite differences"),
+    ("02.derivative", derivative_finite_difference_with_grad, "finite differences"),
+    ("02.derivative", derivative_catches_the_refusal, "finite differences"),
+    ("02.derivative", derivative_finite_difference_under_vmap, "cannot be read"),
+    ("02.second_derivative", second_derivative_finite_difference_with_grad, "finite differences"),
+    ("02.second_derivative", second_derivative_of_autograd_by_differences, "finite differences"),
+    ("02.second_derivative", second_derivative_is_first, "FIRST derivative"),
+    ("02.second_derivative", second_derivative_without_create_graph, "no grad_fn"),
+    ("02.second_derivative", second_derivative_accumulated, "f' + f''"),
+    ("02.second_derivative", second_derivative_hessian, "torch.autograd.functional.hessian"),
+    ("02.second_derivative", second_derivative_func_hessian, "torch.func.hessian"),
+    ("02.second_derivative", second_derivative_func_grad_twice, "torch.func.grad"),
+    ("02.second_derivative", second_derivative_hvp, "torch.autograd.functional.hvp"),
+    ("02.second_derivative", second_derivative_jacfwd_of_jacrev, "torch.func.jac"),
+    ("02.jacobian", jacobian_accumulating, "accumulates"),
+    ("02.jacobian", jacobian_aliased_rows, "LAST row"),
+    ("02.jacobian", jacobian_aliased_rows_zeroed_after, "every entry of your answer is 0"),
+    ("02.jacobian", jacobian_transposed, "transpose"),
+    ("02.jacobian", jacobian_finite_differences, "finite differences"),
+    ("02.jacobian", jacobian_without_requires_grad, "does not require grad"),
+    ("02.jacobian", jacobian_forward_ad, "torch.autograd.forward_ad.make_dual"),
+    ("02.jacobian", jacobian_batched_grad, "is_grads_batched=True"),
+    ("02.jacobian", jacobian_finite_differences_under_func_vmap, "torch.func.vmap"),
+    ("02.jacobian", jacobian_finite_differences_under_hidden_vmap, "cannot be read"),
+    ("02.jacobian", lambda f, x: torch.autograd.functional.jacobian(f, x), "torch.autograd.functional.jacobian"),
+    ("02.jacobian", lambda f, x: torch.func.jacrev(f)(x), "torch.func.jacrev"),
+    ("02.jacobian", lambda f, x: torch.func.jacfwd(f)(x), "torch.func.jacfwd"),
+    ("02.jacobian", lambda f, x: torch.vmap(lambda v: v)(x) @ torch.eye(x.shape[0]), "torch.vmap"),
+    (
+        "02.jacobian",
+        lambda f, x: torch.stack([torch.func.jvp(f, (x,), (e,))[1] for e in torch.eye(x.shape[0], dtype=x.dtype)], 1),
+        "torch.func.jvp",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "wrong", "words"),
+    WRONG,
+    ids=[f"{n}-{getattr(w, '__name__', 'lambda')}-{i}" for i, (n, w, _) in enumerate(WRONG)],
+)
+def test_wrong_answer_fails_with_hint(name, wrong, words):
+    assert_rejected(name, wrong, words)
+
+
+@pytest.mark.parametrize(
+    ("name", "wrong", "first_tier", "fuller"),
+    [
+        ("02.second_derivative", second_derivative_accumulated, "216", "t.grad = None"),
+        ("02.jacobian", jacobian_aliased_rows, "LAST row", ".clone()"),
+        ("02.jacobian", jacobian_accumulating, "accumulates", "x.grad = None"),
+        ("02.second_derivative", second_derivative_without_create_graph, "no grad_fn", "create_graph=True"),
+        ("02.derivative", derivative_finite_difference_with_grad, "finite differences", "requires_grad=True"),
+    ],
+)
+def test_the_fix_is_in_the_fuller_hint_not_the_first(name, wrong, first_tier, fuller):
+    """The first failure names the case and the symptom; hint(name) then gives the fix."""
+    from helpers.exercises import _failures
+
+    _failures.pop(name, None)  # a first attempt
+    result = assert_rejected(name, wrong, first_tier)
+    assert fuller not in result.message, f"the first failure already gives the fix: {result.message}"
+    assert f'hint("{name}")' in result.message
+    assert fuller in hint(name, show=False)
+    second = check(name, wrong, show=False)  # a second failed attempt shows the fuller hint itself
+    assert fuller in second.message, second.message
+
+
+def test_hint_before_any_failure_is_a_general_one():
+    from helpers.exercises import _fuller
+
+    for name in ("02.derivative", "02.second_derivative", "02.jacobian"):
+        _fuller.pop(name, None)
+        assert "requires_grad" in hint(name, show=False) or "create_graph" in hint(name, show=False)
+
+
+def test_second_derivative_of_x4_differs_from_first_away_from_3():
+    """At x = 3 both derivatives of x**4 are 108; at x = 2 they are 32 and 48."""
+    d1, d2 = solution("02.derivative"), solution("02.second_derivative")
+    assert d1(lambda t: t**4, 3.0) == pytest.approx(108.0)
+    assert d2(lambda t: t**4, 3.0) == pytest.approx(108.0)
+    assert d1(lambda t: t**4, 2.0) == pytest.approx(32.0)
+    assert d2(lambda t: t**4, 2.0) == pytest.approx(48.0)
+
+
+def test_accumulated_second_derivative_is_first_plus_second():
+    """The case the f' + f'' hint is written for: 108 + 108 = 216 for x**4 at 3."""
+    assert second_derivative_accumulated(lambda t: t**4, 3.0) == pytest.approx(216.0)
+
+
+def test_aliased_rows_all_equal_the_last_row():
+    f, point = ch02._f_products, torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    got, want = jacobian_aliased_rows(f, point), solution("02.jacobian")(f, point)
+    assert torch.equal(got, want[-1].expand_as(got)) and not torch.equal(got, want)
+
+
+def test_finite_differences_are_accurate_enough_to_have_passed_a_tolerance_check():
+    """Why the checker watches where f is evaluated: the values alone would pass."""
+    for label, f, x, _, first, _ in ch02._SCALAR_CASES:
+        assert ch02._close(derivative_finite_difference_with_grad(f, x), first), label
+
+
+def test_the_shortcut_candidates_would_be_right_if_allowed():
+    """The refused library answers are refused for being shortcuts, not for wrong values."""
+    f, x = ch02._f_coupled, torch.tensor([0.3, -1.0, 2.0, 0.5], dtype=torch.float64)
+    want = solution("02.jacobian")(f, x)
+    for got in (jacobian_forward_ad(f, x), jacobian_batched_grad(f, x), torch.func.jacrev(f)(x)):
+        assert torch.allclose(got, want, atol=1e-10)
+    assert torch.allclose(jacobian_finite_differences_under_func_vmap(f, x), want, atol=1e-6)
+    assert second_derivative_func_grad_twice(torch.sin, 0.7) == pytest.approx(solution("02.second_derivative")(torch.sin, 0.7))
+    assert second_derivative_hessian(torch.sin, 0.7) == pytest.approx(solution("02.second_derivative")(torch.sin, 0.7))
+
+
+# --------------------------------------------------------------------------
+# Right answers written differently from the reference
+# --------------------------------------------------------------------------
+
+
+def derivative_float32(f, x):
+    t = torch.tensor(x, requires_grad=True)  # float32, the default dtype
+    f(t).backward()
+    return t.grad.item()
+
+
+def derivative_torch_func(f, x):
+    return torch.func.grad(f)(torch.tensor(x, dtype=torch.float64)).item()
+
+
+def second_derivative_float32(f, x):
+    t = torch.tensor(x, requires_grad=True)
+    (g,) = torch.autograd.grad(f(t), t, create_graph=True)
+    g.backward()
+    return t.grad.item()
+
+
+def second_derivative_backward_twice_with_reset(f, x):
+    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    f(t).backward(create_graph=True)
+    first = t.grad
+    t.grad = None
+    first.backward()
+    return t.grad.item()
+
+
+def jacobian_backward_with_reset(f, x):
+    x = x.detach().clone().requires_grad_(True)
+    y = f(x)
+    rows = []
+    for i in range(y.shape[0]):
+        x.grad = None
+        y.backward(
+            gradient=torch.nn.functional.one_hot(torch.tensor(i), y.shape[0]).to(y.dtype),
+            retain_graph=True,
+        )
+        rows.append(x.grad.clone())
+    return torch.stack(rows)
+
+
+def jacobian_zero_and_clone(f, x):
+    x = x.detach().requires_grad_(True)
+    y = f(x)
+    rows = []
+    for i in range(y.shape[0]):
+        if x.grad is not None:
+            x.grad.zero_()
+        y[i].backward(retain_graph=True)
+        rows.append(x.grad.clone())
+    return torch.stack(rows)
+
+
+def jacobian_float32(f, x):
+    return solution("02.jacobian")(lambda t: f(t.double()).float(), x.float())
+
+
+def jacobian_func_vjp(f, x):
+    """torch.func.vjp once, then one vector-Jacobian product per row: the exercise, functionally."""
+    y, vjp_fn = torch.func.vjp(f, x)
+    return torch.stack([vjp_fn(e)[0] for e in torch.eye(y.shape[0], dtype=y.dtype)])
+
+
+RIGHT = [
+    ("02.derivative", derivative_float32),
+    ("02.derivative", derivative_torch_func),
+    ("02.second_derivative", second_derivative_float32),
+    ("02.second_derivative", second_derivative_backward_twice_with_reset),
+    ("02.jacobian", jacobian_backward_with_reset),
+    ("02.jacobian", jacobian_zero_and_clone),
+    ("02.jacobian", jacobian_float32),
+    ("02.jacobian", jacobian_func_vjp),
+]
+
+
+@pytest.mark.parametrize(("name", "right"), RIGHT, ids=[f"{n}-{r.__name__}" for n, r in RIGHT])
+def test_right_answer_passes(name, right):
+    result = check(name, right, show=False)
+    assert result.passed, result.message
