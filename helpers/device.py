@@ -8,6 +8,7 @@ import logging
 import os
 import platform
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -21,12 +22,15 @@ __all__ = [
     "STAND_INS",
     "STATUS_MEANING",
     "Check",
+    "DEVICE_TYPES",
     "DoctorReport",
     "chapters_using",
+    "available_devices",
     "doctor",
     "import_without_cuda_home_log",
     "pick_device",
     "seed_everything",
+    "usable_cpus",
 ]
 
 #: Versions the stored notebook outputs were produced with (requirements.txt).
@@ -52,22 +56,53 @@ def import_without_cuda_home_log(module: str):
         log.setLevel(previous)
 
 
+#: The device types ``pick_device`` accepts: those the chapters run on, plus Intel's XPU where present.
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
+
+
+def _xpu_available() -> bool:
+    xpu = getattr(torch, "xpu", None)
+    return bool(xpu is not None and xpu.is_available())
+
+
+def available_devices() -> list[str]:
+    """The devices ``pick_device`` would accept on this machine, e.g. ``["cpu", "cuda:0", "cuda:1"]``.
+
+    Always starts with ``"cpu"``; then each usable CUDA device, ``"mps"`` where
+    Apple's GPU backend is usable, and each XPU where ``torch.xpu.is_available()``.
+    """
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        found.append("mps")
+    if _xpu_available():
+        found += [f"xpu:{i}" for i in range(torch.xpu.device_count())]
+    return found
+
+
 def pick_device(prefer: str | None = None) -> torch.device:
     """Choose where tensors should live.
 
-    Order: ``prefer`` if given, else ``$COURSE_DEVICE`` if set, else CUDA,
-    then Apple's MPS, then the CPU.
+    Order: ``prefer`` if given, else ``$COURSE_DEVICE`` if set (read on every
+    call), else CUDA, then Apple's MPS, then the CPU. A device that is asked
+    for must be there: there is no silent fallback to the CPU.
 
     Args:
-        prefer: ``"cuda"``, ``"cuda:1"``, ``"mps"``, ``"cpu"`` or ``None`` for automatic.
+        prefer: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``, ``"xpu"`` (Intel
+            GPUs, only where ``torch.xpu.is_available()``), or ``None`` for the
+            automatic choice (which never picks XPU: the chapters are tested on
+            CUDA, MPS and the CPU).
 
     Returns:
         A ``torch.device``.
 
     Raises:
-        ValueError: ``prefer`` is not a device string torch understands.
+        ValueError: ``prefer`` is not a device name torch understands, or names a
+            device type the course does not run on (``"meta"``, ``"ipu"``, ...);
+            the message lists the accepted types.
         RuntimeError: the requested device is not available on this machine
-            (the message says what is available instead).
+            (the message lists the devices this machine has).
     """
     wanted = prefer if prefer is not None else (os.environ.get("COURSE_DEVICE", "").strip() or None)
     if wanted is None:
@@ -76,20 +111,41 @@ def pick_device(prefer: str | None = None) -> torch.device:
         if torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
+    source = "" if prefer is not None else " (from COURSE_DEVICE)"
+    choices = "'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'"
     try:
         device = torch.device(wanted)
     except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"{wanted!r} is not a device name; use 'cpu', 'cuda', 'cuda:0' or 'mps'") from exc
+        raise ValueError(f"{wanted!r}{source} is not a device name; use {choices}") from exc
+    if device.type not in DEVICE_TYPES:
+        raise ValueError(
+            f"{wanted!r}{source} is a device type torch knows, but not one the course runs on; use {choices}"
+        )
+    here = f"this machine has: {', '.join(available_devices())}"
+    fallback = "unset COURSE_DEVICE" if prefer is None else "pass prefer=None"
+    index = device.index or 0
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        index = device.index or 0
         if index >= count:
             raise RuntimeError(
-                f"asked for {device} but this machine has {count} usable CUDA device(s); "
-                "unset COURSE_DEVICE or pass prefer=None to fall back to the CPU"
+                f"asked for {device}{source} but this machine has {count} usable CUDA device(s) ({here}); "
+                f"{fallback} for the automatic choice"
             )
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise RuntimeError("asked for 'mps' but MPS is not available (it needs Apple silicon and macOS 12.3+)")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise RuntimeError(
+                f"asked for {device}{source} but MPS is not available: it needs a Mac with Apple silicon, "
+                f"macOS 14 or newer and a native arm64 Python ({here})"
+            )
+        if index != 0:
+            raise RuntimeError(f"asked for {device}{source} but MPS has one device, mps:0 ({here})")
+    elif device.type == "xpu":
+        count = torch.xpu.device_count() if _xpu_available() else 0
+        if index >= count:
+            raise RuntimeError(
+                f"asked for {device}{source} but this machine has {count} usable XPU device(s) ({here}); "
+                f"{fallback} for the automatic choice"
+            )
     return device
 
 
@@ -134,9 +190,10 @@ STATUS_MEANING = {
     "ok": "as required",
     "info": "fine as it is, nothing to do: something optional is absent (a GPU, nvcc, or an optional "
     "dataset whose stand-in is in reach); cells that need a missing GPU or nvcc print one line and skip",
-    "warn": "nothing is known to break, but something differs from the tested setup: numbers may differ "
-    "from the stored outputs, a dataset will be downloaded on first use (a network is needed then), "
-    "or free disk is low",
+    "warn": "nothing is known to break, but something differs from the tested setup or from what you "
+    "probably want: numbers may differ from the stored outputs, a dataset will be downloaded on first use "
+    "(a network is needed then), a GPU is there but torch cannot use it, torch runs more threads than it "
+    "has CPUs, or free disk is low",
     "fail": "at least one chapter will stop with an error; the line names the chapters where it knows them, "
     "and its fix says what to do",
 }
@@ -293,13 +350,14 @@ def _data_check(name: str, where: dict[str, str], mirror_set: bool) -> Check:
     stand_in_reach = _REACH[where[stand_in]] if stand_in is not None else 2
     # the chapters take the stand-in when it is in reach, and when only it (not this one) needs a download
     if stand_in_reach == 0 or (stand_in_reach == 1 and where[name] != "download"):
-        how = "in reach" if stand_in_reach == 0 else "downloadable"
+        # helpers.data.cifar10 takes an offline stand-in without trying a download, so say only that
+        used = f"chapters use {stand_in} ({'in reach' if stand_in_reach == 0 else 'downloadable'})"
         return Check(
             label,
             "info",
-            f"{detail}; optional: {stand_in} stands in for it ({how})",
+            f"not in data/; {used}" if stand_in_reach == 0 else f"{detail}; {used}",
             "nothing needed"
-            + ("" if where[name] == "unavailable" else "; `make data` with a network fetches it"),
+            + ("" if where[name] == "unavailable" else f"; for {name} itself, run `make data` with a network"),
         )
     if where[name] == "download":
         return Check(
@@ -322,17 +380,167 @@ def _data_check(name: str, where: dict[str, str], mirror_set: bool) -> Check:
     return Check(label, "fail", f"{detail}: {_chapter_list(chapters)} cannot run", fix, chapters)
 
 
+#: Where Linux's NVIDIA kernel driver shows itself when it is loaded (tests point this elsewhere).
+NVIDIA_PROC_DIR = "/proc/driver/nvidia"
+
+#: The wheel index of the CUDA build the course pins (its suffix is torch.version.cuda without the dot).
+CUDA_WHEEL_INDEX = "https://download.pytorch.org/whl/cu130"
+
+
+def _nvidia_driver_signs() -> list[str]:
+    """Signs of an NVIDIA GPU driver on this machine: ``nvidia-smi`` on PATH, the Linux driver's /proc folder."""
+    signs = []
+    if shutil.which("nvidia-smi"):
+        signs.append("nvidia-smi is on PATH")
+    if os.path.isdir(NVIDIA_PROC_DIR):
+        signs.append(f"{NVIDIA_PROC_DIR} exists")
+    return signs
+
+
+def _cuda_check() -> Check:
+    """OK with usable GPUs; WARN when an NVIDIA driver is there but torch cannot use CUDA; else INFO."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:  # e.g. "The NVIDIA driver on your system is too old"
+        warnings.simplefilter("always")
+        usable = torch.cuda.is_available()
+    if usable:
+        names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        return Check("cuda", "ok", f"{torch.cuda.device_count()} device(s): {names}")
+    built = torch.version.cuda
+    signs = _nvidia_driver_signs()
+    if not signs:
+        return Check(
+            "cuda",
+            "info",
+            f"no CUDA device (torch built for CUDA {built or 'none'}); GPU-only cells will skip",
+            "nothing needed: every chapter runs on the CPU",
+        )
+    said = f"; torch said: {str(caught[0].message).strip()}" if caught else ""
+    if built is None:
+        return Check(
+            "cuda",
+            "warn",
+            f"an NVIDIA driver is here ({', '.join(signs)}), but this torch is the CPU-only build, "
+            "so every chapter runs on the CPU",
+            f"install the CUDA build: `pip install torch=={PINNED['torch']} torchvision=={PINNED['torchvision']} "
+            f"--index-url {CUDA_WHEEL_INDEX}` (on Linux the default wheel from PyPI is a CUDA build too); "
+            "`nvidia-smi` shows the highest CUDA version the driver supports, and an older one needs the "
+            "matching cuXY index",
+        )
+    return Check(
+        "cuda",
+        "warn",
+        f"an NVIDIA driver is here ({', '.join(signs)}), but torch (built for CUDA {built}) cannot use a GPU{said}",
+        f"run `nvidia-smi`: the driver must support CUDA {built} (its header shows the highest CUDA version it "
+        "supports); update the driver, or install a torch build for an older CUDA; also check that "
+        "CUDA_VISIBLE_DEVICES does not hide the GPUs",
+    )
+
+
+def _mps_check() -> Check:
+    """OK where MPS is usable; on a Mac where it is not, WARN with the reason; elsewhere INFO."""
+    if torch.backends.mps.is_available():
+        return Check("mps", "ok", "available")
+    needs = "MPS needs a Mac with Apple silicon (M1 or later), macOS 14 or newer, and a native arm64 Python"
+    if platform.system() != "Darwin":
+        return Check("mps", "info", "not available (Apple's GPU, on Macs only)", f"nothing needed here; {needs}")
+    reasons = []
+    if platform.machine() != "arm64":
+        reasons.append(f"this Python runs as {platform.machine()} (an Intel build, or under Rosetta)")
+    release = platform.mac_ver()[0]
+    if release and int(release.split(".")[0]) < 14:
+        reasons.append(f"macOS {release} is older than 14")
+    if not torch.backends.mps.is_built():
+        reasons.append("this torch was built without MPS")
+    return Check(
+        "mps",
+        "warn",
+        f"not available on this Mac: {'; '.join(reasons) or 'torch.backends.mps.is_available() is False'}",
+        f"{needs}: check `python -c 'import platform; print(platform.machine())'` says arm64; "
+        "the chapters run on the CPU meanwhile",
+    )
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: ``os.sched_getaffinity(0)`` where the OS has it, else ``os.cpu_count()``.
+
+    The two differ in containers, under ``taskset``, or in CI jobs limited to some cores.
+    """
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _threads_check() -> Check:
+    """OK while torch's intra-op threads fit the CPUs this process may use; WARN above that."""
+    threads, cpus, logical = torch.get_num_threads(), usable_cpus(), os.cpu_count()
+    detail = f"torch uses {threads} thread(s); this process may run on {cpus} of {logical} logical CPUs"
+    if threads <= cpus:
+        return Check("threads", "ok", detail)
+    return Check(
+        "threads",
+        "warn",
+        f"{detail}: the extra threads wait for cores, which slows large operations down",
+        f"set OMP_NUM_THREADS={cpus} before starting Python, or call torch.set_num_threads({cpus})",
+    )
+
+
+def _nvcc_check(nvcc: str | None) -> Check:
+    """``nvcc``'s version line against ``torch.version.cuda``: a different major version stops chapter 20's CUDA build."""
+    if not nvcc:
+        return Check(
+            "nvcc",
+            "info",
+            "not found: chapter 20 skips compiling its CUDA kernels",
+            "only for CUDA kernels: install the CUDA toolkit and set CUDA_HOME",
+        )
+    found = re.search(r"release (\d+)\.(\d+)", nvcc)
+    built = torch.version.cuda
+    if found is None or built is None:
+        return Check("nvcc", "ok", nvcc)
+    have, want = f"{found[1]}.{found[2]}", built
+    if found[1] == want.split(".")[0]:
+        minor = "" if have == want else f" (torch was built with CUDA {want}: a minor difference only logs a warning)"
+        return Check("nvcc", "ok", nvcc + minor)
+    detail = (
+        f"{nvcc}: CUDA {have}, but torch was built with CUDA {want}; torch.utils.cpp_extension refuses a "
+        "different major version when it builds CUDA sources"
+    )
+    fix = (
+        f"install a CUDA {want.split('.')[0]}.x toolkit, to match torch, and point CUDA_HOME at it; or install "
+        f"the torch build for CUDA {found[1]}.x from its wheel index (the selector on pytorch.org lists them)"
+    )
+    if torch.cuda.is_available():
+        return Check("nvcc", "fail", f"{detail}, so chapter 20's CUDA build stops", fix, ("20",))
+    return Check(
+        "nvcc",
+        "warn",
+        f"{detail}; without a GPU, chapter 20 compiles its CUDA kernels with load_inline, which does not "
+        "compare the versions, so a mismatch can show up there as a compile or import error",
+        fix,
+    )
+
+
 def doctor(datasets: tuple[str, ...] | None = None, min_free_gb: float = 2.0) -> DoctorReport:
     """Check this machine for the course and return a report (print it to read it).
 
     Checks: Python >= 3.10, the pinned torch and torchvision, CUDA and MPS,
     CPU threads, a C++ compiler and ninja (for chapter 20's extensions), nvcc,
     free disk under ``data/``, and where each dataset would come from. Each
-    status follows :data:`STATUS_MEANING`: a missing compiler or ninja, or a
-    required dataset that cannot be had (not in ``data/``, not in the mirror,
-    and no download allowed or possible), is ``"fail"``, naming the chapters it
-    stops; a dataset that will be downloaded on first use is ``"warn"``; an
-    optional dataset whose stand-in is in reach is ``"info"``.
+    status follows :data:`STATUS_MEANING` (``tests/test_device.py`` tests each rule):
+
+    - ``"fail"``, naming the chapters it stops: a missing compiler or ninja; a
+      required dataset that cannot be had (not in ``data/``, not in the mirror,
+      and no download allowed or possible); an ``nvcc`` whose CUDA major version
+      differs from ``torch.version.cuda`` on a machine with a usable GPU.
+    - ``"warn"``: a dataset that will be downloaded on first use; an NVIDIA
+      driver (``nvidia-smi`` on PATH or ``/proc/driver/nvidia``) while CUDA is
+      not usable (a CPU-only wheel, a driver too old for the build); a Mac where
+      MPS is not usable; more torch threads than ``os.sched_getaffinity(0)``
+      CPUs; that ``nvcc`` mismatch without a GPU; low disk.
+    - ``"info"``: no GPU and no sign of one, no nvcc, an optional dataset whose
+      stand-in is in reach.
 
     Args:
         datasets: which datasets to look for (default: all in the registry).
@@ -358,24 +566,9 @@ def doctor(datasets: tuple[str, ...] | None = None, min_free_gb: float = 2.0) ->
     checks.append(_version_check("torch", torch.__version__))
     checks.append(_version_check("torchvision", torchvision.__version__))
 
-    if torch.cuda.is_available():
-        names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
-        checks.append(Check("cuda", "ok", f"{torch.cuda.device_count()} device(s): {names}"))
-    else:
-        built = torch.version.cuda or "none"
-        checks.append(
-            Check(
-                "cuda",
-                "info",
-                f"no CUDA device (torch built for CUDA {built}); GPU-only cells will skip",
-                "nothing needed: every chapter runs on the CPU",
-            )
-        )
-    mps = torch.backends.mps.is_available()
-    checks.append(Check("mps", "ok" if mps else "info", "available" if mps else "not available (Apple silicon only)"))
-    checks.append(
-        Check("threads", "ok", f"torch uses {torch.get_num_threads()} of {os.cpu_count()} logical CPUs")
-    )
+    checks.append(_cuda_check())
+    checks.append(_mps_check())
+    checks.append(_threads_check())
 
     cxx = _version_of(["c++", "--version"]) or _version_of(["g++", "--version"]) or _version_of(["clang++", "--version"])
     checks.append(
@@ -406,16 +599,7 @@ def doctor(datasets: tuple[str, ...] | None = None, min_free_gb: float = 2.0) ->
     nvcc = _version_of(["nvcc", "--version"]) or (
         _version_of([os.path.join(cuda_home, "bin", "nvcc"), "--version"]) if cuda_home else None
     )
-    checks.append(
-        Check("nvcc", "ok", nvcc)
-        if nvcc
-        else Check(
-            "nvcc",
-            "info",
-            "not found: chapter 20 skips compiling its CUDA kernels",
-            "only for CUDA kernels: install the CUDA toolkit and set CUDA_HOME",
-        )
-    )
+    checks.append(_nvcc_check(nvcc))
 
     folder = data_dir()
     probe = folder

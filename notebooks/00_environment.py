@@ -21,8 +21,9 @@
 
 # %% tags=["parameters"]
 SEED = 0  # the seed used throughout the chapter
-MATMUL_SIZE = 1024  # side of the square matrices in the threads timing
-REPEATS = 5  # timed matrix products per thread setting (the median is shown)
+MATMUL_SIZE = 512  # side of the square matrices in the threads timing
+ROUNDS = 3  # timing rounds; each round times one thread, then the default number, one after the other
+MIN_RUN_TIME = 0.05  # seconds of timed matrix products per setting and round (Timer.blocked_autorange)
 
 # %% [markdown]
 # ## Setup
@@ -36,14 +37,14 @@ import contextlib
 import os
 import platform
 import random
-import statistics
-import time
 
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
 import torchvision
 
-from helpers.device import PINNED, STATUS_MEANING, doctor, pick_device, seed_everything
+import helpers.plotting  # noqa: F401  (small, 72-dpi figure defaults)
+from helpers.device import PINNED, STATUS_MEANING, doctor, pick_device, seed_everything, usable_cpus
 from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
 from helpers.paths import ROOT, build_dir
 from helpers.report import ChapterReport
@@ -118,11 +119,12 @@ if env_file.is_file():
 print(f"versions the helpers expect: {PINNED}")
 
 # %% [markdown]
-# A wheel's version carries its build after a `+`: `2.14.1+cpu` is the CPU-only wheel,
-# `2.14.1+cu130` the CUDA 13.0 build. A pin such as `torch==2.14.1` ignores that
-# suffix, so both builds satisfy `requirements.txt`. That is why you can install the
-# CPU-only wheel first and then `pip install -r requirements.txt`: pip compares versions with
-# the same rules as the `packaging` library below, finds the pin already met, and keeps the wheel you chose.
+# The wheels on PyTorch's own index carry their build in a *local version label* after
+# a `+`: `2.14.1+cpu` is the CPU-only wheel, `2.14.1+cu130` the CUDA 13.0 build. A pin
+# such as `torch==2.14.1` ignores that label, so every build satisfies `requirements.txt`.
+# That is why you can install the CPU-only wheel first and then `pip install -r requirements.txt`:
+# pip compares versions with the same rules as the `packaging` library below, finds the pin
+# already met, and keeps the wheel you chose.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -137,31 +139,68 @@ assert satisfies == {"2.14.1+cpu": True, "2.14.1+cu130": True, "2.14.1": True, "
 )
 
 # %% [markdown]
-# Which build does *this* environment have? The CUDA build lists its NVIDIA
-# libraries as dependencies; the loop below adds up how much disk they take here.
-# On a CPU-only wheel the list is empty; on the Linux CUDA build the NVIDIA packages
-# outweigh torch itself (the asserts check whichever of the two this machine has).
+# Which build does *this* environment have, and what does it cost in disk? The CUDA build
+# declares its GPU libraries as dependencies in its package metadata (NVIDIA's CUDA
+# packages, and Triton, the compiler `torch.compile` uses on GPUs); pip installs those and
+# whatever they depend on in turn. The cell reads torch's own declared dependencies, follows
+# them, and adds up the disk they take here. (Other packages with similar names that you
+# installed for yourself are not counted: only what torch asks for.) The CPU-only wheel
+# declares none of them; on the Linux CUDA build they outweigh torch itself. The asserts
+# check whichever of the two this machine has.
 
 # %%
 from importlib import metadata
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+
+def declared_dependencies(name: str, extras: frozenset = frozenset()) -> list[tuple[str, frozenset]]:
+    """What package `name` requires on this platform, with the optional `extras` asked of it.
+
+    Each answer is (package, the extras asked of it): `cuda-toolkit[cublas,cudart,...]` pulls
+    in NVIDIA's libraries only through such extras, so they have to be followed too.
+    """
+    found = []
+    for text in metadata.requires(name) or []:
+        req = Requirement(text)
+        if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ("", *extras)):
+            found.append((canonicalize_name(req.name), frozenset(req.extras)))
+    return found
+
+
+def installed_closure(roots: list[tuple[str, frozenset]]) -> dict[str, metadata.Distribution]:
+    """The `roots` and everything they require, as far as it is installed."""
+    seen: dict[str, metadata.Distribution] = {}
+    done: set[tuple[str, frozenset]] = set()
+    todo = list(roots)
+    while todo:
+        name, extras = todo.pop()
+        if (name, extras) in done:
+            continue
+        done.add((name, extras))
+        try:
+            seen[name] = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        todo += declared_dependencies(name, extras)
+    return seen
 
 
 def installed_size_gb(dist) -> float:
     return sum(f.size or 0 for f in (dist.files or [])) / 1e9
 
 
-gpu_dists = [
-    d for d in metadata.distributions()
-    if d.metadata["Name"].lower().startswith(("nvidia", "cuda", "triton"))
-]
+gpu_roots = [(n, x) for n, x in declared_dependencies("torch") if n.startswith(("nvidia-", "cuda-", "triton"))]
+gpu_dists = installed_closure(gpu_roots)
 torch_gb = installed_size_gb(metadata.distribution("torch"))
-gpu_gb = sum(map(installed_size_gb, gpu_dists))
-print(f"torch {torch.__version__}: {torch_gb:.1f} GB on disk")
-print(f"{len(gpu_dists)} NVIDIA/CUDA/Triton packages beside it: {gpu_gb:.1f} GB")
+gpu_gb = sum(map(installed_size_gb, gpu_dists.values()))
+print(f"torch {metadata.version('torch')}: {torch_gb:.1f} GB on disk")
+print(f"GPU packages torch declares: {len(gpu_roots)}; with what they pull in, {len(gpu_dists)} installed: {gpu_gb:.1f} GB")
 if torch.version.cuda is None:
-    assert not gpu_dists, f"a CPU-only torch, yet NVIDIA packages are installed: {[d.metadata['Name'] for d in gpu_dists]}"
+    assert not gpu_roots, f"a CPU-only torch, yet it declares GPU packages: {[n for n, _ in gpu_roots]}"
 elif platform.system() == "Linux":
-    assert gpu_gb > torch_gb, f"the CUDA build's NVIDIA packages ({gpu_gb:.1f} GB) should outweigh torch ({torch_gb:.1f} GB)"
+    assert gpu_gb > torch_gb, f"the CUDA build's GPU packages ({gpu_gb:.1f} GB) should outweigh torch ({torch_gb:.1f} GB)"
 
 # %% [markdown]
 # ## 2. Versions
@@ -169,16 +208,37 @@ elif platform.system() == "Linux":
 # When you ask for help, or compare results with someone else, these are the
 # numbers to quote. `torch.version.cuda` is the CUDA version torch was *built*
 # with (`None` for the CPU-only wheel); it says nothing about whether a GPU is present.
+#
+# Read the build from `torch.version.cuda`, not from the version string. PyPI does not accept
+# local version labels, so before uploading the default wheel to PyPI, PyTorch removes the
+# label from the wheel's metadata: pip then reports that wheel as plain `2.14.1`. Only the
+# metadata is changed, though. `torch.__version__` comes from the file `torch/version.py`,
+# written when the wheel was built, and can still end in `+cu130`. So the two strings can
+# differ on one machine: where they do, the label was removed from the metadata only (as
+# for a wheel from PyPI); a wheel installed from PyTorch's own index carries the label in
+# both. The cell prints both, and checks that they name the same release.
 
 # %%
-print(f"python       {platform.python_version()}")
-print(f"torch        {torch.__version__}")
-print(f"torchvision  {torchvision.__version__}")
-print(f"numpy        {np.__version__}")
-print(f"CUDA build   {torch.version.cuda}")
-print(f"GPU present  {torch.cuda.is_available()}")
+from packaging.version import Version
+
+pip_sees = metadata.version("torch")
+print(f"python              {platform.python_version()}")
+print(f"torch (pip's view)  {pip_sees}   <- the package metadata, what `pip show torch` prints")
+print(f"torch.__version__   {torch.__version__}")
+print(f"torchvision         {torchvision.__version__}")
+print(f"numpy               {np.__version__}")
+print(f"torch.version.cuda  {torch.version.cuda}")
+print(f"GPU present         {torch.cuda.is_available()}")
 build_kind = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU-only build"
-print(f"this run:    {build_kind}, {'with' if torch.cuda.is_available() else 'without'} a usable NVIDIA GPU")
+print(f"this run:           {build_kind}, {'with' if torch.cuda.is_available() else 'without'} a usable NVIDIA GPU")
+assert Version(pip_sees).public == Version(torch.__version__).public, (
+    f"pip sees torch {pip_sees} but the imported torch is {torch.__version__}: two installs mixed up"
+)
+
+# %% [markdown]
+# In the stored run, pip sees plain `2.14.1` while `torch.__version__` says `2.14.1+cu130`:
+# a CUDA 13.0 build whose metadata carries no label, the pattern of the default wheel from
+# PyPI. Only `torch.version.cuda` (`13.0`) says which build it is without guessing.
 
 # %% [markdown]
 # ## 3. Choosing a device
@@ -190,17 +250,27 @@ print(f"this run:    {build_kind}, {'with' if torch.cuda.is_available() else 'wi
 # does that with `helpers.device.pick_device()`. It returns the first that applies of:
 #
 # 1. the device you pass, `pick_device("cpu")`;
-# 2. the environment variable `COURSE_DEVICE`, so you can force a device for a whole run without editing notebooks;
+# 2. the environment variable `COURSE_DEVICE`, read on every call, so you can force a device for a whole
+#    run without editing notebooks;
 # 3. CUDA, when a usable NVIDIA GPU is present: the accelerator PyTorch supports most completely;
-# 4. MPS, on Apple silicon: Apple's GPU, though a few operations are not implemented there yet;
+# 4. MPS, on a Mac with Apple silicon and macOS 14 or newer: Apple's GPU, though a few operations are
+#    not implemented there yet;
 # 5. the CPU, which every build supports.
 #
+# It accepts `cpu`, `cuda` (or `cuda:N` for the N-th GPU), `mps`, and `xpu` (Intel's GPUs) where
+# `torch.xpu.is_available()`; the automatic choice never takes XPU, because the chapters are tested
+# on the other three. Other device types torch knows, such as `meta`, are refused: no chapter runs on them.
 # Asking for a device that is not there is an error, not a silent fallback
 # (see *Pitfalls*): you should know when your "GPU run" is really on the CPU.
 #
 # To try the environment variable without leaving it set, the chapter uses a small
 # context manager that sets variables for the length of a `with` block and then puts
 # back what was there before. Section 5 uses it again to break the doctor on purpose.
+#
+# On a machine without a GPU, `COURSE_DEVICE=cpu` gives the same answer as the automatic
+# choice, so it would not show that the variable is read at all. The cell therefore also asks,
+# through the variable, for a CUDA device one past the last GPU (`cuda:0` on a machine without
+# one), which no machine has: `pick_device()` must refuse it, on every machine.
 
 # %%
 @contextlib.contextmanager
@@ -228,6 +298,16 @@ print(f"explicit choice:           {pick_device('cpu')}")
 with temporary_env(COURSE_DEVICE="cpu"):
     print(f"with COURSE_DEVICE=cpu:    {pick_device()}")
     assert pick_device().type == "cpu", "COURSE_DEVICE=cpu was ignored"
+
+missing = f"cuda:{torch.cuda.device_count()}"  # one past the last GPU: missing on every machine
+env_error = None
+with temporary_env(COURSE_DEVICE=missing):
+    try:
+        pick_device()
+    except RuntimeError as err:
+        env_error = f"{type(err).__name__}: {err}"
+print(f"with COURSE_DEVICE={missing}: {env_error}")
+assert env_error is not None, f"pick_device() ignored COURSE_DEVICE={missing}: it returned a device instead of refusing"
 assert os.environ.get("COURSE_DEVICE") == device_before, "temporary_env did not restore COURSE_DEVICE"
 
 # %% [markdown]
@@ -237,11 +317,18 @@ assert os.environ.get("COURSE_DEVICE") == device_before, "temporary_env did not 
 # - `Tensor.to(...)` returns a **new** tensor on the new device or with the new dtype, and
 #   leaves the original where and what it was. (When nothing would change, it returns
 #   the tensor itself.) So you must keep the result: `x = x.to(device)`.
-# - `Module.to(...)` (a layer or a whole model) moves or converts the module's parameters
-#   and buffers **in place**, and returns the same module object, so `model.to(device)`
-#   on a line of its own is enough.
+# - `Module.to(...)` (a layer or a whole model) changes the module **in place** and returns
+#   the same module object, so `model.to(device)` on a line of its own is enough. A device
+#   moves all of its parameters and buffers; a dtype converts only the **floating-point** (and
+#   complex) ones. Integer buffers keep their dtype: `BatchNorm1d` counts the batches it has
+#   seen in an int64 buffer, `num_batches_tracked`, which stays int64 in a float64 model.
 #
-# The cell below checks both facts, with a dtype change, which works on every machine.
+# One more detail: each `Parameter` stays the same object (its data is swapped), but a
+# converted buffer is a new tensor put in the old one's place, so a reference to the buffer
+# taken before the call still points at the old float32 tensor. Reach buffers through the
+# module (`m[1].running_mean`), not through a variable kept from earlier.
+#
+# The cell below checks all of this with a dtype change, which works on every machine.
 # Chapter 03 looks at modules, parameters and buffers in depth.
 
 # %%
@@ -255,10 +342,11 @@ t2 = t.to(torch.float64)
 print(f"Tensor.to: t2 is t: {t2 is t}; t stays {t.dtype}, t2 is {t2.dtype}; t.to(t.dtype) is t: {t.to(t.dtype) is t}")
 
 m = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
-weight, running_mean = m[0].weight, m[1].running_mean  # a parameter and a buffer
+weight, running_mean = m[0].weight, m[1].running_mean  # a parameter and a buffer, kept in variables
 m2 = m.to(torch.float64)
-print(f"Module.to: m2 is m: {m2 is m}; same Parameter object: {m[0].weight is weight}, now {m[0].weight.dtype}; "
-      f"buffer now {m[1].running_mean.dtype}")
+print(f"Module.to: m2 is m: {m2 is m}; same Parameter object: {m[0].weight is weight}, now {m[0].weight.dtype}")
+print(f"  buffer m[1].running_mean now {m[1].running_mean.dtype}; the old reference running_mean is still {running_mean.dtype}")
+print(f"  integer buffer m[1].num_batches_tracked: {m[1].num_batches_tracked.dtype}")
 
 assert t2 is not t and t.dtype == torch.float32 and t2.dtype == torch.float64, (
     "Tensor.to should return a new float64 tensor and leave the original float32"
@@ -266,7 +354,13 @@ assert t2 is not t and t.dtype == torch.float32 and t2.dtype == torch.float64, (
 assert t.to(t.dtype) is t and x.to(device) is x, "Tensor.to with nothing to change should return the tensor itself"
 assert m2 is m, "Module.to should return the very module it was called on"
 assert m[0].weight is weight and weight.dtype == torch.float64 and m[1].running_mean.dtype == torch.float64, (
-    "Module.to should convert the module's own parameters and buffers in place"
+    "Module.to should convert the module's own floating-point parameters and buffers in place"
+)
+assert m[1].num_batches_tracked.dtype == torch.int64, (
+    f"Module.to(float64) should leave integer buffers alone, but num_batches_tracked is {m[1].num_batches_tracked.dtype}"
+)
+assert m[1].running_mean is not running_mean and running_mean.dtype == torch.float32, (
+    "a converted buffer should be a new tensor, leaving an old reference to the float32 one"
 )
 layer = torch.nn.Linear(2, 2)  # float32, so that it can go to any device (MPS has no float64)
 assert layer.to(device) is layer and layer.weight.device.type == device.type, "Module.to(device) should move the module itself"
@@ -275,18 +369,27 @@ assert layer.to(device) is layer and layer.weight.device.type == device.type, "M
 # PyTorch itself has a device-neutral API in `torch.accelerator`. With
 # `check_available=True`, `current_accelerator` returns the accelerator that is
 # really usable, or `None`; without it, it only reports what torch was *built* for.
+# The cell puts that to the test: a tensor can be made on the usable one; where there is
+# none, making a tensor on the built-for device fails. (A CPU-only wheel is built for no
+# accelerator at all, and both answers are `None`.)
 
 # %%
 built_for = torch.accelerator.current_accelerator()
 accelerator = torch.accelerator.current_accelerator(check_available=True)
 print(f"built for:        {built_for}")
 print(f"usable right now: {accelerator}")
-if accelerator is None:
-    assert not torch.cuda.is_available() and not torch.backends.mps.is_available(), (
-        "torch.accelerator reports no usable accelerator, yet CUDA or MPS is available"
-    )
-else:
+if accelerator is not None:
     assert torch.ones(1, device=accelerator).device.type == accelerator.type, f"{accelerator} is not usable"
+    print(f"a tensor on {accelerator}: made")
+elif built_for is not None:
+    try:
+        torch.ones(1, device=built_for)
+    except (RuntimeError, AssertionError) as err:
+        print(f"a tensor on {built_for}, which is built for but not usable: {type(err).__name__} (Pitfalls shows the message)")
+    else:
+        raise AssertionError(f"a tensor on {built_for} was made, yet current_accelerator(check_available=True) is None")
+else:
+    print("a CPU-only build: torch knows no accelerator here")
 
 # %% [markdown]
 # ## 4. CPU threads
@@ -294,8 +397,12 @@ else:
 # On the CPU, one large operation (a matrix product, a convolution) is split
 # across several threads. `torch.get_num_threads()` is how many threads such an
 # *intra-op* parallel operation may use; `torch.set_num_threads(n)` changes it for
-# this process. By default torch picks it from the CPU cores it finds (the doctor's
-# `threads` line in section 5 shows both numbers). `torch.get_num_interop_threads()`
+# this process. By default torch picks it from the CPU cores it finds. The number that
+# matters is how many CPUs this *process* may run on: in a container, a CI job or under
+# `taskset` that can be fewer than the machine has. Python tells with `os.sched_getaffinity(0)`
+# on Linux (`os.cpu_count()` counts the whole machine); `helpers.device.usable_cpus()` uses it
+# where it exists, and the doctor's `threads` line in section 5 warns when torch's threads
+# exceed it. `torch.get_num_interop_threads()`
 # is a separate pool that runs *independent* operations side by side; you rarely
 # need to change it, and `torch.set_num_interop_threads` is accepted at most once per
 # process, before any inter-op work starts (the cell below tries it twice).
@@ -307,7 +414,8 @@ else:
 # process sizes its pool for the whole machine, and together they ask for more threads than there are cores.
 
 # %%
-print(f"intra-op threads: {torch.get_num_threads()}, inter-op threads: {torch.get_num_interop_threads()}, logical CPUs: {os.cpu_count()}")
+print(f"intra-op threads: {torch.get_num_threads()}, inter-op threads: {torch.get_num_interop_threads()}")
+print(f"CPUs this process may use: {usable_cpus()}, logical CPUs of the machine: {os.cpu_count()}")
 omp = os.environ.get("OMP_NUM_THREADS")
 if omp:
     assert torch.get_num_threads() == int(omp), f"OMP_NUM_THREADS={omp}, but torch uses {torch.get_num_threads()} threads"
@@ -329,43 +437,74 @@ assert answers.count("accepted") <= 1 and answers[-1].startswith("RuntimeError")
 )
 
 # %% [markdown]
-# The timing below multiplies two `MATMUL_SIZE × MATMUL_SIZE` matrices with one
-# thread and with the default number. The exact figures depend on the machine
-# and on what else is running; the point is that `set_num_threads` really sets how
-# many threads the next operation may use (the cell asserts that). On an otherwise idle machine,
-# more threads usually make a large product faster; on a machine busy with other work, extra
-# threads mostly wait for cores that are taken, and can even make the product slower.
-# That is why the cell prints the speed-up but does not assert one: it is a property of
-# the machine at that moment, not of PyTorch.
+# The timing below multiplies two `MATMUL_SIZE × MATMUL_SIZE` matrices with one thread and
+# with the default number. It uses `torch.utils.benchmark.Timer`, PyTorch's own timer:
+# `Timer(..., num_threads=n)` sets the thread count for the measurement and restores it
+# afterwards, and `blocked_autorange` runs the product once to warm up, then repeats it in
+# blocks for at least `MIN_RUN_TIME` seconds and reports the median time per product. The
+# two settings take turns, `ROUNDS` times, so that a burst of other work on the machine
+# cannot land on one setting only.
+#
+# On an otherwise idle machine with at least two free cores, more threads usually make a
+# large product faster. On a machine busy with other work, extra threads mostly wait for
+# cores that are taken, and the product can even get slower. So the speed-up is a property
+# of the machine at that moment, not of PyTorch: the cell prints it and reads it, but
+# asserts only what PyTorch promises, that the thread count takes effect and is restored.
 
 # %%
+from helpers.device import import_without_cuda_home_log
+
+benchmark = import_without_cuda_home_log("torch.utils.benchmark")  # silences a harmless CUDA_HOME log line
+
 default_threads = torch.get_num_threads()
+settings = sorted({1, default_threads})
 a = torch.rand(MATMUL_SIZE, MATMUL_SIZE)
 b = torch.rand(MATMUL_SIZE, MATMUL_SIZE)
+seen_threads = {n: set() for n in settings}
 
 
-def median_matmul_ms(threads: int) -> float:
-    torch.set_num_threads(threads)
-    assert torch.get_num_threads() == threads, f"set_num_threads({threads}) did not take effect"
-    a @ b  # warm-up: the first call pays one-off costs
-    times = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+def product(n):
+    seen_threads[n].add(torch.get_num_threads())  # what torch uses while the timer runs
+    return a @ b
 
 
-try:
-    timings = {n: median_matmul_ms(n) for n in sorted({1, default_threads})}
-finally:
-    torch.set_num_threads(default_threads)  # always restore the default
-for n, ms in timings.items():
-    print(f"{n} thread(s): {ms:7.1f} ms per {MATMUL_SIZE}x{MATMUL_SIZE} matmul")
-if len(timings) > 1:
-    print(f"speed-up with {default_threads} threads: {timings[1] / timings[default_threads]:.2f}x")
-print(f"threads restored to {torch.get_num_threads()}")
+runs = {n: [] for n in settings}  # one torch.utils.benchmark Measurement per round
+for _ in range(ROUNDS):
+    for n in settings:
+        timer = benchmark.Timer("product(n)", globals={"product": product, "n": n}, num_threads=n)
+        runs[n].append(timer.blocked_autorange(min_run_time=MIN_RUN_TIME))
+
+median_ms = {n: 1000 * float(np.median([m.median for m in runs[n]])) for n in settings}
+samples = {n: sum(len(m.times) * m.number_per_run for m in runs[n]) for n in settings}
+for n in settings:
+    per_round = ", ".join(f"{1000 * m.median:.1f}" for m in runs[n])
+    print(f"{n} thread(s): {median_ms[n]:6.1f} ms per {MATMUL_SIZE}x{MATMUL_SIZE} product "
+          f"(median of {ROUNDS} rounds: {per_round} ms; {samples[n]} products timed)")
+if len(settings) > 1:
+    ratio = median_ms[1] / median_ms[default_threads]
+    if ratio >= 1.2:
+        reading = f"faster with {default_threads} threads, as expected on cores that were free"
+    elif ratio > 1 / 1.2:
+        reading = "about the same: the extra threads found little free CPU during this run"
+    else:
+        reading = "below 1x: other work was using the cores during this run"
+    print(f"speed-up with {default_threads} threads: {ratio:.2f}x, {reading}")
+    _ = report.record("matmul speed-up with default threads", round(ratio, 2), "x")
+else:
+    print("torch uses one thread here, so there is nothing to compare")
+print(f"threads during the timings: {seen_threads}; restored afterwards to {torch.get_num_threads()}")
+assert all(seen_threads[n] == {n} for n in settings), f"Timer(num_threads=n) did not run with n threads: {seen_threads}"
 assert torch.get_num_threads() == default_threads, "the thread count was not restored after the timing"
+
+fig, ax = plt.subplots(figsize=(5, 2.6))
+ax.bar([str(n) for n in settings], [median_ms[n] for n in settings], color=["tab:gray", "tab:blue"][: len(settings)])
+for i, n in enumerate(settings):
+    ax.plot([i] * ROUNDS, [1000 * m.median for m in runs[n]], "k.", label="one round" if i == 0 else None)
+ax.set_xlabel("intra-op threads (torch.set_num_threads)")
+ax.set_ylabel("ms per product (median)")
+ax.set_title(f"{MATMUL_SIZE}x{MATMUL_SIZE} float32 matmul on this machine, this run")
+ax.legend(loc="best", fontsize=8)
+plt.show()
 
 # %% [markdown]
 # ## 5. The doctor: a preflight report
@@ -373,9 +512,13 @@ assert torch.get_num_threads() == default_threads, "the thread count was not res
 # `helpers.device.doctor()` checks everything the course needs and returns a
 # report; printing it gives one line per check. From a terminal, `make doctor`
 # (or `python -m helpers.device`) prints the same report. Each line starts with a
-# status, and each status has one meaning. The legend below is printed from the
-# doctor's own code (`helpers.device.STATUS_MEANING`), so it cannot say something
-# different from what the doctor does:
+# status, and each status has one meaning. The legend below is printed from
+# `helpers.device.STATUS_MEANING`, the text the doctor's code keeps beside its rules.
+# Printing a text proves nothing about behaviour, though: what keeps the rules and the
+# legend in step is `tests/test_device.py`, which builds a machine for each rule (a missing
+# compiler, an NVIDIA driver with a CPU-only torch, an `nvcc` of another CUDA major version,
+# more threads than CPUs, data out of reach, …) and asserts the status the legend gives it.
+# This section then runs the doctor on this machine and on a few made-up ones.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -389,11 +532,11 @@ for status, meaning in STATUS_MEANING.items():
 # | --- | --- | --- |
 # | `python` | Python 3.10 or newer | FAIL |
 # | `torch`, `torchvision` | the installed versions against the pins | WARN: not the tested versions, so numbers will differ from the stored outputs |
-# | `cuda` | usable NVIDIA GPUs and their names, or which CUDA version torch was built for | INFO: every chapter runs on the CPU |
-# | `mps` | whether Apple's GPU backend is usable | INFO |
-# | `threads` | the intra-op threads from section 4 and the logical CPUs | always OK |
+# | `cuda` | usable NVIDIA GPUs and their names, or which CUDA version torch was built for | INFO without a GPU: every chapter runs on the CPU. WARN when an NVIDIA driver is there (`nvidia-smi` on PATH, or `/proc/driver/nvidia`) but torch cannot use CUDA: a CPU-only wheel, or a driver too old for the build; the fix says which |
+# | `mps` | whether Apple's GPU backend is usable | INFO off a Mac, with what MPS needs; WARN on a Mac where it is not usable (an x86_64 Python under Rosetta, macOS older than 14) |
+# | `threads` | the intra-op threads from section 4 against the CPUs this process may use | WARN when torch runs more threads than that |
 # | `c++ compiler`, `ninja` | needed to build the C++ extension of chapter 20 | FAIL: chapter 20 stops at its first build |
-# | `nvcc` | the CUDA compiler, needed only for the CUDA kernels of chapter 20 | INFO: chapter 20 skips those cells |
+# | `nvcc` | the CUDA compiler, needed only for the CUDA kernels of chapter 20, and its CUDA version against `torch.version.cuda` | INFO when absent: chapter 20 skips those cells. A different *major* version: FAIL on a GPU machine (`torch.utils.cpp_extension` refuses to build CUDA sources, chapter 20 stops), WARN without a GPU |
 # | `disk` | free space where `data/` and `build/` live | WARN below 2 GB |
 # | `data: …` | for each dataset: in `data/`, copyable from the offline mirror, downloadable on first use, or out of reach | see below |
 #
@@ -405,7 +548,9 @@ for status, meaning in STATUS_MEANING.items():
 # error, so by the legend it is a FAIL: the line names those chapters, and its `fix:` says how
 # to get the data (`make data` once with a network, or `COURSE_DATA_MIRROR` pointing at a copy
 # of the course mirror). An optional dataset (the full CIFAR-10 and the offline CIFAR-10
-# subset stand in for each other) is INFO while its stand-in is in reach.
+# subset stand in for each other) is INFO while its stand-in is in reach. The chapters then
+# use the stand-in and do not try a download (`helpers.data.cifar10` takes the subset when it
+# is in `data/` or in the mirror), which is what the line says.
 #
 # The last line is the verdict: `NOT READY` as soon as one check FAILs (it names the checks
 # and the chapters that will stop), `READY, with warnings about …` when something WARNs,
@@ -464,6 +609,24 @@ for name, made_up_report in made_up.items():
 # missing data is a FAIL: the chapters it lists would stop with an error, and the fix
 # says what to do before starting them. The *Checks* below assert both verdicts, so a
 # doctor that called everything READY would fail this notebook.
+#
+# A third made-up machine needs no faking at all: ask torch for more threads than this
+# process has CPUs (section 4), run the doctor, and put the thread count back.
+
+# %%
+too_many = usable_cpus() + 2
+torch.set_num_threads(too_many)
+try:
+    oversubscribed = doctor(datasets=())
+finally:
+    torch.set_num_threads(default_threads)
+(threads_line,) = [c for c in oversubscribed.checks if c.name == "threads"]
+print(f"with torch.set_num_threads({too_many}):")
+print(f"  [{threads_line.status.upper()}] {threads_line.detail}")
+print(f"  fix: {threads_line.fix}")
+print(f"threads restored to {torch.get_num_threads()}")
+
+# %% [markdown]
 #
 # `make doctor` runs `python -m helpers.device`, whose `main()` prints the same
 # report and returns the program's exit status: 0 when no check failed and 1
@@ -573,33 +736,19 @@ assert torch.equal(mine, torch.rand(3, generator=fresh)), "seed_everything's gen
 #   `write_video` and `VideoReader` from `torchvision.io` in favour of TorchCodec;
 #   image decoding (`torchvision.io.decode_image`) stays.
 #
-# None of these packages is a dependency of the course. The cell checks what this
-# environment can confirm: torch is newer than any torchtext release supports,
-# torchtext is not installed or pinned, no chapter imports it, and the installed
-# torchvision has no video reader but still decodes images.
+# None of these packages is a dependency of the course: the course's tests
+# (`tests/test_ecosystem.py`) check that torchtext is neither pinned nor installed and that no
+# chapter imports it. What this environment can confirm, the cell prints and checks: whether
+# torchtext is importable here, and that the installed torchvision has no video reader but
+# still decodes images.
 
 # %%
 import importlib.util
-import re
 
-from packaging.version import Version
-
-torch_release = Version(torch.__version__).release
 vision_release = Version(torchvision.__version__).release
-imports_torchtext = [
-    p.name for p in sorted((ROOT / "notebooks").glob("*.py"))
-    if re.search(r"^\s*(import|from)\s+torchtext\b", p.read_text(encoding="utf-8"), re.MULTILINE)
-]
-print(f"torch {torch.__version__}: newer than torch 2.3, the last one torchtext was built for: {torch_release[:2] > (2, 3)}")
-print(f"torchtext installed: {importlib.util.find_spec('torchtext') is not None}; "
-      f"pinned in requirements.txt: {any(line.startswith('torchtext') for line in requirements)}; "
-      f"chapters importing it: {imports_torchtext or 'none'}")
+print(f"torchtext importable here: {importlib.util.find_spec('torchtext') is not None}")
 print(f"torchvision {torchvision.__version__}: torchvision.io.read_video exists: {hasattr(torchvision.io, 'read_video')}, "
       f"decode_image exists: {hasattr(torchvision.io, 'decode_image')}")
-assert torch_release[:2] > (2, 3), f"torch {torch.__version__} is one torchtext still supported: the text above is wrong here"
-assert importlib.util.find_spec("torchtext") is None, "torchtext is installed in the course environment"
-assert not any(line.startswith("torchtext") for line in requirements), "requirements.txt pins torchtext"
-assert not imports_torchtext, f"these chapters import the discontinued torchtext: {imports_torchtext}"
 if vision_release[:2] >= (0, 28):
     assert not hasattr(torchvision.io, "read_video"), f"torchvision {torchvision.__version__} still has read_video"
 assert hasattr(torchvision.io, "decode_image"), "torchvision.io.decode_image is missing"
@@ -616,7 +765,7 @@ offline = made_up["offline, no data, no mirror"]
 (new_learner_mnist,) = [c for c in new_learner.checks if c.name == "data: mnist"]
 (offline_mnist,) = [c for c in offline.checks if c.name == "data: mnist"]
 
-assert device.type in {"cpu", "cuda", "mps"}, f"pick_device() returned {device}, expected cpu, cuda or mps"
+assert torch.ones(1, device=device).device.type == device.type, f"pick_device() returned {device}, which cannot hold a tensor"
 assert health.ok, f"the doctor found a problem, see its report above: {health.verdict}"
 assert exit_status == 0, f"make doctor exits with {exit_status} on a machine whose verdict is {health.verdict!r}"
 assert new_learner_mnist.status == "warn" and new_learner.ok and new_learner.verdict.startswith("READY, with warnings"), (
@@ -627,7 +776,10 @@ assert offline_mnist.status == "fail" and not offline.ok and offline.verdict.sta
 )
 assert "05" in offline_mnist.chapters and "05" in offline.verdict, "the FAIL should name the chapters that cannot run"
 assert "make data" in offline_mnist.fix and "COURSE_DATA_MIRROR" in offline_mnist.fix, "the FAIL's fix should say how"
-assert health.verdict != offline.verdict, "the doctor gives the same verdict on a broken machine"
+assert threads_line.status == "warn" and f"OMP_NUM_THREADS={usable_cpus()}" in threads_line.fix, (
+    f"{too_many} threads on {usable_cpus()} CPUs should be a WARN whose fix names the right count: {threads_line}"
+)
+assert torch.get_num_threads() == default_threads, "the thread count was not restored after the made-up machine"
 assert broken_exit_status == 1 and broken_last_line.startswith("verdict: NOT READY"), (
     f"make doctor should exit 1 on the offline machine without data, got {broken_exit_status}: {broken_last_line}"
 )
@@ -640,44 +792,30 @@ print(f"device {device}, doctor {health.verdict}, seeding reproducible")
 # %% [markdown]
 # ## Pitfalls
 #
-# **Asking for a device that does not exist.** `pick_device` refuses, and says
-# what the machine has. (The index asked for below is one past the last GPU, so
-# it is missing on every machine.)
+# **Asking for a device that does not exist, or one the course does not run on.**
+# `pick_device` refuses, and says what the machine has or what it accepts. The CUDA index
+# asked for is one past the last GPU, so it is missing on every machine; `gpu` is not a
+# device name at all; `meta` is a real torch device (below), but no chapter runs on it.
 
 # %%
-missing = f"cuda:{torch.cuda.device_count()}"
-try:
-    pick_device(missing)
-except RuntimeError as err:
-    print(f"{type(err).__name__}: {err}")
-else:
-    raise AssertionError(f"pick_device({missing!r}) should refuse a device this machine does not have")
-
-# %% [markdown]
-# A name that is not a device at all is a different mistake, and a different error:
-
-# %%
-try:
-    pick_device("gpu")
-except ValueError as err:
-    print(f"{type(err).__name__}: {err}")
-else:
-    raise AssertionError("pick_device('gpu') should refuse a name that is not a device")
+for wanted in (f"cuda:{torch.cuda.device_count()}", "gpu", "meta"):
+    try:
+        pick_device(wanted)
+    except (RuntimeError, ValueError) as err:
+        print(f"pick_device({wanted!r}) -> {type(err).__name__}: {err}")
+    else:
+        raise AssertionError(f"pick_device({wanted!r}) should refuse")
 
 # %% [markdown]
 # **Moving a tensor to `"cuda"` without a GPU.** Code copied from a GPU machine
 # often says `.to("cuda")` or `.cuda()`. On a machine without one, torch raises.
 # The message depends on the build: a CUDA build looks for the NVIDIA driver and
 # raises a `RuntimeError`; the CPU-only wheel raises
-# `AssertionError: Torch not compiled with CUDA enabled` (the cell checks that this text
-# is in the installed torch's source). The fix is to use the `device` you picked
+# `AssertionError: Torch not compiled with CUDA enabled` (`tests/test_ecosystem.py` checks
+# that this text is in the installed torch). The fix is to use the `device` you picked
 # instead of a hard-coded name.
 
 # %%
-import inspect
-
-cpu_wheel_message = "Torch not compiled with CUDA enabled"
-assert cpu_wheel_message in inspect.getsource(torch.cuda), f"torch.cuda no longer says {cpu_wheel_message!r}"
 if not torch.cuda.is_available():
     try:
         torch.ones(2).to("cuda")
@@ -693,13 +831,9 @@ else:
 # **Mixing devices in one operation.** All tensor inputs of an operation must be on
 # the same device; torch never moves them for you. On a GPU machine this is a common
 # mistake: the model is on the GPU and a batch is still on the CPU, or the other way
-# round. The function below adds a tensor on
-# an accelerator to one on the CPU. Where CUDA or MPS is usable
-# (`torch.accelerator.current_accelerator(check_available=True)`, section 3), the cell
-# runs it and prints the real error. This machine may have no accelerator; then the
-# cell prints, clearly labelled as a quotation, the message torch raises on a GPU
-# machine, and checks that its fixed text really is in the installed torch library, so
-# the quotation cannot drift from what your torch says.
+# round. Where CUDA or MPS is usable (`accelerator`, section 3), the cell below adds a
+# tensor on it to one on the CPU and prints the real error. Without one, it prints the
+# message torch raises on a GPU machine, clearly labelled as a quotation.
 #
 # Elementwise operations (`+`, `*`, `torch.where`, …) check devices in one place in
 # PyTorch's C++ core (TensorIterator) and say:
@@ -714,69 +848,52 @@ else:
 # For `nn.Linear` the argument is typically `mat1` (the input) and the operator
 # `wrapper_CUDA_addmm`. Answers on the web often quote the older wording of this second
 # message, `... found at least two devices, cuda:0 and cpu! (when checking argument for
-# argument mat1 in method wrapper_CUDA_addmm)`; the cell checks that torch 2.14's library
-# has the new wording and no longer has the old one.
+# argument mat1 in method wrapper_CUDA_addmm)`. The fixed parts of both messages are
+# string constants in torch's C++ library; `tests/test_ecosystem.py` checks that the
+# installed torch 2.14 has both quoted here, and no longer has the old wording.
 
 # %%
-import glob
-import mmap
-
-ELEMENTWISE_TEXT = "Expected all tensors to be on the same device, but found at least two devices, "
-NAMED_ARGUMENT_TEXTS = (
-    "Expected all tensors to be on the same device, but got ",
-    ", different from other tensors on ",
-    " (when checking argument in method ",
-)
-OLD_WORDING = "(when checking argument for argument "
-
-
-def mix_devices(accelerator_device) -> str:
-    """Add a tensor on `accelerator_device` to one on the CPU; return the error torch raises, as printed."""
-    try:
-        torch.ones(3, device=accelerator_device) + torch.ones(3)
-    except RuntimeError as err:
-        return f"{type(err).__name__}: {err}"
-    raise AssertionError(f"adding a {accelerator_device} tensor to a CPU tensor did not raise")
-
-
-# The fixed parts of both messages are string constants inside torch's C++ library
-# (libtorch_cpu.so on Linux, .dylib on macOS, torch_cpu.dll on Windows), in CPU and CUDA builds alike.
-lib_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
-(torch_cpu_lib,) = [p for p in glob.glob(os.path.join(lib_dir, "*torch_cpu.*")) if p.endswith((".so", ".dylib", ".dll"))]
-with open(torch_cpu_lib, "rb") as lib, mmap.mmap(lib.fileno(), 0, access=mmap.ACCESS_READ) as library:
-    in_library = {text: library.find(text.encode()) >= 0 for text in (ELEMENTWISE_TEXT, *NAMED_ARGUMENT_TEXTS)}
-    old_wording_found = library.find(OLD_WORDING.encode()) >= 0
-print(f"fixed texts found in {os.path.basename(torch_cpu_lib)}: {sum(in_library.values())} of {len(in_library)}; "
-      f"old wording found: {old_wording_found}")
-assert all(in_library.values()), f"torch's library no longer contains: {[t for t, found in in_library.items() if not found]}"
-assert not old_wording_found, f"torch's library still has the old wording {OLD_WORDING!r}: the text above is wrong"
-
 if accelerator is not None:
-    message = mix_devices(accelerator)
+    try:
+        torch.ones(3, device=accelerator) + torch.ones(3)
+    except RuntimeError as err:
+        message = f"{type(err).__name__}: {err}"
+    else:
+        raise AssertionError(f"adding a {accelerator} tensor to a CPU tensor did not raise")
     print(f"this run, on {accelerator}:")
     print(message)
     assert message.startswith("RuntimeError: Expected all tensors to be on the same device"), message
     print(f"fix: move one of them first -> {(torch.ones(3, device=accelerator) + torch.ones(3).to(accelerator)).device}")
 else:
     print("No CUDA or MPS device here, so the error cannot be produced in this run.")
-    print(f"What torch {torch.__version__.split('+')[0]} raises on a CUDA machine (quoted, not produced here):")
-    print(f"  RuntimeError: {ELEMENTWISE_TEXT}cuda:0 and cpu!")
+    print(f"What torch {Version(torch.__version__).public} raises on a CUDA machine (quoted, not produced here):")
+    print("  RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!")
 
 # %% [markdown]
 # The `meta` device, which stores only shapes and dtypes and no data, exists on every
-# machine, so the same mistake can be *run* anywhere. Its operations are implemented in
-# Python (`torch._prims_common`), so the wording differs from the message above, but the
-# rule and the fix are the same:
+# machine, so the same mistake can be *run* anywhere. Its kernels compute only the output's
+# shape, dtype and device; many are written in Python, as reference implementations
+# (`torch._refs`) and meta functions registered for operators (`torch._meta_registrations`).
+# `+` on meta runs such Python code, and the device check that raises here is
+# `check_same_device` in `torch._prims_common`, so the wording differs from the C++ message
+# above; the rule and the fix are the same. The cell reads the last frame of the traceback
+# to show where the error came from:
 
 # %%
+import traceback
+
 on_meta = torch.ones(3, device="meta")
 on_cpu = torch.ones(3)
 try:
     on_meta + on_cpu
 except RuntimeError as err:
+    raised_in = traceback.extract_tb(err.__traceback__)[-1]
     print(f"{type(err).__name__}: {err}")
 else:
     raise AssertionError("adding a meta tensor to a CPU tensor did not raise")
+origin = f"{raised_in.name} in torch/{raised_in.filename.replace(os.sep, '/').split('/torch/')[-1]}"
+print(f"raised by: {origin}")
+assert origin == "check_same_device in torch/_prims_common/__init__.py", f"the meta device check now lives elsewhere: {origin}"
 print(f"fix: move one of them first -> {(on_meta + on_cpu.to('meta')).device}")
 
 # %% [markdown]
@@ -801,9 +918,12 @@ if accelerator is not None:
 # If you are stuck, `solution("00.seed_all")` returns the reference solution
 # (print its source with `import inspect; print(inspect.getsource(solution("00.seed_all")))`).
 #
-# **Exercise 1: `seed_all`.** Write your own small `seed_everything`: after
-# `seed_all(seed)`, both `torch.rand` and `random.random` must give the same numbers
-# for the same seed, and different numbers for different seeds.
+# **Exercise 1: `seed_all`.** Write your own small `seed_everything` (without calling
+# it: the checker refuses `helpers.device.seed_everything`): after `seed_all(seed)`, both
+# `torch.rand` and `random.random` must give the same numbers for the same seed, and
+# different numbers for different seeds. The checker tries neighbouring seeds and seeds that
+# differ only in their high bits, such as 300 and 300 + 2¹⁶, all below 2³² (torch keeps only
+# the lowest 32 bits of a seed, so larger seeds could not all be told apart anyway).
 
 # %%
 def seed_all(seed: int) -> None:
@@ -819,9 +939,15 @@ result = check("00.seed_all", seed_all)
 # single tensor but a dict, list or tuple of them, sometimes nested, with other
 # values mixed in (ids, strings, numbers). Write `to_device(batch, device)` that
 # returns a new batch of the same shape, with every tensor moved to `device` and
-# every other value left as it is. A dict stays a dict, a list a list, a tuple a tuple;
-# the input must not be modified. The checker moves to the `meta` device, so
-# returning the batch unchanged cannot pass by accident.
+# every other value left as it is. A dict stays a dict, a list a list, a tuple a tuple,
+# and a namedtuple the same namedtuple (`torch.utils.data.default_collate` keeps
+# namedtuples too); the input must not be modified. The checker moves to the `meta` device,
+# so returning the batch unchanged cannot pass by accident, and then to the CPU, where it
+# also compares the values.
+#
+# Write the walk over the containers yourself. PyTorch has one in a private module,
+# `torch.utils._pytree` (`tree_map_only(torch.Tensor, fn, batch)` would do the whole
+# exercise); the checker refuses its functions, because here the walk is the point.
 
 # %%
 def to_device(batch, device):
@@ -838,15 +964,23 @@ result = check("00.to_device", to_device)
 # - Install with pip (the default wheel is the CUDA build on Linux; `--index-url .../whl/cpu` gives the
 #   CPU-only wheel without the NVIDIA packages) or conda from `environment.yml`; the course pins torch 2.14.1
 #   and torchvision 0.29.1. PyTorch's own conda channel stopped at 2.5.
-# - `pick_device()` chooses CUDA, then MPS, then the CPU; `COURSE_DEVICE` or an argument overrides it,
-#   and a missing device is an error rather than a silent fallback.
-# - `Tensor.to` returns a new tensor and leaves the original alone; `Module.to` converts the module's
-#   parameters and buffers in place and returns the same module.
+# - The build is `torch.version.cuda` (`None` for the CPU-only wheel); the `+cu130` label of the version
+#   string is missing from a PyPI wheel's metadata, so do not rely on it.
+# - `pick_device()` chooses CUDA, then MPS, then the CPU; `COURSE_DEVICE` (read on every call) or an
+#   argument overrides it. It accepts cpu, cuda, mps, and xpu where torch can use it; a missing device is
+#   an error rather than a silent fallback.
+# - `Tensor.to` returns a new tensor and leaves the original alone; `Module.to` changes the module in place
+#   and returns it: a device moves every parameter and buffer, a dtype converts only the floating-point ones
+#   (`num_batches_tracked` stays int64).
 # - All inputs of one operation must be on one device: "Expected all tensors to be on the same device…".
-# - `torch.get_num_threads()` / `set_num_threads(n)` control how many CPU threads one operation uses.
+# - `torch.get_num_threads()` / `set_num_threads(n)` control how many CPU threads one operation uses; keep
+#   them at or below the CPUs the process may use (`os.sched_getaffinity(0)`). Whether more threads are
+#   faster depends on what else the machine is doing: `torch.utils.benchmark.Timer(num_threads=n)` measures it.
 # - `doctor()` (or `make doctor`) checks the machine line by line. FAIL means a chapter will stop with an
-#   error (a missing compiler, or data out of reach, naming the chapters), WARN that nothing is known to
-#   break but the setup differs from the tested one, INFO that nothing needs doing; the verdict follows.
+#   error (a missing compiler, data out of reach, an `nvcc` of another CUDA major version on a GPU machine),
+#   WARN that nothing is known to break but the setup differs from the tested one or from what you probably
+#   want (an NVIDIA driver with a CPU-only torch, too many threads), INFO that nothing needs doing; the
+#   verdict follows. `tests/test_device.py` tests each rule.
 # - `seed_everything(seed)` makes Python, NumPy and torch draws repeat; a private `torch.Generator`
 #   keeps a stream of its own.
 # - torchtext is discontinued (last release built for torch 2.3); torchaudio is in maintenance, and audio and

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import re
+import shutil
 
 import pytest
 import torch
@@ -50,6 +52,50 @@ def test_nonsense_device_name():
         pick_device("banana")
 
 
+@pytest.mark.parametrize("name", ["meta", "ipu", "hpu"])
+def test_device_types_the_course_does_not_run_on_are_refused(name):
+    with pytest.raises(ValueError, match=rf"'{name}' is a device type torch knows, but not one the course runs on.*'cpu'"):
+        pick_device(name)
+
+
+def test_xpu_only_where_torch_can_use_it(monkeypatch):
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match=r"asked for xpu but this machine has 0 usable XPU.*this machine has: cpu"):
+        pick_device("xpu")
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: True)
+    monkeypatch.setattr(torch.xpu, "device_count", lambda: 1)
+    assert pick_device("xpu") == torch.device("xpu")
+    assert "xpu:0" in dev.available_devices()
+    with pytest.raises(RuntimeError, match="xpu:1 but this machine has 1 usable XPU"):
+        pick_device("xpu:1")
+
+
+def test_missing_mps_names_what_it_needs(monkeypatch):
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match=r"MPS is not available: it needs a Mac with Apple silicon, macOS 14 or newer"):
+        pick_device("mps")
+
+
+def test_a_missing_device_from_the_environment_says_where_it_came_from(monkeypatch):
+    monkeypatch.setenv("COURSE_DEVICE", f"cuda:{torch.cuda.device_count()}")
+    with pytest.raises(RuntimeError, match=r"\(from COURSE_DEVICE\).*unset COURSE_DEVICE"):
+        pick_device()
+    monkeypatch.setenv("COURSE_DEVICE", "meta")
+    with pytest.raises(ValueError, match=r"'meta' \(from COURSE_DEVICE\)"):
+        pick_device()
+
+
+def test_available_devices_lists_only_usable_ones(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+    assert dev.available_devices() == ["cpu"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert dev.available_devices() == ["cpu", "cuda:0", "cuda:1"]
+    assert pick_device("cuda:1") == torch.device("cuda:1")
+
+
 def test_seeding_reproduces_python_and_torch_draws():
     seed_everything(7)
     first = (random.random(), torch.rand(3))
@@ -79,17 +125,46 @@ def test_doctor_survives_a_data_folder_that_does_not_exist_yet(isolated_dirs, mo
 # --------------------------------------------------------------------------
 
 
+class FakeTools(set):
+    """The programs named in the set are missing. ``output`` is what the others print as their version
+    (default: ``"<name> 1.0"``; nvcc: the CUDA release torch was built with). ``driver`` holds the signs
+    of an NVIDIA driver that exist: ``"nvidia-smi"`` (on PATH) and ``"proc"`` (/proc/driver/nvidia)."""
+
+    def __init__(self):
+        super().__init__()
+        self.output = {"nvcc": f"Cuda compilation tools, release {torch.version.cuda or '13.0'}, V0"}
+        self.driver: set[str] = set()
+
+
 @pytest.fixture
-def tools(monkeypatch):
-    """Pretend every external tool is installed; tests remove the ones they want missing."""
-    missing: set[str] = set()
+def tools(monkeypatch, tmp_path):
+    """Pretend every external tool is installed and no NVIDIA driver is; tests change what they need."""
+    fake = FakeTools()
 
     def fake_version_of(cmd):
         name = cmd[0].rsplit("/", 1)[-1]
-        return None if name in missing else f"{name} 1.0"
+        return None if name in fake else fake.output.get(name, f"{name} 1.0")
 
+    real_which = shutil.which
+
+    def fake_which(name, *args, **kwargs):
+        if name == "nvidia-smi":
+            return "/usr/bin/nvidia-smi" if "nvidia-smi" in fake.driver else None
+        return real_which(name, *args, **kwargs)
+
+    proc = tmp_path / "proc-driver-nvidia"
+
+    class Driver(set):
+        def add(self, sign):
+            super().add(sign)
+            if sign == "proc":
+                proc.mkdir(exist_ok=True)
+
+    fake.driver = Driver()
     monkeypatch.setattr(dev, "_version_of", fake_version_of)
-    return missing
+    monkeypatch.setattr(dev.shutil, "which", fake_which)
+    monkeypatch.setattr(dev, "NVIDIA_PROC_DIR", str(proc))
+    return fake
 
 
 @pytest.fixture
@@ -168,10 +243,13 @@ def test_dataset_to_download_warns(isolated_dirs, tools, pinned_versions, monkey
     assert report.ok and report.verdict == "READY, with warnings about data: mnist"
 
 
-def test_optional_dataset_with_its_stand_in_in_reach_is_info(isolated_dirs, tools, pinned_versions):
+def test_optional_dataset_with_its_stand_in_in_reach_is_info(isolated_dirs, tools, pinned_versions, monkeypatch):
     _put_in_data_dir(isolated_dirs / "data", "cifar10-subset")
+    monkeypatch.delenv("COURSE_OFFLINE")  # with a network the full set is downloadable, yet never downloaded
     report = doctor(datasets=("cifar10", "cifar10-subset"))
-    assert _check(report, "data: cifar10").status == "info"
+    line = _check(report, "data: cifar10")
+    assert line.status == "info" and line.detail == "not in data/; chapters use cifar10-subset (in reach)"
+    assert "downloaded" not in line.detail, "helpers.data.cifar10 takes the subset in reach without a download"
     assert _check(report, "data: cifar10-subset").status == "ok"
     assert report.verdict == "READY"
 
@@ -244,3 +322,121 @@ def test_make_doctor_exit_status_follows_the_verdict(isolated_dirs, tools, pinne
     monkeypatch.delenv("COURSE_OFFLINE")  # downloads allowed: warnings only
     assert dev.main() == 0
     assert "verdict: READY, with warnings" in capsys.readouterr().out
+
+
+# -- accelerators, threads and nvcc: the install failures the doctor names -----
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+
+
+@pytest.fixture
+def one_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Fake GPU")
+
+
+@pytest.mark.parametrize("sign", ["nvidia-smi", "proc"])
+def test_nvidia_driver_with_a_cpu_only_torch_warns(isolated_dirs, tools, pinned_versions, no_gpu, monkeypatch, sign):
+    monkeypatch.setattr(torch.version, "cuda", None)
+    tools.driver.add(sign)
+    report = doctor(datasets=())
+    line = _check(report, "cuda")
+    assert line.status == "warn" and "CPU-only build" in line.detail
+    assert "--index-url https://download.pytorch.org/whl/cu" in line.fix and dev.PINNED["torch"] in line.fix
+    assert report.ok and report.verdict == "READY, with warnings about cuda"
+
+
+def test_nvidia_driver_that_cuda_cannot_use_warns(isolated_dirs, tools, pinned_versions, no_gpu, monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    tools.driver.add("nvidia-smi")
+    line = _check(doctor(datasets=()), "cuda")
+    assert line.status == "warn" and "built for CUDA 13.0" in line.detail and "cannot use a GPU" in line.detail
+    assert "nvidia-smi" in line.fix and "driver" in line.fix and "CUDA_VISIBLE_DEVICES" in line.fix
+
+
+def test_no_gpu_and_no_driver_is_info(isolated_dirs, tools, pinned_versions, no_gpu):
+    line = _check(doctor(datasets=()), "cuda")
+    assert line.status == "info" and "nothing needed" in line.fix
+
+
+def test_usable_gpu_is_ok(isolated_dirs, tools, pinned_versions, one_gpu):
+    line = _check(doctor(datasets=()), "cuda")
+    assert line.status == "ok" and line.detail == "1 device(s): Fake GPU"
+
+
+def test_mps_off_a_mac_is_info_with_what_it_needs(isolated_dirs, tools, pinned_versions, no_gpu, monkeypatch):
+    monkeypatch.setattr(dev.platform, "system", lambda: "Linux")
+    line = _check(doctor(datasets=()), "mps")
+    assert line.status == "info" and "Apple silicon" in line.fix and "arm64" in line.fix and "macOS 14" in line.fix
+
+
+@pytest.mark.parametrize(
+    ("machine", "release", "reason"),
+    [("x86_64", "15.1", "runs as x86_64"), ("arm64", "13.6", "macOS 13.6 is older than 14")],
+)
+def test_mps_unusable_on_a_mac_warns_with_the_reason(isolated_dirs, tools, pinned_versions, no_gpu, monkeypatch,
+                                                     machine, release, reason):
+    monkeypatch.setattr(dev.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(dev.platform, "machine", lambda: machine)
+    monkeypatch.setattr(dev.platform, "mac_ver", lambda: (release, ("", "", ""), machine))
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
+    line = _check(doctor(datasets=()), "mps")
+    assert line.status == "warn" and reason in line.detail and "native arm64 Python" in line.fix
+
+
+def test_usable_cpus_follows_the_affinity_mask(monkeypatch):
+    monkeypatch.setattr(dev.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert dev.usable_cpus() == 3
+    monkeypatch.delattr(dev.os, "sched_getaffinity", raising=False)  # macOS and Windows have no affinity call
+    monkeypatch.setattr(dev.os, "cpu_count", lambda: 5)
+    assert dev.usable_cpus() == 5
+
+
+def test_more_threads_than_usable_cpus_warns(isolated_dirs, tools, pinned_versions, monkeypatch):
+    monkeypatch.setattr(dev.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(dev.os, "cpu_count", lambda: 64)  # a big machine, but this process may use two cores
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 64)
+    line = _check(doctor(datasets=()), "threads")
+    assert line.status == "warn" and "2 of 64 logical CPUs" in line.detail and "OMP_NUM_THREADS=2" in line.fix
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert _check(doctor(datasets=()), "threads").status == "ok"
+
+
+@pytest.mark.parametrize(
+    ("nvcc_release", "torch_cuda", "status"),
+    [("13.0", "13.0", "ok"), ("13.2", "13.0", "ok"), ("12.8", None, "ok"), ("12.8", "13.0", "warn")],
+)
+def test_nvcc_major_version_against_torch_without_a_gpu(isolated_dirs, tools, pinned_versions, no_gpu, monkeypatch,
+                                                        nvcc_release, torch_cuda, status):
+    monkeypatch.setattr(torch.version, "cuda", torch_cuda)
+    tools.output["nvcc"] = f"Cuda compilation tools, release {nvcc_release}, V{nvcc_release}.1"
+    report = doctor(datasets=())
+    line = _check(report, "nvcc")
+    assert line.status == status, str(report)
+    if nvcc_release == "13.2":
+        assert "minor difference only logs a warning" in line.detail
+    if status == "warn":
+        assert "CUDA 12.8, but torch was built with CUDA 13.0" in line.detail and "load_inline" in line.detail
+        assert "CUDA_HOME" in line.fix and report.ok
+
+
+def test_nvcc_major_mismatch_with_a_gpu_fails_chapter_20(isolated_dirs, tools, pinned_versions, one_gpu, monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    tools.output["nvcc"] = "Cuda compilation tools, release 12.4, V12.4.131"
+    report = doctor(datasets=())
+    line = _check(report, "nvcc")
+    assert line.status == "fail" and line.chapters == ("20",) and "chapter 20's CUDA build stops" in line.detail
+    assert not report.ok and report.blocked_chapters == ["20"]
+
+
+def test_the_real_nvcc_prints_a_release_the_doctor_can_read():
+    """The comparison above needs "release X.Y" in nvcc's output; an unreadable line would pass as OK unchecked."""
+    nvcc = dev._version_of(["nvcc", "--version"])
+    if nvcc is None:
+        pytest.skip("no nvcc on PATH")
+    assert re.search(r"release \d+\.\d+", nvcc), f"nvcc's version line has no release number: {nvcc!r}"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import random
+from collections import namedtuple
 from collections.abc import Callable
 
 import torch
 
-from . import exercise
+from . import Hint, exercise
 
 # --------------------------------------------------------------------------
 # 00.seed_all
@@ -25,8 +26,25 @@ def _draws() -> tuple[list[float], list[float]]:
     return torch.rand(3).tolist(), [random.random() for _ in range(3)]
 
 
-#: Seeds that must all give different numbers, neighbours among them.
-_DISTINCT_SEEDS = (123, 124, 7, 0, 1, 2024)
+#: Seeds that must all give different numbers: neighbours (123, 124), 0 and 1, and seeds that
+#: agree in their lowest 8 bits (44 and 300), 16 bits (300 and 300 + 2**16) and 30 bits
+#: (300 and 300 + 2**30), so that shrinking the seed (seed & 0xFF, seed % 2**16) shows.
+#: All stay below 2**32: torch.manual_seed keeps only the lowest 32 bits of a seed.
+_DISTINCT_SEEDS = (123, 124, 7, 0, 1, 2024, 44, 300, 300 + 2**16, 300 + 2**30)
+
+#: Which generator each half of ``_draws`` comes from, and the call that seeds it.
+_STREAMS = ((0, "torch.rand(3)", "torch's global generator", "torch.manual_seed(seed)"),
+            (1, "random.random()", "Python's random module", "random.seed(seed)"))
+
+
+def _short(values: list[float]) -> str:
+    return "[" + ", ".join(f"{v:.4f}" for v in values) + "]"
+
+
+def _agreeing_low_bits(a: int, b: int) -> int:
+    """How many of the lowest bits two different seeds share (44 and 300 share 8)."""
+    diff = a ^ b
+    return (diff & -diff).bit_length() - 1
 
 
 @exercise(
@@ -34,20 +52,20 @@ _DISTINCT_SEEDS = (123, 124, 7, 0, 1, 2024)
     "write seed_all(seed) so that, after calling it, torch.rand and random.random "
     "give the same numbers for the same seed and different numbers for different seeds.",
     _seed_all_reference,
+    shortcuts=("helpers.device.seed_everything",),
+    goal="the seeding",
 )
 def _test_seed_all(seed_all: Callable[[int], None]) -> None:
     # Leave the learner's random streams as they were before the check.
     torch_state, py_state = torch.get_rng_state(), random.getstate()
     try:
         seed_all(123)
-        torch_a, py_a = _draws()
+        first = _draws()
         # Use up some numbers in between, as real code would.
         torch.rand(10)
         random.random()
         seed_all(123)
-        torch_b, py_b = _draws()
-        # Several seeds, neighbours among them: each must give its own numbers
-        # (seed // 100 or seed % 2 would map several of them to one stream).
+        again = _draws()
         draws = {}
         for seed in _DISTINCT_SEEDS:
             seed_all(seed)
@@ -55,28 +73,34 @@ def _test_seed_all(seed_all: Callable[[int], None]) -> None:
     finally:
         torch.set_rng_state(torch_state)
         random.setstate(py_state)
-    assert torch_a == torch_b, (
-        "torch.rand gave different numbers after seed_all(123) twice: "
-        "seed torch's global generator with torch.manual_seed(seed)."
-    )
-    assert py_a == py_b, (
-        "random.random gave different numbers after seed_all(123) twice: "
-        "Python's random module has its own generator; seed it with random.seed(seed)."
-    )
-    for index, which, call in ((0, "torch.rand", "torch.manual_seed"), (1, "random.random", "random.seed")):
+    for index, call, generator, seeding in _STREAMS:
+        if first[index] != again[index]:
+            raise Hint(
+                f"after seed_all(123), {call} gave {_short(first[index])}; after seed_all(123) again it gave "
+                f"{_short(again[index])}. The same seed should give the same numbers.",
+                f"{call} draws from {generator}, which has its own state; {seeding} sets it.",
+            )
+    for index, call, _generator, seeding in _STREAMS:
         streams: dict[tuple, list[int]] = {}
         for seed, got in draws.items():
             streams.setdefault(tuple(got[index]), []).append(seed)
         if len(streams) == 1:
-            raise AssertionError(
-                f"seed_all gave the same {which} numbers for the seeds {list(_DISTINCT_SEEDS)}: "
-                f"pass the seed argument to {call} instead of a fixed number."
+            raise Hint(
+                f"seed_all gave the same {call} numbers for every one of the seeds {list(_DISTINCT_SEEDS)}: "
+                "the numbers should depend on the seed.",
+                f"Pass the seed argument itself on to {seeding.split('(')[0]}, not a fixed number.",
             )
         for seeds in streams.values():
             if len(seeds) > 1:
-                raise AssertionError(
-                    f"seed_all({seeds[0]}) and seed_all({seeds[1]}) gave the same {which} numbers: every "
-                    f"seed should give its own numbers, so pass the seed on to {call} unchanged."
+                a, b = seeds[:2]
+                shared = _agreeing_low_bits(a, b)
+                nudge = (f" These two seeds agree in their lowest {shared} bits and differ only above them."
+                         if shared >= 8 else "")
+                raise Hint(
+                    f"seed_all({a}) and seed_all({b}) gave the same {call} numbers, "
+                    f"{_short(draws[a][index])}: different seeds should give different numbers.{nudge}",
+                    f"Give {seeding.split('(')[0]} the seed unchanged: shrinking it (seed & 0xFF, seed % 2**16, "
+                    "seed // 100) maps many seeds to one stream.",
                 )
 
 
@@ -88,8 +112,11 @@ def _test_seed_all(seed_all: Callable[[int], None]) -> None:
 def _to_device_reference(batch, device):
     """Move every tensor inside ``batch`` to ``device``; keep everything else as is.
 
-    ``batch`` may nest dicts, lists and tuples; each container comes back as
-    the same type (a new container: the input is not modified).
+    ``batch`` may nest dicts, lists, tuples and namedtuples; each container
+    comes back as the same type (a new container: the input is not modified),
+    as ``torch.utils.data.default_collate`` keeps them. A namedtuple is a
+    tuple subclass with ``_fields``; it is rebuilt with ``type(batch)(*items)``
+    because its constructor takes the fields one by one.
     """
     if isinstance(batch, torch.Tensor):
         return batch.to(device)
@@ -97,9 +124,15 @@ def _to_device_reference(batch, device):
         return {key: _to_device_reference(value, device) for key, value in batch.items()}
     if isinstance(batch, list):
         return [_to_device_reference(item, device) for item in batch]
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
+        return type(batch)(*(_to_device_reference(item, device) for item in batch))
     if isinstance(batch, tuple):
         return tuple(_to_device_reference(item, device) for item in batch)
     return batch
+
+
+#: A namedtuple in the example batch, as a Dataset returning named fields would give it.
+Box = namedtuple("Box", ["corners", "label"])
 
 
 def _example_batch():
@@ -117,51 +150,81 @@ def _example_batch():
         "target": {"label": label, "weight": 0.5},
         "extras": [mask, "note", 3],
         "pair": (torch.zeros(3, dtype=torch.float64), None),
+        "box": Box(corners=torch.tensor([[0, 0, 2, 3]]), label="cat"),
         "ids": ids,
     }
     return batch
 
 
+def _kind(obj) -> str:
+    return f"{type(obj).__name__} (a namedtuple)" if isinstance(obj, tuple) and hasattr(obj, "_fields") else type(obj).__name__
+
+
+def _first_values(t: torch.Tensor) -> list:
+    return t.detach().flatten()[:4].tolist()
+
+
 def _compare(got, want, where: str, device: torch.device) -> None:
     if isinstance(want, torch.Tensor):
-        assert isinstance(got, torch.Tensor), f"{where} should be a tensor, got {type(got).__name__}"
-        assert got.device.type == device.type, (
-            f"{where} is on {got.device}, expected {device}: call .to(device) with the device argument "
-            "you were given on every tensor you find, also those nested inside lists, tuples and dicts."
-        )
-        assert got.shape == want.shape and got.dtype == want.dtype, (
-            f"{where} changed from shape {tuple(want.shape)} {want.dtype} to {tuple(got.shape)} {got.dtype}: "
-            "only the device should change."
-        )
+        if not isinstance(got, torch.Tensor):
+            raise Hint(f"{where} should be a tensor, got {type(got).__name__}.")
+        if got.device.type != device.type:
+            nested = "; it is nested inside another container" if where.count("[") > 1 else ""
+            raise Hint(
+                f"{where} is on {got.device}, expected {device}{nested}.",
+                "Call .to(device), with the device argument you were given, on every tensor you find, also "
+                "those nested inside lists, tuples and dicts: a function that calls itself on each item does that.",
+            )
+        if got.shape != want.shape or got.dtype != want.dtype:
+            raise Hint(
+                f"{where} changed from shape {tuple(want.shape)} {want.dtype} to {tuple(got.shape)} {got.dtype}: "
+                "only the device should change.",
+                "Leave the dtype alone: tensor.to(device) keeps it; .float() or dtype= would change it.",
+            )
+        if device.type != "meta" and not torch.equal(got.cpu(), want.cpu()):
+            raise Hint(
+                f"{where} starts with {_first_values(got)} after the move, but the tensor given starts with "
+                f"{_first_values(want)}: moving a tensor keeps its values.",
+                "Move the tensor itself with tensor.to(device); torch.zeros_like or torch.empty_like make a new "
+                "tensor with other values.",
+            )
         return
     if isinstance(want, dict):
-        assert isinstance(got, dict), f"{where} should stay a dict, got {type(got).__name__}"
-        assert list(got) == list(want), f"{where} should keep the keys {list(want)}, got {list(got)}"
+        if not isinstance(got, dict):
+            raise Hint(f"{where} should stay a dict, got {type(got).__name__}.")
+        if list(got) != list(want):
+            raise Hint(f"{where} should keep the keys {list(want)}, got {list(got)}.")
         for key in want:
             _compare(got[key], want[key], f"{where}[{key!r}]", device)
         return
     if isinstance(want, (list, tuple)):
-        kind = type(want).__name__
-        assert type(got) is type(want), (
-            f"{where} should stay a {kind}, got {type(got).__name__}: "
-            "rebuild each container with its own type (a tuple stays a tuple)."
-        )
-        assert len(got) == len(want), f"{where} should keep its {len(want)} items, got {len(got)}"
+        if type(got) is not type(want):
+            raise Hint(
+                f"{where} should stay a {_kind(want)}, got {_kind(got)}.",
+                "Rebuild each container with its own type: a list stays a list, a tuple a tuple, and a namedtuple "
+                "the same namedtuple, which is a tuple with _fields whose constructor takes the items one by one: "
+                "type(x)(*items).",
+            )
+        if len(got) != len(want):
+            raise Hint(f"{where} should keep its {len(want)} items, got {len(got)}.")
         for i, (g, w) in enumerate(zip(got, want)):
             _compare(g, w, f"{where}[{i}]", device)
         return
-    got_text = repr(got) if type(got) is type(want) else f"a {type(got).__name__}"
-    assert got is want, (
-        f"{where} is {want!r}, not a tensor, and should come back untouched (the same object), got {got_text}. "
-        "Return anything that is not a tensor, dict, list or tuple as it is (a str is a sequence too: "
-        "do not loop over it)."
-    )
+    if got is not want:
+        got_text = repr(got) if type(got) is type(want) else f"a {type(got).__name__}"
+        raise Hint(
+            f"{where} is {want!r}, not a tensor, and should come back untouched (the same object), got {got_text}.",
+            "Return anything that is not a tensor, dict, list or tuple as it is (a str is a sequence too: "
+            "do not loop over it).",
+        )
 
 
 def _snapshot(obj):
     """The same nesting of new containers around the very same leaves."""
     if isinstance(obj, dict):
         return {key: _snapshot(value) for key, value in obj.items()}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_snapshot(item) for item in obj))
     if isinstance(obj, (list, tuple)):
         return type(obj)(_snapshot(item) for item in obj)
     return obj
@@ -169,29 +232,41 @@ def _snapshot(obj):
 
 def _unchanged(now, before, where: str) -> None:
     """Raise if the learner's function modified its input ``before`` in place."""
-    hint = (
-        f"your function changed its input in place ({where}): build and return new containers "
-        "instead, because the caller may still need the CPU batch."
+    hint = Hint(
+        f"your function changed its input in place ({where}).",
+        "Build and return new containers instead, because the caller may still need the CPU batch.",
     )
     if isinstance(before, dict):
-        assert isinstance(now, dict) and list(now) == list(before), hint
+        if not (isinstance(now, dict) and list(now) == list(before)):
+            raise hint
         for key in before:
             _unchanged(now[key], before[key], f"{where}[{key!r}]")
     elif isinstance(before, (list, tuple)):
-        assert type(now) is type(before) and len(now) == len(before), hint
+        if not (type(now) is type(before) and len(now) == len(before)):
+            raise hint
         for i, (n, b) in enumerate(zip(now, before)):
             _unchanged(n, b, f"{where}[{i}]")
-    else:
-        assert now is before, hint
-        if isinstance(before, torch.Tensor):
-            assert before.device.type == "cpu", hint
+    elif now is not before or (isinstance(before, torch.Tensor) and before.device.type != "cpu"):
+        raise hint
+
+
+#: Library functions that walk nested containers for the learner (the exercise asks for that walk).
+#: ``torch.utils._pytree`` is PyTorch's private module for it; flatten + unflatten would do it too.
+_PYTREE_SHORTCUTS = tuple(
+    f"torch.utils._pytree.{name}"
+    for name in ("tree_map", "tree_map_", "tree_map_only", "tree_map_only_", "tree_map_with_path",
+                 "tree_flatten", "tree_flatten_with_path", "tree_unflatten")
+)
 
 
 @exercise(
     "00.to_device",
-    "write to_device(batch, device) that returns a copy of batch, a tensor or a dict/list/tuple "
-    "nesting tensors and other values, with every tensor moved to device and everything else unchanged.",
+    "write to_device(batch, device) that returns a copy of batch, a tensor or a dict/list/tuple/namedtuple "
+    "nesting tensors and other values, with every tensor moved to device and everything else unchanged "
+    "(write the walk over the containers yourself).",
     _to_device_reference,
+    shortcuts=_PYTREE_SHORTCUTS,
+    goal="the walk over nested containers",
 )
 def _test_to_device(to_device: Callable) -> None:
     # The meta device exists on every machine and is never the tensors' own
@@ -210,9 +285,14 @@ def _test_to_device(to_device: Callable) -> None:
     _unchanged(batch, before, "batch")
 
     # Now to the CPU, given as a string, with float64 tensors: an answer that ignores
-    # `device` (always "meta", say) or changes the dtype cannot pass.
+    # `device` (always "meta", say), changes the dtype, or makes new tensors with
+    # other values (zeros_like) cannot pass: here the values are compared too.
     cpu = torch.device("cpu")
-    batch = {"x": torch.linspace(0, 1, 5, dtype=torch.float64), "pair": (torch.eye(2, dtype=torch.float64), "id")}
+    batch = {
+        "x": torch.linspace(0, 1, 5, dtype=torch.float64),
+        "pair": (torch.eye(2, dtype=torch.float64), "id"),
+        "box": Box(corners=torch.tensor([[1, 2, 5, 7]]), label=None),
+    }
     before = _snapshot(batch)
     result = to_device(batch, "cpu")
     assert result is not None, "to_device returned None: return the moved batch."

@@ -1,0 +1,157 @@
+"""Exercises of chapter 00: more wrong answers that must fail, shortcuts, and the two hint tiers.
+
+The first wrong answers of 00.seed_all and 00.to_device are in tests/test_exercises_ch00_ch01.py.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import namedtuple
+
+import pytest
+import torch
+
+from helpers import exercises
+from helpers.exercises import check, hint, solution
+from tests.exercise_support import assert_rejected
+
+# ---------------------------------------------------------------- 00.seed_all
+
+
+def _keeps_the_low_byte(seed):
+    random.seed(seed & 0xFF)
+    torch.manual_seed(seed & 0xFF)
+
+
+def _keeps_the_low_16_bits(seed):
+    random.seed(seed)
+    torch.manual_seed(seed % 2**16)
+
+
+def _calls_the_course_helper(seed):
+    from helpers.device import seed_everything
+
+    seed_everything(seed)
+
+
+def _seeds_a_private_generator(seed):  # the global generator that torch.rand uses stays unseeded
+    random.seed(seed)
+    torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "fragments"),
+    [
+        (_keeps_the_low_byte, ("seed_all(44) and seed_all(300) gave the same", "lowest 8 bits")),
+        (_keeps_the_low_16_bits, ("seed_all(300) and seed_all(65836) gave the same torch.rand(3)", "lowest 16 bits")),
+        (_calls_the_course_helper, ("write the seeding yourself", "helpers.device.seed_everything")),
+        (_seeds_a_private_generator, ("torch.rand(3) gave",)),
+    ],
+)
+def test_seed_all_more_wrong_answers_fail(wrong, fragments):
+    assert_rejected("00.seed_all", wrong, *fragments)
+
+
+def test_seed_all_lambda_that_masks_the_seed_fails():
+    """The answer a reviewer found passing: both generators seeded with the seed's low byte."""
+    assert_rejected("00.seed_all", lambda s: (random.seed(s & 0xFF), torch.manual_seed(s & 0xFF)), "lowest 8 bits")
+
+
+def test_seed_all_first_hint_states_the_case_not_the_fix(monkeypatch):
+    def torch_only(seed):
+        torch.manual_seed(seed)
+
+    monkeypatch.delitem(exercises._failures, "00.seed_all", raising=False)  # a first attempt in this session
+    first = check("00.seed_all", torch_only, show=False).message
+    assert "random.random() gave" in first and "random.seed" not in first, first
+    assert 'hint("00.seed_all") gives a fuller hint' in first and "Hint:" not in first, first
+    assert "random.seed(seed)" in hint("00.seed_all", show=False)
+    second = check("00.seed_all", torch_only, show=False).message
+    assert "Hint:" in second and "random.seed(seed)" in second, second
+
+
+def test_seed_all_fuller_hint_for_a_shrunk_seed_names_the_mistake():
+    check("00.seed_all", _keeps_the_low_byte, show=False)
+    assert "seed & 0xFF" in hint("00.seed_all", show=False)
+
+
+def test_seed_all_check_restores_the_seed_everything_name():
+    import helpers.device
+
+    before = helpers.device.seed_everything
+    check("00.seed_all", _calls_the_course_helper, show=False)
+    assert helpers.device.seed_everything is before
+
+
+# ---------------------------------------------------------------- 00.to_device
+
+
+def _walk(batch, leaf, tuple_of=lambda obj, items: type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)):
+    """A correct walk over dicts, lists and (named)tuples that applies ``leaf`` to each tensor."""
+    if isinstance(batch, torch.Tensor):
+        return leaf(batch)
+    if isinstance(batch, dict):
+        return {k: _walk(v, leaf, tuple_of) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return tuple_of(batch, [_walk(v, leaf, tuple_of) for v in batch])
+    return batch
+
+
+def _zeros_like(batch, device):
+    return _walk(batch, lambda t: torch.zeros_like(t, device=device))
+
+
+def _empty_like(batch, device):
+    return _walk(batch, lambda t: torch.empty_like(t, device=device))
+
+
+def _namedtuples_become_tuples(batch, device):
+    return _walk(batch, lambda t: t.to(device), tuple_of=lambda obj, items: type(obj)(items) if isinstance(obj, list) else tuple(items))
+
+
+def _with_pytree(batch, device):
+    from torch.utils._pytree import tree_map_only
+
+    return tree_map_only(torch.Tensor, lambda t: t.to(device), batch)
+
+
+def _with_pytree_module(batch, device):
+    import torch.utils._pytree as pytree
+
+    leaves, spec = pytree.tree_flatten(batch)
+    return pytree.tree_unflatten([x.to(device) if isinstance(x, torch.Tensor) else x for x in leaves], spec)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "fragments"),
+    [
+        (_zeros_like, ("after the move", "keeps its values")),
+        (_empty_like, ("keeps its values",)),
+        (_namedtuples_become_tuples, ("should stay a Box (a namedtuple), got tuple",)),
+        (_with_pytree, ("walk over nested containers yourself", "tree_map_only")),
+        (_with_pytree_module, ("walk over nested containers yourself", "tree_flatten")),
+    ],
+)
+def test_to_device_more_wrong_answers_fail(wrong, fragments):
+    assert_rejected("00.to_device", wrong, *fragments)
+
+
+def test_to_device_reference_keeps_a_namedtuple_as_default_collate_does():
+    Point = namedtuple("Point", ["x", "label"])
+    moved = solution("00.to_device")({"p": Point(torch.ones(2), "a")}, "meta")
+    assert type(moved["p"]) is Point and moved["p"].x.device.type == "meta" and moved["p"].label == "a"
+    collated = torch.utils.data.default_collate([Point(torch.ones(2), 1), Point(torch.zeros(2), 2)])
+    assert type(collated) is Point, "default_collate no longer keeps namedtuples: the exercise text says it does"
+
+
+def test_to_device_fuller_hint_says_how_to_rebuild_a_namedtuple():
+    check("00.to_device", _namedtuples_become_tuples, show=False)
+    assert "type(x)(*items)" in hint("00.to_device", show=False)
+
+
+def test_to_device_shortcut_names_are_restored():
+    import torch.utils._pytree as pytree
+
+    before = pytree.tree_map_only
+    check("00.to_device", _with_pytree, show=False)
+    assert pytree.tree_map_only is before
