@@ -9,21 +9,23 @@
 #
 # **What you will learn**
 #
-# - creating tensors: `torch.tensor`, `zeros`, `arange`, `linspace`, `rand` with a generator, the `*_like` functions;
+# - creating tensors: `torch.tensor`, `zeros`, `arange`, `linspace`, `rand` with a generator, the `*_like` functions,
+#   and the older forms still in circulation (`torch.Tensor(...)`, `torch.range`, `set_default_tensor_type`);
 # - dtypes and devices, and which dtype a mixed operation returns (type promotion);
 # - strides and contiguity: why `view` sometimes fails where `reshape` works;
 # - changing shapes with `squeeze`, `unsqueeze` and `permute`;
 # - broadcasting: the rule that lets a `[4, 1]` tensor meet a `[5]` tensor;
 # - indexing, boolean masks and `torch.where`;
 # - reductions along a `dim` and why `keepdim` matters; `argmax` and `max`'s (values, indices);
-# - matrix products (`@`, `mm`, `bmm`, `einsum`) against element-wise `*`;
-# - joining and splitting (`cat`, `stack`, `chunk`, `split`), and `gather`/`scatter_` to pick or write one entry per row;
+# - matrix products (`@`, also with 1-D operands, `mm`, `bmm`, `einsum`) against element-wise `*`;
+# - joining and splitting (`cat`, `stack`, `chunk`, `split`), and `gather`/`scatter_` to pick or write one entry per row
+#   (and why a cross-entropy written by hand from probabilities can return `inf`);
 # - the trailing-underscore convention for in-place operations;
 # - NumPy interop, and which conversions share memory.
 #
 # **Prerequisites**: chapter 00 (devices and seeding). Some NumPy helps but is not required.
 #
-# **Estimated time**: 60 minutes.
+# **Estimated time**: 90 minutes.
 
 # %% tags=["parameters"]
 SEED = 0  # seed for the random tensors of this chapter
@@ -32,16 +34,19 @@ SEED = 0  # seed for the random tensors of this chapter
 # ## Setup
 
 # %%
+import itertools
+import math
 import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 import torch.nn.functional as F
+from matplotlib.patches import Rectangle
 
 from helpers import plotting  # noqa: F401  (sets the course's figure defaults)
 from helpers.device import pick_device, seed_everything
-from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
+from helpers.exercises import check, hint, solution  # noqa: F401  (hint, solution: for when you are stuck)
 from helpers.report import ChapterReport
 
 seed_everything(SEED)
@@ -77,17 +82,62 @@ print(torch.arange(0, 10, 3))
 print(torch.linspace(0, 1, steps=5))
 
 # %% [markdown]
+# **Older forms you will still meet.** Code written for early versions of PyTorch, and many
+# tutorials copied from it, create tensors in three ways that have since been replaced:
+#
+# - `torch.Tensor(...)`, the class called like a function (the *legacy constructor*). It always
+#   makes the default float dtype, even from whole numbers, and a single integer means a *size*:
+#   `torch.Tensor(3)` is three uninitialised floats (whatever the memory held), not the number 3.
+#   It takes no `dtype=` and raises no warning, so it is easy to miss. Use `torch.tensor(data)`
+#   for data, and `torch.zeros(size)` (or `torch.empty(size)`, if you will overwrite every element) for a shape.
+# - `torch.range(start, end)` *includes* `end` and returns floats. It is deprecated; `torch.arange`
+#   leaves `end` out, like Python's `range`, and keeps whole numbers as `int64`.
+# - `torch.set_default_tensor_type(torch.DoubleTensor)` set the default dtype (and, with
+#   `torch.cuda.FloatTensor`, the device) by naming a tensor type. It is deprecated since PyTorch 2.1;
+#   `torch.set_default_dtype` (section 2) and `torch.set_default_device` each set one of the two.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+legacy_data, legacy_size = torch.Tensor([1, 2]), torch.Tensor(3)
+print(f"torch.Tensor([1, 2]) -> {legacy_data.tolist()} {legacy_data.dtype}   torch.tensor([1, 2]) -> {torch.tensor([1, 2]).dtype}")
+print(f"torch.Tensor(3)      -> shape {tuple(legacy_size.shape)}, uninitialised   torch.tensor(3) -> shape {tuple(torch.tensor(3).shape)}, value {torch.tensor(3).item()}")
+try:
+    torch.Tensor([1, 2], dtype=torch.int64)
+    raise AssertionError("the legacy constructor should refuse dtype=")
+except TypeError as err:
+    print(f"torch.Tensor([1, 2], dtype=torch.int64) -> {type(err).__name__}: {str(err).splitlines()[0]}")
+warn_always_before = torch.is_warn_always_enabled()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    torch.set_warn_always(True)  # some PyTorch warnings appear once per process; this shows them on every run
+    try:
+        old_range = torch.range(0, 3)
+        torch.set_default_tensor_type(torch.FloatTensor)  # float32 on the CPU, the default already: nothing changes
+    finally:
+        torch.set_warn_always(warn_always_before)
+print(f"torch.range(0, 3)    -> {old_range.tolist()} {old_range.dtype}   torch.arange(0, 3) -> {torch.arange(0, 3).tolist()} {torch.arange(0, 3).dtype}")
+old_form_warnings = [str(w.message).split(" (Triggered")[0] for w in caught]  # the cut drops a C++ source path
+for w, message in zip(caught, old_form_warnings):
+    print(f"{w.category.__name__}: {message}")
+assert legacy_data.dtype == torch.float32 and torch.tensor([1, 2]).dtype == torch.int64, "torch.Tensor should make floats, torch.tensor int64"
+assert legacy_size.shape == (3,) and torch.tensor(3).shape == (), "torch.Tensor(3) is a size, torch.tensor(3) a value"
+assert old_range.tolist() == [0.0, 1.0, 2.0, 3.0] and torch.arange(0, 3).tolist() == [0, 1, 2], "range includes the end, arange does not"
+assert any("torch.range is deprecated" in m for m in old_form_warnings), old_form_warnings
+assert any("set_default_tensor_type() is deprecated" in m and "set_default_dtype" in m for m in old_form_warnings), old_form_warnings
+assert torch.get_default_dtype() == torch.float32 and torch.empty(1).device.type == "cpu", "the defaults should be unchanged"
+
+# %% [markdown]
 # Random tensors come from a generator. Passing your own `torch.Generator`
 # makes the numbers repeatable without touching the global generator (chapter 00).
 # `rand` is uniform on [0, 1), `randn` standard normal, `randint(low, high)` whole numbers with `high` left out.
 
 # %%
 global_state = torch.get_rng_state()
-g = torch.Generator().manual_seed(SEED)
-uniform = torch.rand(2, 3, generator=g)
+rng = torch.Generator().manual_seed(SEED)
+uniform = torch.rand(2, 3, generator=rng)
 print(uniform)
-print(torch.randn(2, 3, generator=g))
-ints = torch.randint(0, 10, (2, 5), generator=g)
+print(torch.randn(2, 3, generator=rng))
+ints = torch.randint(0, 10, (2, 5), generator=rng)
 print(ints)
 assert torch.equal(torch.get_rng_state(), global_state), "drawing from our own generator should leave the global one alone"
 again = torch.rand(2, 3, generator=torch.Generator().manual_seed(SEED))
@@ -115,9 +165,9 @@ for made in (torch.zeros_like(template), torch.ones_like(template), torch.full_l
 
 # %%
 # NBVAL_CHECK_OUTPUT
-x = torch.tensor([1.7, -2.2, 3.9])
-for t in (x, x.to(torch.float16), x.double(), x.long(), x.bool()):
-    print(f"{str(t.dtype):14s} {t.element_size()} byte(s) each  {t.tolist()}")
+decimals = torch.tensor([1.7, -2.2, 3.9])
+for converted in (decimals, decimals.to(torch.float16), decimals.double(), decimals.long(), decimals.bool()):
+    print(f"{str(converted.dtype):14s} {converted.element_size()} byte(s) each  {converted.tolist()}")
 
 # %% [markdown]
 # Converting to an integer dtype truncates towards zero (−2.2 → −2); converting to
@@ -147,8 +197,54 @@ for t in (x, x.to(torch.float16), x.double(), x.long(), x.bool()):
 # the category, the two kinds differ: an `int64` tensor plus a 0-dim `float64` tensor gives
 # `float64` (the 0-dim tensor's own dtype), plus the Python float `2.5` gives `float32` (the
 # default dtype). PyTorch also does not look at values: a `uint8` tensor plus the Python int
-# 300 stays `uint8` (and wraps around). `torch.result_type(a, b)` gives the answer without
-# computing anything; every row below is computed, and checked against it and against the rule.
+# 300 stays `uint8` (and wraps around).
+#
+# The rule is short enough to write as code. `promote` below takes the operands, sorts them by
+# kind, combines the dtypes *within* each kind with `torch.promote_types(d1, d2)` (PyTorch's table of
+# the smallest dtype that holds both: same category, larger size; `uint8` and `int8` → `int16`), and
+# then lets a lower kind count only when its category is higher. It covers bool, integer and floating
+# point; complex numbers add a case this chapter leaves out.
+
+# %%
+def category(dtype: torch.dtype) -> int:
+    """0 for bool, 1 for the integer dtypes, 2 for the floating-point dtypes."""
+    if dtype == torch.bool:
+        return 0
+    return 2 if dtype.is_floating_point else 1
+
+
+def kind_and_dtype(operand) -> tuple[int, torch.dtype]:
+    """The operand's kind (2 dimensioned tensor, 1 zero-dim tensor, 0 Python number) and the dtype it counts as."""
+    if isinstance(operand, torch.Tensor):
+        return (2 if operand.ndim > 0 else 1), operand.dtype
+    if isinstance(operand, bool):  # test bool before int: in Python, True is an int too
+        return 0, torch.bool
+    if isinstance(operand, int):
+        return 0, torch.int64
+    return 0, torch.get_default_dtype()  # a Python float
+
+
+def promote(*operands) -> torch.dtype:
+    """The dtype that arithmetic on ``operands`` returns, by the three rules above."""
+    per_kind = {}
+    for operand in operands:
+        kind, dtype = kind_and_dtype(operand)
+        per_kind[kind] = torch.promote_types(per_kind[kind], dtype) if kind in per_kind else dtype
+    result = None
+    for kind in (2, 1, 0):  # dimensioned tensors, then 0-dim tensors, then Python numbers
+        if kind not in per_kind:
+            continue
+        if result is None:  # the highest kind present decides first (rule 3)
+            result = per_kind[kind]
+        elif category(per_kind[kind]) > category(result):  # a lower kind counts only with a higher category (rules 1, 2)
+            result = torch.promote_types(result, per_kind[kind])
+    return result
+
+
+# %% [markdown]
+# `torch.result_type(a, b)` gives PyTorch's own answer without computing anything. Each row of the
+# table is computed three ways, and they must agree: the dtype of `left + right`, `torch.result_type`,
+# and `promote`; the `stated` column is what the text above says, so it is checked too.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -164,7 +260,7 @@ zero_dim_f64 = torch.tensor(1.5, dtype=torch.float64)
 zero_dim_f16 = torch.tensor(1.5, dtype=torch.float16)
 zero_dim_i64 = torch.tensor(1)
 zero_dim_f32 = torch.tensor(1.5)
-cases = [  # (operation, left operand, right operand, the dtype the rule predicts, why)
+cases = [  # (operation, left operand, right operand, the dtype stated in the text, why)
     ("int64 + int64", i64, i64, torch.int64, "same dtype"),
     ("int64 + float32", i64, f32, torch.float32, "higher category wins"),
     ("float32 + float64", f32, f64, torch.float64, "larger size wins"),
@@ -181,13 +277,29 @@ cases = [  # (operation, left operand, right operand, the dtype the rule predict
     ("int64 + 0-dim float16", i64, zero_dim_f16, torch.float16, "0-dim, higher category: its own dtype"),
     ("0-dim float32 + 0-dim float64", zero_dim_f32, zero_dim_f64, torch.float64, "no dimensioned tensor: the 0-dim ones decide"),
 ]
-for what, left, right, predicted, why in cases:
+for what, left, right, stated, why in cases:
     computed = (left + right).dtype
-    assert computed == predicted, f"{what}: the rule predicts {predicted}, PyTorch gave {computed}"
+    assert promote(left, right) == computed, f"{what}: promote() gives {promote(left, right)}, PyTorch computed {computed}"
     assert torch.result_type(left, right) == computed, f"{what}: result_type disagrees with the computed dtype"
+    assert computed == stated, f"{what}: the text says {stated}, PyTorch computed {computed}"
     print(f"{what:30s} -> {str(computed):14s} {why}")
 print(f"uint8 [1, 2] + 300 = {(u8 + 300).tolist()}")
 assert (u8 + 300).tolist() == [45, 46], "uint8 arithmetic should wrap modulo 256: 301 -> 45"
+
+# %% [markdown]
+# The table checks the cases the text names. To check `promote` itself, compare it with
+# `torch.result_type` on every pair drawn from ten dtypes, each as a dimensioned and as a 0-dim
+# tensor, and three Python numbers (leaving out pairs of two numbers, which are not tensor arithmetic):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+grid_dtypes = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+               torch.float16, torch.bfloat16, torch.float32, torch.float64]
+grid = [torch.ones(2, dtype=d) for d in grid_dtypes] + [torch.ones((), dtype=d) for d in grid_dtypes] + [True, 5, 2.5]
+pairs = [(p, q) for p, q in itertools.product(grid, grid) if isinstance(p, torch.Tensor) or isinstance(q, torch.Tensor)]
+disagree = [(p, q) for p, q in pairs if promote(p, q) != torch.result_type(p, q) or promote(p, q) != (p + q).dtype]
+print(f"promote() agrees with torch.result_type and with the computed dtype on {len(pairs) - len(disagree)} of {len(pairs)} pairs")
+assert len(pairs) == 520 and not disagree, f"promote() and PyTorch disagree on {len(disagree)} pairs, e.g. {disagree[:2]}"
 
 # %% [markdown]
 # `uint8` + `int8` gives `int16` because neither of the two can hold all the values of the
@@ -204,12 +316,14 @@ torch.set_default_dtype(torch.float64)
 try:
     with_python_float = (i64 + 2.5).dtype
     with_zero_dim_f32 = (i64 + zero_dim_f32).dtype
+    promote_says = (promote(i64, 2.5), promote(i64, zero_dim_f32))  # promote reads the default dtype too
 finally:
     torch.set_default_dtype(previous_default)
 print(f"default float64: int64 + 2.5 -> {with_python_float}, int64 + 0-dim float32 -> {with_zero_dim_f32}")
 print(f"default {previous_default}: int64 + 2.5 -> {(i64 + 2.5).dtype}")
 assert with_python_float == torch.float64, "a Python float should follow the default dtype"
 assert with_zero_dim_f32 == torch.float32, "a 0-dim tensor should keep its own dtype, whatever the default"
+assert promote_says == (with_python_float, with_zero_dim_f32), f"promote() should follow the default dtype as PyTorch does, gave {promote_says}"
 assert torch.get_default_dtype() == torch.float32, "the default dtype should be restored"
 
 # %% [markdown]
@@ -277,15 +391,60 @@ print(xt)
 print(f"shape {tuple(xt.shape)}, stride {xt.stride()}, contiguous {xt.is_contiguous()}, shares x's storage {same_storage(x, xt)}")
 
 # %% [markdown]
+# The figure draws the one storage that `x` and `xt` share as a strip of 12 cells, and the
+# order in which each of them reads it when you go through its elements row by row: position
+# `i * stride[0] + j * stride[1]` for `i` in rows, `j` in columns. `x` walks the strip from left to
+# right. `xt` reads each of its rows as three cells 4 apart, then steps 7 back to start the next row.
+
+# %%
+def read_order(t: torch.Tensor) -> list[int]:
+    """Storage positions a 2-D tensor visits, row by row: offset + i * stride(0) + j * stride(1)."""
+    rows, cols = t.shape
+    return [t.storage_offset() + i * t.stride(0) + j * t.stride(1) for i in range(rows) for j in range(cols)]
+
+
+storage = x.flatten()  # x is contiguous, so this is its storage in order
+assert read_order(x) == list(range(12)), "a contiguous tensor reads its storage in order"
+assert torch.equal(storage[read_order(xt)], xt.reshape(-1)), "reading storage in xt's order should give xt row by row"
+assert np.diff(read_order(xt)).tolist() == [4, 4, -7] * 3 + [4, 4], "xt should read 4 apart within a row and step 7 back between rows"
+
+fig, axes = plt.subplots(2, 1, figsize=(9, 3.6))
+row_colors = ["tab:blue", "tab:orange", "tab:green", "tab:purple"]
+for ax, (reader, name) in zip(axes, [(x, "x"), (xt, "xt = x.t()")]):
+    order = read_order(reader)
+    n_cols = reader.shape[1]
+    for pos in range(12):
+        ax.add_patch(Rectangle((pos - 0.45, -0.4), 0.9, 0.8, facecolor="lightsteelblue", edgecolor="black"))
+        ax.text(pos, 0.1, str(storage[pos].item()), ha="center", va="center", fontsize=10)
+        ax.text(pos, -0.22, f"read {order.index(pos) + 1}", ha="center", va="center", fontsize=7, color="dimgray")
+    for step, (here, there) in enumerate(zip(order, order[1:])):
+        if (step + 1) % n_cols:  # within one row of the tensor: an arc above, in that row's colour
+            ax.annotate("", xy=(there, 0.42), xytext=(here, 0.42), arrowprops=dict(
+                arrowstyle="->", color=row_colors[step // n_cols], lw=1.2, connectionstyle="arc3,rad=-0.3"))
+        else:  # on to the next row of the tensor: a dashed arc below
+            bend = 0.6 if there > here else -0.15  # curve downwards either way; a short step needs a rounder arc
+            ax.annotate("", xy=(there, -0.45), xytext=(here, -0.45), arrowprops=dict(
+                arrowstyle="->", color="gray", lw=1, linestyle="--", connectionstyle=f"arc3,rad={bend}"))
+    ax.set_xlim(-0.7, 11.7)
+    ax.set_ylim(-1.5, 1.7)
+    ax.set_yticks([])
+    ax.set_xticks(range(12))
+    ax.tick_params(labelsize=8)
+    ax.set_title(f"{name}: shape {tuple(reader.shape)}, stride {reader.stride()}; reads positions {order[:7]}...", fontsize=10)
+axes[1].set_xlabel("position in the shared storage (arcs above: one row of the tensor; dashed: on to the next row)", fontsize=9)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
 # **`view`** reinterprets the same storage with a new shape. It never copies, so
 # it only works when the new shape can be expressed with strides over the existing
 # layout. On a contiguous tensor it always can, and the result shares memory: writing through the view changes the original.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-v = x.view(2, 6)
-print(v)
-print(f"stride {v.stride()}, shares x's storage {same_storage(x, v)}")
+as_2x6 = x.view(2, 6)
+print(as_2x6)
+print(f"stride {as_2x6.stride()}, shares x's storage {same_storage(x, as_2x6)}")
 x2 = x.clone()  # a private copy, so that x itself stays unchanged
 x2.view(-1)[0] = 100  # -1: "whatever size makes the element count match"
 print(x2[0])
@@ -341,16 +500,16 @@ print(f"reshape of transposed xt shares memory: {same_storage(xt, fixed_reshape)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-v = torch.tensor([1.0, 2.0, 3.0])
-print("v                ", tuple(v.shape))
-print("v.unsqueeze(0)   ", tuple(v.unsqueeze(0).shape))
-print("v.unsqueeze(1)   ", tuple(v.unsqueeze(1).shape))
-print("v[None, :, None] ", tuple(v[None, :, None].shape))
+vec = torch.tensor([1.0, 2.0, 3.0])
+print("vec                ", tuple(vec.shape))
+print("vec.unsqueeze(0)   ", tuple(vec.unsqueeze(0).shape))
+print("vec.unsqueeze(1)   ", tuple(vec.unsqueeze(1).shape))
+print("vec[None, :, None] ", tuple(vec[None, :, None].shape))
 y = torch.zeros(1, 3, 1, 2)
-print("y                ", tuple(y.shape))
-print("y.squeeze()      ", tuple(y.squeeze().shape))
-print("y.squeeze(0)     ", tuple(y.squeeze(0).shape))
-print("y.squeeze((0, 2))", tuple(y.squeeze((0, 2)).shape))
+print("y                  ", tuple(y.shape))
+print("y.squeeze()        ", tuple(y.squeeze().shape))
+print("y.squeeze(0)       ", tuple(y.squeeze(0).shape))
+print("y.squeeze((0, 2))  ", tuple(y.squeeze((0, 2)).shape))
 
 # %% [markdown]
 # `permute` reorders all dimensions at once. The classic use: images on disk and in
@@ -422,22 +581,20 @@ print(torch.broadcast_shapes(col.shape, row.shape))
 # This is an *outer sum*: every element of one vector combined with every element of the other.
 
 # %%
-from matplotlib.patches import Rectangle
-
 fig, axes = plt.subplots(1, 3, figsize=(9, 3))
 panels = [
     (col.expand(4, 5), (1, 4), "col [4, 1], stretched to [4, 5]"),
     (row.expand(4, 5), (5, 1), "row [5] = [1, 5], stretched to [4, 5]"),
     (table, (5, 4), "col + row: [4, 5]"),
 ]
-for ax, (values, (real_w, real_h), title) in zip(axes, panels):
-    ax.imshow(values.numpy(), cmap="viridis", vmin=0, vmax=table.max().item())
-    for (r, c), value in np.ndenumerate(values.numpy()):
-        virtual = c >= real_w or r >= real_h  # stretched: not stored in memory
-        ax.text(c, r, str(value), ha="center", va="center", fontsize=11,
+for ax, (shown, (real_w, real_h), title) in zip(axes, panels):
+    ax.imshow(shown.numpy(), cmap="viridis", vmin=0, vmax=table.max().item())
+    for (row_i, col_j), value in np.ndenumerate(shown.numpy()):
+        virtual = col_j >= real_w or row_i >= real_h  # stretched: not stored in memory
+        ax.text(col_j, row_i, str(value), ha="center", va="center", fontsize=11,
                 color="white" if value < 25 else "black", alpha=0.45 if virtual else 1.0)
         if virtual:
-            ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, color="white", alpha=0.55, linewidth=0))
+            ax.add_patch(Rectangle((col_j - 0.5, row_i - 0.5), 1, 1, color="white", alpha=0.55, linewidth=0))
     ax.add_patch(Rectangle((-0.5, -0.5), real_w, real_h, fill=False, edgecolor="red", linewidth=2))
     ax.set_title(title, fontsize=10)
     ax.set_xticks(range(5))
@@ -501,8 +658,8 @@ print(f"a slice shares memory: {same_storage(m, m[1:3, 3:])}")
 # NBVAL_CHECK_OUTPUT
 print(m[torch.tensor([0, 2])])  # rows 0 and 2
 rows, cols = torch.tensor([0, 1, 2, 3]), torch.tensor([4, 3, 2, 1])
-picked = m[rows, cols]  # m[0, 4], m[1, 3], m[2, 2], m[3, 1]
-print(picked, f"copy: {not same_storage(m, picked)}")
+paired = m[rows, cols]  # m[0, 4], m[1, 3], m[2, 2], m[3, 1]
+print(paired, f"copy: {not same_storage(m, paired)}")
 
 # %% [markdown]
 # A **boolean mask** of the same shape selects the elements where it is `True`,
@@ -565,11 +722,15 @@ torch.testing.assert_close(r.mean(dim=0), r.sum(dim=0) / r.shape[0])
 # row of column totals, `dim=1` squeezes the four columns into one column of row totals.
 
 # %%
-def draw_cells(ax, values, x0, y0, color):
-    """Draw a 2-D tensor as a grid of labelled squares with its top-left cell at (x0, y0)."""
+def draw_cells(ax, values, x0, y0, color, fmt="{:g}", highlight=(), highlight_color="gold"):
+    """Draw a 2-D tensor as a grid of labelled squares with its top-left cell at (x0, y0).
+
+    Cells whose (row, column) is in ``highlight`` are drawn in ``highlight_color``.
+    """
     for (i, j), value in np.ndenumerate(values.numpy()):
-        ax.add_patch(Rectangle((x0 + j - 0.5, y0 + i - 0.5), 1, 1, facecolor=color, edgecolor="black"))
-        ax.text(x0 + j, y0 + i, f"{value:g}", ha="center", va="center", fontsize=11)
+        face = highlight_color if (i, j) in highlight else color
+        ax.add_patch(Rectangle((x0 + j - 0.5, y0 + i - 0.5), 1, 1, facecolor=face, edgecolor="black"))
+        ax.text(x0 + j, y0 + i, fmt.format(value), ha="center", va="center", fontsize=11)
 
 
 fig, ax = plt.subplots(figsize=(8, 3.6))
@@ -582,13 +743,16 @@ for i in range(3):  # dim=1: each row's four values fall into one
     ax.annotate("", xy=(4.7, i), xytext=(3.6, i), arrowprops=dict(arrowstyle="->", color="darkred"))
 ax.text(4.2, 3.8, "r.sum(dim=0): the rows (dim 0) collapse\nshape [4]; [1, 4] with keepdim=True", va="center", fontsize=10)
 ax.text(6.2, 1.0, "r.sum(dim=1): the columns (dim 1) collapse\nshape [3]; [3, 1] with keepdim=True", va="center", fontsize=10)
-ax.set_xlim(-0.7, 12.0)
-ax.set_ylim(4.5, -0.7)
+for j in range(4):  # the index labels belong to the blue block r only
+    ax.text(j, -0.8, f"j={j}", ha="center", va="center", fontsize=9)
+for i in range(3):
+    ax.text(-0.8, i, f"i={i}", ha="center", va="center", fontsize=9)
+ax.text(1.5, -1.35, "dim 1 (column index j) of r", ha="center", va="center", fontsize=10)
+ax.text(-1.55, 1.0, "dim 0 (row index i) of r", ha="center", va="center", rotation=90, fontsize=10)
+ax.set_xlim(-2.0, 12.0)
+ax.set_ylim(4.5, -1.7)
 ax.set_aspect("equal")
-ax.set_xticks(range(4))
-ax.set_yticks(range(3))
-ax.set_xlabel("dim 1 (column index j)")
-ax.set_ylabel("dim 0 (row index i)")
+ax.set_axis_off()
 ax.set_title("Reducing the [3, 4] tensor r (blue) along each dimension: the sums in orange", fontsize=10)
 plt.show()
 
@@ -679,9 +843,9 @@ print(f"fix: A @ A.mT has shape {tuple((A @ A.mT).shape)}")
 # which makes them useful when you want a wrong shape to fail:
 
 # %%
-g = torch.Generator().manual_seed(SEED)
-X = torch.randn(5, 2, 3, generator=g)  # a batch of five [2, 3] matrices
-Y = torch.randn(5, 3, 4, generator=g)  # a batch of five [3, 4] matrices
+product_rng = torch.Generator().manual_seed(SEED)
+X = torch.randn(5, 2, 3, generator=product_rng)  # a batch of five [2, 3] matrices
+Y = torch.randn(5, 3, 4, generator=product_rng)  # a batch of five [3, 4] matrices
 batched = torch.bmm(X, Y)
 print(f"bmm: {tuple(X.shape)} x {tuple(Y.shape)} -> {tuple(batched.shape)}")
 torch.testing.assert_close(batched, torch.stack([X[b] @ Y[b] for b in range(5)]))
@@ -699,11 +863,11 @@ print(f"@ broadcasts it:   {tuple(X.shape)} @ {tuple(Y[:1].shape)} -> {tuple((X 
 
 # %%
 # NBVAL_CHECK_OUTPUT
-W = torch.randn(3, 4, generator=g)
+W = torch.randn(3, 4, generator=product_rng)
 shared_w = X @ W  # [5, 2, 3] @ [3, 4]
 print(f"{tuple(X.shape)} @ {tuple(W.shape)} -> {tuple(shared_w.shape)}")
-P = torch.randn(2, 1, 2, 3, generator=g)
-Q = torch.randn(3, 3, 4, generator=g)
+P = torch.randn(2, 1, 2, 3, generator=product_rng)
+Q = torch.randn(3, 3, 4, generator=product_rng)
 PQ = P @ Q  # batch [2, 1] with batch [3]; matrices [2, 3] @ [3, 4]
 print(f"{tuple(P.shape)} @ {tuple(Q.shape)} -> {tuple(PQ.shape)}")
 assert shared_w.shape == (5, 2, 4), "a [k, m] matrix should be applied to every entry of the batch"
@@ -713,18 +877,37 @@ assert PQ.shape == (2, 3, 2, 4), "batch dimensions [2, 1] and [3] should broadca
 torch.testing.assert_close(PQ, torch.stack([torch.stack([P[i, 0] @ Q[j] for j in range(3)]) for i in range(2)]))
 
 # %% [markdown]
+# `@` also takes **1-D operands**. A 1-D left operand `[k]` is treated as a row `[1, k]`, a 1-D
+# right operand as a column `[k, 1]`; after the product that added dimension is removed again.
+# So `[k] @ [k]` is the dot product, a 0-dim tensor; `[n, k] @ [k]` gives `[n]` (a matrix times a
+# vector); `[k] @ [k, m]` gives `[m]`:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+u = torch.tensor([1.0, 2.0, 3.0])  # [3]
+dot = u @ u
+matrix_vector = A @ u  # [2, 3] @ [3]
+vector_matrix = u @ B  # [3] @ [3, 4]
+print(f"[3] @ [3]       -> shape {tuple(dot.shape)}, value {dot.item():g} (the dot product)")
+print(f"[2, 3] @ [3]    -> shape {tuple(matrix_vector.shape)}, {matrix_vector.tolist()}")
+print(f"[3] @ [3, 4]    -> shape {tuple(vector_matrix.shape)}, {vector_matrix.tolist()}")
+assert dot.shape == () and dot.item() == 1 + 4 + 9 and torch.equal(dot, torch.dot(u, u)), "[k] @ [k] should be the 0-dim dot product"
+assert matrix_vector.shape == (2,) and torch.equal(matrix_vector, (A @ u.unsqueeze(1)).squeeze(1)), "a 1 is appended to the right operand, then removed"
+assert vector_matrix.shape == (4,) and torch.equal(vector_matrix, (u.unsqueeze(0) @ B).squeeze(0)), "a 1 is prepended to the left operand, then removed"
+
+# %% [markdown]
 # **`einsum`** writes a product as index labels: every label that appears in the
 # inputs but not in the output is summed over. Attention (chapter 09) needs the dot
 # product of every query with every key in each batch entry, `scores[b, n, m] = sum_d
 # q[b, n, d] * k[b, m, d]`, which reads directly as `"bnd,bmd->bnm"`; with `@` it is `q @ k.mT`.
 
 # %%
-q = torch.randn(5, 2, 3, generator=g)  # batch 5, 2 queries of size 3
-k = torch.randn(5, 4, 3, generator=g)  # batch 5, 4 keys of size 3
-scores = torch.einsum("bnd,bmd->bnm", q, k)
-print(f"einsum('bnd,bmd->bnm'): {tuple(q.shape)}, {tuple(k.shape)} -> {tuple(scores.shape)}")
-torch.testing.assert_close(scores, q @ k.mT)
-torch.testing.assert_close(scores[3, 1, 2], (q[3, 1] * k[3, 2]).sum())
+q = torch.randn(5, 2, 3, generator=product_rng)  # batch 5, 2 queries of size 3
+k = torch.randn(5, 4, 3, generator=product_rng)  # batch 5, 4 keys of size 3
+attn_scores = torch.einsum("bnd,bmd->bnm", q, k)
+print(f"einsum('bnd,bmd->bnm'): {tuple(q.shape)}, {tuple(k.shape)} -> {tuple(attn_scores.shape)}")
+torch.testing.assert_close(attn_scores, q @ k.mT)
+torch.testing.assert_close(attn_scores[3, 1, 2], (q[3, 1] * k[3, 2]).sum())
 
 # %% [markdown]
 # ### Joining and splitting
@@ -792,7 +975,29 @@ print(f"-log of the picked probabilities, averaged: {-picked.log().mean().item()
 
 # %% [markdown]
 # The last line is the cross-entropy loss that chapter 05 trains with, written by hand:
-# the mean of `-log(probability of the target class)`. Forgetting the `unsqueeze` is the usual mistake:
+# the mean of `-log(probability of the target class)`. It agrees here, but it is not safe in general:
+# when a logit is far below the largest one, its probability rounds to 0 in float32, and the log of
+# 0 is `-inf`. `F.cross_entropy` never takes the log of a probability. It applies `log_softmax`
+# (then picks and averages), which computes `log p = x - logsumexp(x)` directly, and `logsumexp`
+# subtracts the maximum first, as exercise 3 does; so a tiny probability still has a finite log.
+# A model that is very sure of the wrong class shows the difference:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+confident = torch.tensor([[200.0, 0.0]])  # very sure of class 0...
+wrong_class = torch.tensor([1])  # ...but the target is class 1
+hand_loss = -confident.softmax(dim=1).gather(1, wrong_class.unsqueeze(1)).log().mean()
+library_loss = F.cross_entropy(confident, wrong_class)
+print(f"softmax {confident.softmax(dim=1).tolist()}: p(class 1) = exp(-200), about {math.exp(-200):.1e}, rounds to 0")
+print(f"by hand: {hand_loss.item()}   F.cross_entropy: {library_loss.item():g}")
+assert confident.softmax(dim=1)[0, 1].item() == 0.0 and math.exp(-200) < 2.0**-149, "exp(-200) is below the smallest float32, 2^-149"
+assert torch.isinf(hand_loss) and torch.isfinite(library_loss), "the hand-written loss should be inf (-log 0), F.cross_entropy finite"
+torch.testing.assert_close(library_loss, F.nll_loss(confident.log_softmax(dim=1), wrong_class))  # log_softmax, then pick
+torch.testing.assert_close(library_loss, -(confident - confident.logsumexp(dim=1, keepdim=True))[0, 1])
+torch.testing.assert_close(library_loss, torch.tensor(200.0))
+
+# %% [markdown]
+# Forgetting the `unsqueeze` is the usual mistake with `gather`:
 
 # %%
 print(error_message(lambda: probs.gather(1, targets)))
@@ -812,6 +1017,28 @@ for i in range(4):
 print([[round(p, 4) for p in row] for row in put_back.tolist()])
 assert torch.equal(put_back, by_hand), "scatter_ should write picked[i] to [i, targets[i]] and leave the rest zero"
 assert torch.equal(put_back.gather(1, targets.unsqueeze(1)), picked), "gather after scatter_ should give back the picked values"
+
+# %%
+chosen = {(i, targets[i].item()) for i in range(4)}
+fig, ax = plt.subplots(figsize=(9, 3.2))
+draw_cells(ax, probs, 0, 0, "lightsteelblue", fmt="{:.2f}", highlight=chosen)
+draw_cells(ax, picked, 4.5, 0, "gold", fmt="{:.2f}")
+draw_cells(ax, put_back, 7, 0, "white", fmt="{:.2f}", highlight=chosen)
+for i in range(4):  # the gold cells show where each value is picked from and written to
+    ax.annotate("", xy=(3.95, i), xytext=(2.55, i), arrowprops=dict(arrowstyle="->", color="darkred"))
+    ax.annotate("", xy=(6.45, i), xytext=(5.05, i), arrowprops=dict(arrowstyle="->", color="darkgreen"))
+ax.text(1, -0.95, "probs [4, 3]", ha="center", fontsize=10)
+ax.text(4.5, -0.95, "picked [4, 1]", ha="center", fontsize=10)
+ax.text(8, -0.95, "put_back [4, 3]", ha="center", fontsize=10)
+for i in range(4):
+    ax.text(-0.8, i, f"target {targets[i].item()}", ha="right", va="center", fontsize=9)
+ax.set_xlim(-2.6, 9.8)
+ax.set_ylim(3.7, -1.3)
+ax.set_aspect("equal")
+ax.set_axis_off()
+ax.set_title("gather(1, targets.unsqueeze(1)) picks column targets[i] of row i (gold) into a [4, 1] column;\n"
+             "scatter_(1, targets.unsqueeze(1), picked) writes each value back to that column of a zero tensor", fontsize=10)
+plt.show()
 
 # %% [markdown]
 # ### In-place operations: the trailing underscore
@@ -866,7 +1093,8 @@ print(f"out of place: counts_i64.add(0.5).dtype -> {counts_i64.add(0.5).dtype}")
 # | conversion | shares memory? |
 # | --- | --- |
 # | `torch.from_numpy(array)` | yes (the tensor uses the array's buffer) |
-# | `tensor.numpy()` | yes, for a CPU tensor |
+# | `tensor.numpy()` | yes, for a CPU tensor; refuses a tensor that requires grad (see below) |
+# | `tensor.detach().numpy()`, `tensor.numpy(force=True)` | yes, for a CPU tensor, also one that requires grad |
 # | `torch.as_tensor(array)` | yes when dtype and device already match, else copies |
 # | `torch.tensor(array)` | no, always copies |
 #
@@ -886,10 +1114,10 @@ print(f"numpy array after writing through the tensor: {array}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-t = torch.ones(3)
-back = t.numpy()
-t.add_(1)  # in-place: the array sees it
-print(f"tensor {t}, its .numpy() {back}")
+ones_t = torch.ones(3)
+back = ones_t.numpy()
+ones_t.add_(1)  # in-place: the array sees it
+print(f"tensor {ones_t}, its .numpy() {back}")
 print(f"as_tensor, same dtype, shares:     {torch.as_tensor(array).data_ptr() == shared.data_ptr()}")
 print(f"as_tensor, other dtype, shares:    {torch.as_tensor(array, dtype=torch.float64).data_ptr() == shared.data_ptr()}")
 print(f"NumPy's default float64 stays float64: {torch.from_numpy(np.zeros(2)).dtype}")
@@ -903,6 +1131,24 @@ print(f"NumPy's default float64 stays float64: {torch.from_numpy(np.zeros(2)).dt
 # %%
 print(error_message(lambda: torch.ones(2, device="meta").numpy(), TypeError))
 print(torch.ones(2, device=device).cpu().numpy())
+
+# %% [markdown]
+# `.numpy()` also refuses a tensor that **requires grad**, such as a model's parameter
+# (chapter 02): NumPy cannot record the operations autograd needs, so the tensor must be cut
+# out of the graph first. `.detach()` returns a tensor on the same memory that does not require
+# grad; `numpy(force=True)` does the detaching (and the `.cpu()`) for you. On the CPU both share memory:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+needs_grad = torch.ones(3, requires_grad=True)
+numpy_error = error_message(lambda: needs_grad.numpy())
+print(numpy_error)
+detached, forced = needs_grad.detach().numpy(), needs_grad.numpy(force=True)
+with torch.no_grad():
+    needs_grad.mul_(3)  # change the tensor; both arrays see it
+print(f"after needs_grad *= 3: .detach().numpy() {detached}, .numpy(force=True) {forced}")
+assert "requires grad" in numpy_error and "detach().numpy()" in numpy_error, numpy_error
+assert detached.tolist() == forced.tolist() == [3.0, 3.0, 3.0], "both arrays should share the tensor's memory"
 
 # %% [markdown]
 # ## Checks
@@ -929,10 +1175,13 @@ check_tensor[0] = 3.0
 assert check_array[0] == 3.0, "writes through the tensor should reach the array"
 assert torch.tensor(check_array)[1].item() == 0.0 and not np.shares_memory(torch.tensor(check_array).numpy(), check_array), "torch.tensor should copy"
 
+writes_seen_both_ways = check_tensor[2].item() == 7.0 and check_array[0] == 3.0
+reshape_agrees = torch.equal(xt.reshape(12), xt.contiguous().view(12))
 report.record("broadcast [4,1] + [5]", "x".join(map(str, table.shape)))
-report.record("view on transposed tensor", "RuntimeError (reshape works)")
-report.record("from_numpy shares memory", "yes")
+report.record("view on transposed tensor", f"{view_error.split(':')[0]} (reshape {'agrees with contiguous().view' if reshape_agrees else 'differs'})")
+report.record("from_numpy shares memory", "yes, writes seen both ways" if writes_seen_both_ways else "no")
 report.record("int64 tensor + 0-dim float64 tensor / + Python 2.5", f"{(i64 + zero_dim_f64).dtype} / {(i64 + 2.5).dtype}")
+report.record("promote() agrees with torch.result_type", f"{len(pairs) - len(disagree)}/{len(pairs)} operand pairs")
 print("all checks passed")
 
 # %% [markdown]
@@ -964,9 +1213,9 @@ assert F.mse_loss(pred, target.squeeze(1)).item() == 0.0, "with equal shapes the
 
 # %%
 # NBVAL_CHECK_OUTPUT
-scores = torch.tensor([[0.7]])  # [batch=1, 1 output]
-print(f"squeeze():  shape {tuple(scores.squeeze().shape)}  <- the batch dimension is gone too")
-print(f"squeeze(1): shape {tuple(scores.squeeze(1).shape)}")
+one_score = torch.tensor([[0.7]])  # [batch=1, 1 output]
+print(f"squeeze():  shape {tuple(one_score.squeeze().shape)}  <- the batch dimension is gone too")
+print(f"squeeze(1): shape {tuple(one_score.squeeze(1).shape)}")
 
 # %% [markdown]
 # **Integer overflow wraps around.** Arithmetic on `uint8` images stays in `uint8`
@@ -1002,15 +1251,20 @@ print(f"fix: torch.rand_like(labels, dtype=torch.float32).shape -> {tuple(torch.
 # ## Exercises
 #
 # Replace each `raise NotImplementedError` with your code, then run the checker
-# cell below it: it prints `PASSED`, a hint (`NOT YET`), or `TODO` while the stub
-# is untouched, and never stops the notebook. Stuck? `solution("01.pairwise_sq_dists")`
-# returns the reference solution (`import inspect; print(inspect.getsource(solution("01.pairwise_sq_dists")))` shows it).
+# cell below it: it prints `PASSED`, `NOT YET` with what went wrong, or `TODO` while the stub
+# is untouched, and never stops the notebook. The first `NOT YET` names the case that failed, what
+# was expected and what came back; a second one, or `hint("01.pairwise_sq_dists")`, adds a fuller
+# hint. Stuck? `solution("01.pairwise_sq_dists")` returns the reference solution
+# (`import inspect; print(inspect.getsource(solution("01.pairwise_sq_dists")))` shows it).
 #
 # **Exercise 1: `pairwise_sq_dists`.** Given `a` of shape `[N, D]` (N points in D
 # dimensions) and `b` of shape `[M, D]`, return the `[N, M]` tensor whose entry
 # `[i, j]` is the squared Euclidean distance `((a[i] - b[j]) ** 2).sum()`, in
-# the same dtype as the inputs. Use broadcasting, no Python loops. Hint: which shapes must `a` and `b` take so that
-# their difference has shape `[N, M, D]`? (This is the core of k-nearest-neighbours and k-means.)
+# the same dtype as the inputs. Use broadcasting, no Python loops and no `torch.cdist`. Hint: which shapes must
+# `a` and `b` take so that their difference has shape `[N, M, D]`? (This is the core of k-nearest-neighbours
+# and k-means.) The checker refuses `torch.cdist`, and it looks for loops in two ways: it reads your
+# function's source for `for`, `while` and comprehensions, and it counts the tensor operations your
+# function issues for two sizes of input, which must be the same count (a loop over rows issues more for more rows).
 
 # %%
 def pairwise_sq_dists(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -1027,7 +1281,10 @@ result = check("01.pairwise_sq_dists", pairwise_sq_dists)
 # `[N, num_classes]` that is 1.0 at `[i, labels[i]]` and 0.0 everywhere else. Start
 # from `torch.zeros` and write the ones with a single indexing assignment
 # (section 6 shows how two index tensors pair up). `num_classes` sets the width,
-# even if the largest class does not occur in `labels`.
+# even if the largest class does not occur in `labels`. The checker refuses `F.one_hot`,
+# `torch.eye(num_classes)[labels]` (a neat trick, but the identity's rows are ready-made one-hot
+# rows, so it skips the indexing this exercise practises) and Python loops, found as in exercise 1.
+# Section 7's `scatter_` writes one entry per row too, and the checker accepts it.
 
 # %%
 def one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
@@ -1042,8 +1299,9 @@ result = check("01.one_hot", one_hot)
 # **Exercise 3: `softmax`.** Write `softmax(x, dim)` for a float tensor `x` of any shape:
 # `exp(x)` divided by the sum of `exp(x)` along `dim`, so that the values along `dim` are
 # positive and sum to 1 (the probabilities of section 7 came from `logits.softmax(dim=1)`).
-# Return the same shape and dtype as `x`, and build it from section 7's tools, not
-# `torch.softmax`. Two things matter:
+# Return the same shape and dtype as `x`, and build it from section 7's tools: the checker refuses
+# `torch.softmax`, `F.softmax`, `nn.Softmax`, their `log_softmax` relatives and the private
+# `torch._softmax` and `torch.ops.aten` spellings. Two things matter:
 #
 # - the sum must broadcast back along `dim`: use `keepdim=True`;
 # - `exp` overflows for large inputs (the cell below shows where, in float32). Softmax does not
@@ -1072,6 +1330,8 @@ result = check("01.softmax", softmax)
 # ## Summary
 #
 # - A tensor is a storage (a flat block of memory) read through a shape and strides, with one dtype and one device.
+# - Create with `torch.tensor` (data) and the factories; `torch.Tensor(...)`, `torch.range` and
+#   `set_default_tensor_type` are older forms (floats only and a size from an int; an inclusive end; deprecated since 2.1).
 # - Type promotion ranks operands as dimensioned tensors > 0-dim tensors > Python numbers, and categories as
 #   bool < integer < floating point < complex. A lower-ranked operand matters only when its category is higher:
 #   a 0-dim tensor then brings its own dtype (`int64` + 0-dim `float64` → `float64`), a Python float the default
@@ -1082,12 +1342,13 @@ result = check("01.softmax", softmax)
 # - Slices are views; integer-tensor and boolean-mask indexing make copies; `torch.where` selects element-wise.
 # - A reduction with `dim=d` removes dimension `d`; `keepdim=True` keeps it as size 1 so the result broadcasts
 #   back (`x / x.sum(dim=1, keepdim=True)`). `max(dim=...)` returns `(values, indices)`.
-# - `*` is element-wise, `@` the matrix product with broadcast batch dimensions; `mm` and `bmm` are strict
-#   2-D and 3-D versions; `einsum` spells out the indices.
+# - `*` is element-wise, `@` the matrix product with broadcast batch dimensions (a 1-D operand gets a 1 added,
+#   then removed: `[k] @ [k]` is 0-dim); `mm` and `bmm` are strict 2-D and 3-D versions; `einsum` spells out the indices.
 # - `cat` joins along an existing dimension, `stack` along a new one; `chunk` takes a count, `split` a size;
-#   `gather` picks one entry per row, `scatter_` writes one.
+#   `gather` picks one entry per row, `scatter_` writes one. A loss is computed from `log_softmax`, never as the log
+#   of a probability that may have rounded to 0 (`F.cross_entropy` does this for you).
 # - A trailing `_` means in place: same memory, `_version` goes up, and the dtype cannot change.
-# - `from_numpy` and `.numpy()` share memory, `torch.tensor` copies.
+# - `from_numpy` and `.numpy()` share memory, `torch.tensor` copies; a tensor that requires grad needs `.detach()` first.
 #
 # **Next**: chapter 02 lets tensors remember how they were computed, so that
 # PyTorch can differentiate through those computations: autograd.

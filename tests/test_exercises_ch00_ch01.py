@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.exercises import check, solution
+import helpers.exercises as exercises
+from helpers.exercises import check, hint, solution
 from tests.exercise_support import assert_rejected
 
 
 def _stub(*args, **kwargs):
     raise NotImplementedError
+
+
+@pytest.fixture(autouse=True)
+def _first_attempt(monkeypatch):
+    """Every test starts with no failed attempts, so a hint's words are checked in the first tier."""
+    monkeypatch.setattr(exercises, "_failures", Counter())
+    monkeypatch.setattr(exercises, "_fuller", {})
 
 
 # ---------------------------------------------------------------- 00.seed_all
@@ -49,12 +58,12 @@ def _python_side_by_parity(seed):
 @pytest.mark.parametrize(
     ("wrong", "fragment"),
     [
-        (_seeds_torch_only, "random.seed"),
-        (_seeds_random_only, "torch.manual_seed"),
-        (_ignores_the_seed, "fixed number"),
-        (_does_nothing, "torch.manual_seed"),
+        (_seeds_torch_only, "random.random() gave"),
+        (_seeds_random_only, "torch.rand(3) gave"),
+        (_ignores_the_seed, "should depend on the seed"),
+        (_does_nothing, "torch.rand(3) gave"),
         (_drops_the_last_digits, "seed_all(123) and seed_all(124) gave the same torch.rand"),
-        (_python_side_by_parity, "gave the same random.random numbers"),
+        (_python_side_by_parity, "gave the same random.random() numbers"),
     ],
 )
 def test_seed_all_wrong_answers_fail(wrong, fragment):
@@ -114,7 +123,8 @@ def _in_place(batch, device):
             batch[i] = _in_place(v, device)
         return batch
     if isinstance(batch, tuple):
-        return tuple(_in_place(v, device) for v in batch)
+        items = [_in_place(v, device) for v in batch]  # namedtuples too: only the in-place is wrong
+        return type(batch)(*items) if hasattr(batch, "_fields") else tuple(items)
     return batch
 
 
@@ -126,6 +136,8 @@ def _recurses_into_strings(batch, device):
     if isinstance(batch, Mapping):
         return {k: _recurses_into_strings(v, device) for k, v in batch.items()}
     if isinstance(batch, Sequence):
+        if hasattr(batch, "_fields"):  # namedtuples right: only the strings are wrong
+            return type(batch)(*(_recurses_into_strings(v, device) for v in batch))
         return type(batch)(_recurses_into_strings(v, device) for v in batch)
     return batch
 
@@ -147,7 +159,8 @@ def _casts_to_float32(batch, device):
     if isinstance(batch, dict):
         return {k: _casts_to_float32(v, device) for k, v in batch.items()}
     if isinstance(batch, (list, tuple)):
-        return type(batch)(_casts_to_float32(v, device) for v in batch)
+        items = [_casts_to_float32(v, device) for v in batch]
+        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
     return batch
 
 
@@ -158,7 +171,7 @@ def _casts_to_float32(batch, device):
         (_casts_to_float32, "only the device should change"),
         (_identity, "expected meta"),
         (_top_level_only, "nested"),
-        (_tuples_become_lists, "a tuple stays a tuple"),
+        (_tuples_become_lists, "should stay a tuple, got list"),
         (_in_place, "in place"),
         (_recurses_into_strings, "untouched"),
         (_forgets_to_return, "returned None"),
@@ -183,7 +196,7 @@ def _no_broadcast(a, b):
 
 
 def _distances_not_squared(a, b):
-    return torch.cdist(a, b)
+    return ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1).sqrt()
 
 
 def _sums_wrong_axis(a, b):
@@ -202,38 +215,83 @@ def _downcasts_to_float32(a, b):
     return ((a[:, None, :].float() - b[None, :, :].float()) ** 2).sum(-1)
 
 
+def _loops_over_rows(a, b):
+    return torch.stack([((a[i] - b) ** 2).sum(-1) for i in range(a.shape[0])])
+
+
+def _loops_with_for(a, b):
+    out = torch.zeros(a.shape[0], b.shape[0], dtype=a.dtype)
+    for i in range(a.shape[0]):
+        out[i] = ((a[i] - b) ** 2).sum(-1)
+    return out
+
+
+def _hidden_row_loop(a, b):  # the loop is in a helper, so only the operator count sees it
+    return _loops_with_for(a, b)
+
+
+def _cdist_squared(a, b):
+    return torch.cdist(a, b) ** 2
+
+
 @pytest.mark.parametrize(
     ("wrong", "fragment"),
     [
-        (_no_broadcast, "shape"),
-        (_distances_not_squared, "square root"),
-        (_sums_wrong_axis, "shape"),
+        (_no_broadcast, "should have shape (3, 3), got (3,)"),
+        (_distances_not_squared, "not their squares"),
+        (_sums_wrong_axis, "should have shape"),
         (_forgets_the_square, "off by"),
         (_upcasts_to_float64, "same dtype as the inputs"),
         (_downcasts_to_float32, "same dtype as the inputs"),
+        (_loops_over_rows, "a list comprehension"),
+        (_loops_with_for, "a `for` loop"),
+        (_hidden_row_loop, "the count grows with the sizes"),
+        (_cdist_squared, "`torch.cdist` does it for you"),
     ],
 )
 def test_pairwise_sq_dists_wrong_answers_fail(wrong, fragment):
     assert_rejected("01.pairwise_sq_dists", wrong, fragment)
 
 
+def test_pairwise_sq_dists_first_hint_names_the_case_but_not_the_fix():
+    first = assert_rejected("01.pairwise_sq_dists", _no_broadcast, "for a of shape (3, 2)", "[N, M, D]").message
+    assert "a[:, None, :]" not in first and 'hint("01.pairwise_sq_dists")' in first, first
+    assert "a[:, None, :] - b[None, :, :]" in hint("01.pairwise_sq_dists", show=False)
+    second = assert_rejected("01.pairwise_sq_dists", _sums_wrong_axis, "should have shape").message
+    assert "a[:, None, :] - b[None, :, :]" in second, "the second failure should add the fuller hint"
+
+
 def test_pairwise_sq_dists_task_states_the_dtype_rule():
     assert "same dtype as the inputs" in check("01.pairwise_sq_dists", _stub, show=False).message
 
 
-def test_pairwise_sq_dists_with_cdist_is_accepted():
-    assert check("01.pairwise_sq_dists", lambda a, b: torch.cdist(a, b) ** 2, show=False).passed
+def test_pairwise_sq_dists_other_vectorised_forms_are_accepted():
+    def expanded_square(a, b):  # |a|^2 - 2 a.b + |b|^2: broadcasting plus a matrix product
+        return (a * a).sum(1, keepdim=True) - 2 * a @ b.mT + (b * b).sum(1)
+
+    assert check("01.pairwise_sq_dists", expanded_square, show=False).passed
+
+
+def test_loop_check_skips_a_function_without_source():
+    namespace: dict = {}
+    source = "def f(a, b):\n    return ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)\n"
+    exec(compile(source, "<no file>", "exec"), namespace)
+    assert check("01.pairwise_sq_dists", namespace["f"], show=False).passed
 
 
 # ---------------------------------------------------------------- 01.one_hot
 
 
 def _int64_result(labels, num_classes):
-    return F.one_hot(labels, num_classes)
+    out = torch.zeros(labels.shape[0], num_classes, dtype=torch.int64)
+    out[torch.arange(labels.shape[0]), labels] = 1
+    return out
 
 
 def _width_from_labels(labels, num_classes):
-    return F.one_hot(labels).float()
+    out = torch.zeros(labels.shape[0], int(labels.max()) + 1)
+    out[torch.arange(labels.shape[0]), labels] = 1.0
+    return out
 
 
 def _transposed(labels, num_classes):
@@ -255,19 +313,63 @@ def _modifies_labels(labels, num_classes):
     return out
 
 
+def _one_per_row_in_a_loop(labels, num_classes):
+    out = torch.zeros(labels.shape[0], num_classes)
+    for i, label in enumerate(labels):
+        out[i, label] = 1.0
+    return out
+
+
+def _one_column_at_a_time(labels, num_classes):
+    return _columns(labels, num_classes)
+
+
+def _columns(labels, num_classes):  # a loop over classes, hidden in a helper
+    out = torch.zeros(labels.shape[0], num_classes)
+    c = 0
+    while c < num_classes:
+        out[:, c] = (labels == c).float()
+        c += 1
+    return out
+
+
 @pytest.mark.parametrize(
     ("wrong", "fragment"),
     [
         (_int64_result, "float32"),
-        (_width_from_labels, "num_classes"),
-        (_transposed, "shape"),
-        (_slice_instead_of_pairs, "torch.arange(N)"),
+        (_width_from_labels, "num_classes=5"),
+        (_transposed, "should have shape"),
+        (_slice_instead_of_pairs, "exactly one 1.0"),
         (_modifies_labels, "in place"),
+        (_one_per_row_in_a_loop, "a `for` loop"),
+        (_one_column_at_a_time, "the count grows with the sizes"),
+        (lambda labels, k: F.one_hot(labels, k).float(), "`torch.nn.functional.one_hot` does it for you"),
+        (lambda labels, k: F.one_hot(labels, num_classes=k).to(torch.float32), "`torch.nn.functional.one_hot`"),
+        (lambda labels, k: torch.eye(k)[labels], "`torch.eye` (its rows are one-hot rows, ready-made)"),
     ],
+    ids=["int64", "width", "transposed", "slice", "in-place", "loop", "hidden-loop", "F.one_hot", "F.one_hot-kw", "eye"],
 )
 def test_one_hot_wrong_answers_fail(wrong, fragment):
     assert_rejected("01.one_hot", wrong, fragment)
 
 
-def test_the_float_version_of_torch_one_hot_is_accepted():
-    assert check("01.one_hot", lambda labels, k: F.one_hot(labels, k).float(), show=False).passed
+def test_one_hot_first_hint_names_the_row_but_not_the_fix():
+    first = assert_rejected("01.one_hot", _slice_instead_of_pairs, "row 0 (label 0)", "got [1.0, 1.0, 0.0, 1.0, 0.0]").message
+    assert "torch.arange" not in first, first
+    assert "out[torch.arange(N), labels]" in hint("01.one_hot", show=False)
+
+
+def test_one_hot_other_vectorised_forms_are_accepted():
+    def with_scatter(labels, num_classes):  # section 7's scatter_ writes one entry per row too
+        return torch.zeros(labels.shape[0], num_classes).scatter_(1, labels.unsqueeze(1), 1.0)
+
+    def by_comparison(labels, num_classes):  # broadcasting [N, 1] == [C]
+        return (labels[:, None] == torch.arange(num_classes)).float()
+
+    assert check("01.one_hot", with_scatter, show=False).passed
+    assert check("01.one_hot", by_comparison, show=False).passed
+
+
+def test_one_hot_refusals_are_undone_afterwards():
+    assert_rejected("01.one_hot", lambda labels, k: torch.eye(k)[labels], "`torch.eye`")
+    assert torch.equal(F.one_hot(torch.tensor([1]), 2), torch.tensor([[0, 1]])) and torch.eye(2)[1].tolist() == [0.0, 1.0]

@@ -5,13 +5,23 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers.exercises import check
+import helpers.exercises as exercises
+from helpers.exercises import check, hint
 from tests.exercise_support import assert_rejected
+
+
+@pytest.fixture(autouse=True)
+def _first_attempt(monkeypatch):
+    """Every test starts with no failed attempts, so a hint's words are checked in the first tier."""
+    monkeypatch.setattr(exercises, "_failures", Counter())
+    monkeypatch.setattr(exercises, "_fuller", {})
 
 
 def _no_keepdim(x, dim):
@@ -56,14 +66,14 @@ def _returns_float32(x, dim):
 @pytest.mark.parametrize(
     ("wrong", "fragment"),
     [
-        (_no_keepdim, "keepdim=True"),
-        (_keepdim_for_the_max_only, "keepdim=True"),
+        (_no_keepdim, "removes that dimension"),
+        (_keepdim_for_the_max_only, "removes that dimension"),
         (_no_max_subtracted, "overflowed"),
         (_subtracts_in_place, "in place"),
         (_always_last_dim, "sum to 1"),
         (_sums_over_everything, "sum to 1"),
         (_squares_the_exponentials, "off by"),
-        (_returns_float32, "float64"),
+        (_returns_float32, "should stay torch.float64, got torch.float32"),
     ],
 )
 def test_softmax_wrong_answers_fail(wrong, fragment):
@@ -80,8 +90,18 @@ def test_softmax_wrong_answers_fail(wrong, fragment):
         lambda x, dim: torch.special.softmax(x, dim),
         lambda x, dim: F.log_softmax(x, dim=dim).exp(),
         lambda x, dim: x.log_softmax(dim).exp(),
+        lambda x, dim: nn.LogSoftmax(dim=dim)(x).exp(),
+        lambda x, dim: torch._softmax(x, dim, False),
+        lambda x, dim: torch._log_softmax(x, dim, False).exp(),
+        lambda x, dim: torch.ops.aten._softmax(x, dim, False),
+        lambda x, dim: torch.ops.aten._softmax.default(x, dim, False),
+        lambda x, dim: torch.ops.aten.softmax(x, dim),
+        lambda x, dim: torch.ops.aten.softmax.int(x, dim),
+        lambda x, dim: torch.ops.aten._log_softmax.default(x, dim, False).exp(),
     ],
-    ids=["torch.softmax", "F.softmax", "Tensor.softmax", "nn.Softmax", "torch.special.softmax", "F.log_softmax", "Tensor.log_softmax"],
+    ids=["torch.softmax", "F.softmax", "Tensor.softmax", "nn.Softmax", "torch.special.softmax", "F.log_softmax",
+         "Tensor.log_softmax", "nn.LogSoftmax", "torch._softmax", "torch._log_softmax", "aten._softmax",
+         "aten._softmax.default", "aten.softmax", "aten.softmax.int", "aten._log_softmax.default"],
 )
 def test_softmax_library_shortcuts_are_refused(shortcut):
     assert_rejected("01.softmax", shortcut, "write softmax from amax, exp and sum yourself", "does it for you")
@@ -96,6 +116,14 @@ def test_softmax_refusal_is_undone_afterwards():
         torch.testing.assert_close(library, torch.full((1, 2), 0.5))
 
 
+def test_softmax_first_hint_names_the_failure_but_not_the_fix():
+    first = assert_rejected("01.softmax", _no_keepdim, "for x of shape [4, 3], dim=1", "broadcasting failed").message
+    assert "keepdim=True" not in first, first
+    assert "keepdim=True" in hint("01.softmax", show=False)
+    second = assert_rejected("01.softmax", _no_max_subtracted, "overflowed").message
+    assert "x.amax(dim=dim, keepdim=True)" in second, "the second failure should add the fuller hint"
+
+
 def test_softmax_through_logsumexp_is_accepted():
     assert check("01.softmax", lambda x, dim: (x - torch.logsumexp(x, dim, keepdim=True)).exp(), show=False).passed
 
@@ -103,3 +131,7 @@ def test_softmax_through_logsumexp_is_accepted():
 def test_softmax_task_names_keepdim_and_the_max():
     message = check("01.softmax", lambda x, dim: (_ for _ in ()).throw(NotImplementedError), show=False).message
     assert "keepdim=True" in message and "amax" in message
+
+
+def test_softmax_hint_before_any_attempt_is_the_general_one():
+    assert "e.sum(dim=dim, keepdim=True)" in hint("01.softmax", show=False)

@@ -1,12 +1,103 @@
-"""Exercises of chapter 01 (tensors): ``01.pairwise_sq_dists``, ``01.one_hot`` and ``01.softmax``."""
+"""Exercises of chapter 01 (tensors): ``01.pairwise_sq_dists``, ``01.one_hot`` and ``01.softmax``.
+
+Every failure is a two-tier :class:`~helpers.exercises.Hint`: the first wrong answer hears the
+case, the expected against the actual value or shape, and a nudge; the code that fixes it comes
+only on a second failure or from ``hint("01.name")``.
+
+The first two exercises ask for broadcasting and indexing without Python loops, and their
+checkers test that in two ways (see :func:`_python_loop` and :func:`_ops_issued`).
+"""
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 from collections.abc import Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import exercise
+from . import Hint, Shortcut, exercise
+
+# --------------------------------------------------------------------------
+# What the checkers share: "no Python loops", a tensor result, the same dtype
+# --------------------------------------------------------------------------
+
+_LOOP_NODES = {
+    ast.For: "a `for` loop", ast.AsyncFor: "a `for` loop", ast.While: "a `while` loop",
+    ast.ListComp: "a list comprehension", ast.SetComp: "a set comprehension",
+    ast.DictComp: "a dict comprehension", ast.GeneratorExp: "a generator expression",
+}
+
+
+def _python_loop(fn: Callable) -> str | None:
+    """Describe the first Python loop in ``fn``'s own source, e.g. "a `for` loop (line 3 of pairwise_sq_dists)".
+
+    Looks at ``for``/``while`` statements and comprehensions, in ``fn`` and the functions
+    nested in it (not in functions it calls: :func:`_ops_issued` covers those). For a lambda
+    only the lambda's own expression counts. Returns None when there is no loop, and also
+    when the source cannot be read or parsed (a function built with ``exec``, a lambda cut
+    out of a longer statement), so that the check never fails an answer for lack of source.
+    """
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        return None
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    roots = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)] if fn.__name__ == "<lambda>" else [tree]
+    for root in roots:
+        for node in ast.walk(root):
+            if type(node) in _LOOP_NODES:
+                return f"{_LOOP_NODES[type(node)]} (line {node.lineno} of {fn.__name__})"
+    return None
+
+
+class _OpCounter(TorchDispatchMode):
+    """Counts the ATen operators (PyTorch's basic operations) issued while it is active.
+
+    A dispatch mode sees each operator once, at the level below Python: the operators one
+    operator calls internally are not counted again, and the shortcut guard of
+    :mod:`helpers.exercises.guards` (a torch-function mode, one level up) is not disturbed.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _ops_issued(fn: Callable, *args) -> int:
+    """The number of ATen operators ``fn(*args)`` issues.
+
+    A vectorised answer issues the same number whatever the sizes of its inputs; a Python
+    loop over rows (in ``fn`` or in anything it calls) issues more for more rows.
+    """
+    with _OpCounter() as counter:
+        fn(*args)
+    return counter.count
+
+
+def _expect_tensor(got, what: str) -> None:
+    if not isinstance(got, torch.Tensor):
+        raise Hint(f"{what} should return a torch.Tensor, got {type(got).__name__}.",
+                   "Build the result from tensor operations on the inputs and return it, not a list or a number.")
+
+
+def _same_dtype(got: torch.Tensor, want: torch.dtype) -> None:
+    if got.dtype != want:
+        raise Hint(
+            f"{want} inputs should give a {want} result (the same dtype as the inputs), got {got.dtype}.",
+            "Leave the dtype alone: no .double(), .float() or dtype= argument; arithmetic on the inputs "
+            "keeps their dtype by itself.",
+        )
+
 
 # --------------------------------------------------------------------------
 # 01.pairwise_sq_dists
@@ -24,51 +115,77 @@ def _pairwise_sq_dists_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tens
     return (diff**2).sum(dim=-1)
 
 
-def _same_dtype(got: torch.Tensor, want: torch.dtype) -> None:
-    assert got.dtype == want, (
-        f"{want} inputs should give a {want} result (the same dtype as the inputs), got {got.dtype}. "
-        "Leave the dtype alone: no .double(), .float() or dtype= argument; arithmetic on the inputs "
-        "keeps their dtype by itself."
-    )
+_BROADCAST_FIX = (
+    "Give a a new axis in the middle and b one in front: a[:, None, :] - b[None, :, :] has shape "
+    "[N, M, D]; square it and sum over the last dimension (dim=-1)."
+)
 
 
 @exercise(
     "01.pairwise_sq_dists",
     "write pairwise_sq_dists(a, b) that takes a [N, D] and b [M, D] and returns the [N, M] tensor "
     "whose entry [i, j] is the squared Euclidean distance between a[i] and b[j], using broadcasting "
-    "(no Python loops), with the same dtype as the inputs (float32 in, float32 out; float64 in, "
-    "float64 out).",
+    "(no Python loops, no torch.cdist), with the same dtype as the inputs (float32 in, float32 out; "
+    "float64 in, float64 out).",
     _pairwise_sq_dists_reference,
+    shortcuts=("torch.cdist",),
+    goal="the pairwise distances with broadcasting",
+    hint=_BROADCAST_FIX,
 )
 def _test_pairwise_sq_dists(pairwise_sq_dists: Callable) -> None:
+    loop = _python_loop(pairwise_sq_dists)
+    if loop is not None:
+        raise Hint(f"your function has {loop}; this exercise asks for broadcasting, which handles every "
+                   "pair (i, j) at once, with no Python loops.", _BROADCAST_FIX)
     g = torch.Generator().manual_seed(0)
     # (N, M, D): square, N != M, D = 1, a single row, and a larger case.
     for n, m, d in [(3, 3, 2), (4, 6, 3), (5, 2, 1), (1, 7, 4), (40, 30, 16)]:
         a = torch.randn(n, d, generator=g, dtype=torch.float64)
         b = torch.randn(m, d, generator=g, dtype=torch.float64)
         got = pairwise_sq_dists(a, b)
-        assert isinstance(got, torch.Tensor), f"return a tensor, got {type(got).__name__}"
+        _expect_tensor(got, "pairwise_sq_dists(a, b)")
         _same_dtype(got, a.dtype)
-        assert got.shape == (n, m), (
-            f"for a of shape {(n, d)} and b of shape {(m, d)} the result should have shape {(n, m)}, "
-            f"got {tuple(got.shape)}. Give a a new axis in the middle and b one in front: "
-            "a[:, None, :] - b[None, :, :] has shape [N, M, D]; then sum over the last dimension."
-        )
+        if got.shape != (n, m):
+            raise Hint(
+                f"for a of shape {(n, d)} and b of shape {(m, d)} the result should have shape {(n, m)}, "
+                f"got {tuple(got.shape)}. Which shapes must a and b take so that their difference has "
+                "shape [N, M, D]?",
+                _BROADCAST_FIX,
+            )
         want = torch.cdist(a, b) ** 2
-        close = torch.allclose(got.to(torch.float64), want, rtol=1e-6, atol=1e-8)
-        if not close and torch.allclose(got.to(torch.float64), want.sqrt(), rtol=1e-6, atol=1e-8):
-            raise AssertionError("these are the distances, not the squared distances: leave out the square root.")
-        worst = (got.to(torch.float64) - want).abs().max().item()
-        assert close, (
-            f"for a {tuple(a.shape)} and b {tuple(b.shape)} some entries are off by up to {worst:.3g}. "
-            "Entry [i, j] should be ((a[i] - b[j]) ** 2).sum()."
+        got64 = got.to(torch.float64)
+        if torch.allclose(got64, want, rtol=1e-6, atol=1e-8):
+            continue
+        if torch.allclose(got64, want.sqrt(), rtol=1e-6, atol=1e-8):
+            raise Hint(
+                f"for a {(n, d)} and b {(m, d)} your entries are the distances between the rows, not their "
+                f"squares: entry [0, 0] should be {want[0, 0].item():.4g}, got {got64[0, 0].item():.4g}.",
+                "Leave out the square root: the sum of the squared differences is the answer.",
+            )
+        error = (got64 - want).abs()
+        i, j = divmod(int(error.argmax()), m)
+        raise Hint(
+            f"for a {(n, d)} and b {(m, d)} some entries are off by up to {error.max().item():.3g}: entry "
+            f"[{i}, {j}] should be {want[i, j].item():.4g}, got {got64[i, j].item():.4g}.",
+            "Entry [i, j] is ((a[i] - b[j]) ** 2).sum(): square the differences first, then sum over D only.",
         )
     # float32 in, float32 out: no silent change of dtype either way.
     a32 = torch.randn(4, 3, generator=g)
     got = pairwise_sq_dists(a32, a32[:2])
-    assert isinstance(got, torch.Tensor), f"return a tensor, got {type(got).__name__}"
+    _expect_tensor(got, "pairwise_sq_dists(a, b)")
     _same_dtype(got, torch.float32)
-    assert torch.allclose(got, torch.cdist(a32, a32[:2]) ** 2, rtol=1e-4, atol=1e-4), "wrong values for float32 inputs"
+    if not torch.allclose(got, torch.cdist(a32, a32[:2]) ** 2, rtol=1e-4, atol=1e-4):
+        raise Hint("for float32 inputs a (4, 3) and b (2, 3) the values are wrong, although float64 inputs worked.",
+                   "Compute in the inputs' own dtype, with no .double() or .float() on the way.")
+    # No loops anywhere (also in functions it calls): the operator count must not grow with N, M, D.
+    small = _ops_issued(pairwise_sq_dists, torch.randn(4, 2, generator=g), torch.randn(3, 2, generator=g))
+    large = _ops_issued(pairwise_sq_dists, torch.randn(12, 5, generator=g), torch.randn(9, 5, generator=g))
+    if large != small:
+        raise Hint(
+            f"your function issued {small} tensor operations for N=4, M=3, D=2 and {large} for N=12, M=9, "
+            "D=5: the count grows with the sizes, so something loops over rows or columns.",
+            _BROADCAST_FIX,
+        )
 
 
 # --------------------------------------------------------------------------
@@ -86,14 +203,31 @@ def _one_hot_reference(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     return out
 
 
+_PAIRED_INDEX_FIX = (
+    "Index rows with torch.arange(N) and columns with labels, together: "
+    "out[torch.arange(N), labels] = 1.0 pairs row i with column labels[i]."
+)
+
+
 @exercise(
     "01.one_hot",
     "write one_hot(labels, num_classes) that takes int64 class indices of shape [N] and returns a "
-    "float32 tensor of shape [N, num_classes] with 1.0 at [i, labels[i]] and 0.0 everywhere else, "
-    "using indexing (start from torch.zeros).",
+    "float32 tensor of shape [N, num_classes] with 1.0 at [i, labels[i]] and 0.0 everywhere else: "
+    "start from torch.zeros and write the ones with one indexing assignment (no Python loops, "
+    "no F.one_hot, no rows of torch.eye).",
     _one_hot_reference,
+    shortcuts=(
+        "torch.nn.functional.one_hot",
+        Shortcut("torch.eye", does="`torch.eye` (its rows are one-hot rows, ready-made)"),
+    ),
+    goal="the ones into torch.zeros with an indexing assignment",
+    hint="Start from out = torch.zeros(N, num_classes); " + _PAIRED_INDEX_FIX,
 )
 def _test_one_hot(one_hot: Callable) -> None:
+    loop = _python_loop(one_hot)
+    if loop is not None:
+        raise Hint(f"your function has {loop}; this exercise asks for one indexing assignment that writes "
+                   "every row's 1.0 at once, with no Python loops.", _PAIRED_INDEX_FIX)
     cases = [
         # the largest class (4) never occurs: num_classes, not labels.max() + 1, sets the width
         (torch.tensor([0, 3, 3, 1]), 5),
@@ -105,24 +239,41 @@ def _test_one_hot(one_hot: Callable) -> None:
         given = labels.clone()
         got = one_hot(labels, num_classes)
         n = labels.shape[0]
-        assert isinstance(got, torch.Tensor), f"return a tensor, got {type(got).__name__}"
-        assert got.shape == (n, num_classes), (
-            f"for {n} labels and num_classes={num_classes} the result should have shape "
-            f"{(n, num_classes)}, got {tuple(got.shape)}. One row per label, one column per class; "
-            "use num_classes for the width, not labels.max() + 1."
-        )
-        assert got.dtype == torch.float32, (
-            f"the result should be float32 (losses and matmuls want floats), got {got.dtype}: "
-            "create it with torch.zeros(..., dtype=torch.float32) or convert with .float()."
-        )
-        assert torch.equal(labels, given), "your function changed the labels tensor in place: leave its input alone."
+        _expect_tensor(got, "one_hot(labels, num_classes)")
+        if got.shape != (n, num_classes):
+            raise Hint(
+                f"for {n} labels and num_classes={num_classes} the result should have shape "
+                f"{(n, num_classes)}, got {tuple(got.shape)}: one row per label, one column per class, "
+                "whether or not every class occurs in labels.",
+                "Create torch.zeros(N, num_classes): the width comes from num_classes, not labels.max() + 1.",
+            )
+        if got.dtype != torch.float32:
+            raise Hint(f"the result should be float32 (losses and matrix products want floats), got {got.dtype}.",
+                       "torch.zeros makes float32 by default; or pass dtype=torch.float32, or convert with .float().")
+        if not torch.equal(labels, given):
+            raise Hint("your function changed the labels tensor in place: leave its input alone.",
+                       "Read labels as an index; write only into the new tensor you return.")
         want = torch.eye(num_classes)[given]
         if not torch.equal(got, want):
             row = int((got != want).any(dim=1).nonzero()[0])
-            raise AssertionError(
-                f"row {row} should be {want[row].tolist()} for label {int(labels[row])}, got {got[row].tolist()}. "
-                "Index rows with torch.arange(N) and columns with labels, together: out[torch.arange(N), labels] = 1."
+            ones = int((got[row] != 0).sum())
+            nudge = {0: "it has no 1.0 at all", 1: "its 1.0 is in the wrong column"}.get(
+                ones, f"it has {ones} non-zero entries; each row needs exactly one 1.0, in its own label's column")
+            raise Hint(
+                f"for labels {given.tolist()[:8]}{'...' if n > 8 else ''} and num_classes={num_classes}, row {row} "
+                f"(label {int(given[row])}) should be {want[row].tolist()}, got {got[row].tolist()}: {nudge}.",
+                _PAIRED_INDEX_FIX,
             )
+    # No loops anywhere (also in functions it calls): the operator count must not grow with N or num_classes.
+    g = torch.Generator().manual_seed(1)
+    small = _ops_issued(one_hot, torch.randint(0, 5, (4,), generator=g), 5)
+    large = _ops_issued(one_hot, torch.randint(0, 12, (40,), generator=g), 12)
+    if large != small:
+        raise Hint(
+            f"your function issued {small} tensor operations for 4 labels and 5 classes, and {large} for 40 "
+            "labels and 12 classes: the count grows with the sizes, so something loops over rows or classes.",
+            _PAIRED_INDEX_FIX,
+        )
 
 
 # --------------------------------------------------------------------------
@@ -144,11 +295,23 @@ def _softmax_reference(x: torch.Tensor, dim: int) -> torch.Tensor:
     return e / e.sum(dim=dim, keepdim=True)
 
 
-#: Every spelling of PyTorch's own softmax (Tensor.softmax and Tensor.log_softmax come with
-#: the torch.* names; nn.Softmax calls F.softmax from inside torch, so it is named as a class).
+#: PyTorch's own softmax under the names a learner can reach: the public functions
+#: (Tensor.softmax and Tensor.log_softmax come with the torch.* names), the modules
+#: (nn.Softmax calls F.softmax from inside torch, so it is named as a class), the private
+#: torch._softmax / torch._log_softmax, and the ATen operators under torch.ops.aten, each
+#: as its overload packet (torch.ops.aten._softmax(...)) and as every overload
+#: (torch.ops.aten._softmax.default(...)). The guard sees all of these (tests/test_exercises_ch01.py
+#: calls each); a softmax assembled from other operators, such as exp(x - logsumexp(x)), is
+#: the learner's own and is accepted.
 _LIBRARY_SOFTMAX = (
     "torch.softmax", "torch.log_softmax", "torch.special.softmax", "torch.special.log_softmax",
     "torch.nn.functional.softmax", "torch.nn.functional.log_softmax", "torch.nn.Softmax", "torch.nn.LogSoftmax",
+    "torch._softmax", "torch._log_softmax",
+    *(
+        f"torch.ops.aten.{op}{overload}"
+        for op in ("_softmax", "_log_softmax", "softmax", "log_softmax")
+        for overload in ("", *(f".{name}" for name in getattr(torch.ops.aten, op).overloads()))
+    ),
 )
 
 
@@ -160,14 +323,15 @@ def _run_softmax(softmax: Callable, x: torch.Tensor, dim: int, label: str):
     except RuntimeError as exc:
         if isinstance(exc, NotImplementedError) or "must match the size of tensor" not in str(exc):
             raise
-        raise AssertionError(
+        raise Hint(
             f"for {label}, broadcasting failed ({exc}). A reduction along dim={dim} removes that "
-            "dimension; pass keepdim=True to amax and sum so the result broadcasts back against x."
+            "dimension, so its result no longer lines up with x.",
+            "Pass keepdim=True to amax and to sum: the reduced dimension stays as size 1 and broadcasts "
+            "back against x.",
         ) from exc
-    assert torch.equal(given, x), (
-        f"for {label}, your function changed x in place. Subtract with x - m (a new tensor), "
-        "not x.sub_(m) or x -= m: the caller's tensor must stay as it was."
-    )
+    if not torch.equal(given, x):
+        raise Hint(f"for {label}, your function changed x in place: the caller's tensor must stay as it was.",
+                   "Subtract with x - m (a new tensor), not x.sub_(m) or x -= m.")
     return got
 
 
@@ -180,6 +344,8 @@ def _run_softmax(softmax: Callable, x: torch.Tensor, dim: int, label: str):
     _softmax_reference,
     shortcuts=_LIBRARY_SOFTMAX,
     goal="softmax from amax, exp and sum",
+    hint="Take m = x.amax(dim=dim, keepdim=True) and e = (x - m).exp(), then divide e by "
+         "e.sum(dim=dim, keepdim=True): keepdim keeps both reductions broadcastable against x.",
 )
 def _test_softmax(softmax: Callable) -> None:
     g = torch.Generator().manual_seed(1)
@@ -197,28 +363,29 @@ def _test_softmax(softmax: Callable) -> None:
     for label, x, dim in cases:
         want = torch.softmax(x, dim=dim)
         got = _run_softmax(softmax, x, dim, label)
-        assert isinstance(got, torch.Tensor), f"return a tensor, got {type(got).__name__}"
-        assert got.shape == x.shape, (
-            f"for {label} the result should keep the shape {tuple(x.shape)}, got {tuple(got.shape)}: "
-            "softmax rescales the values along dim, it does not remove dim."
-        )
-        assert got.dtype == x.dtype, f"for {label} the result should stay {x.dtype}, got {got.dtype}"
+        _expect_tensor(got, "softmax(x, dim)")
+        if got.shape != x.shape:
+            raise Hint(f"for {label} the result should keep the shape {tuple(x.shape)}, got {tuple(got.shape)}: "
+                       "softmax rescales the values along dim, it does not remove dim.",
+                       "Divide exp(x - m) by its sum taken with keepdim=True; the division keeps x's shape.")
+        if got.dtype != x.dtype:
+            raise Hint(f"for {label} the result should stay {x.dtype}, got {got.dtype}.",
+                       "Leave the dtype alone: no .float() or .double(); arithmetic on x keeps its dtype.")
         if not torch.isfinite(got).all():
-            raise AssertionError(
-                f"for {label} your result contains inf or nan: exp overflowed. Subtract "
-                f"x.amax(dim=dim, keepdim=True) before exp; that does not change the softmax."
-            )
+            raise Hint(f"for {label} your result contains inf or nan: exp overflowed (float32 exp is inf "
+                       "above about 88.7).",
+                       "Subtract x.amax(dim=dim, keepdim=True) before exp; that does not change the softmax.")
         sums = got.sum(dim=dim)
         if not torch.allclose(sums, torch.ones_like(sums), atol=1e-5):
-            raise AssertionError(
+            raise Hint(
                 f"for {label} the values along dim={dim} should sum to 1, but they sum to values from "
-                f"{sums.min().item():.4g} to {sums.max().item():.4g}. Divide by the sum over dim={dim} "
-                "with keepdim=True, so that it broadcasts back along that same dimension."
+                f"{sums.min().item():.4g} to {sums.max().item():.4g}.",
+                f"Divide by the sum over dim={dim} with keepdim=True, so that it broadcasts back along that "
+                "same dimension.",
             )
         worst = (got - want).abs().max().item()
         # float32 tolerates the rounding of other correct formulas (exp(x - logsumexp) at x ~ 1000)
         tol = 1e-4 if x.dtype == torch.float32 else 1e-8
-        assert torch.allclose(got, want, rtol=tol, atol=tol), (
-            f"for {label} some values are off by up to {worst:.3g}, although they sum to 1: "
-            f"each entry should be exp(x) divided by the sum of exp(x) along dim={dim}."
-        )
+        if not torch.allclose(got, want, rtol=tol, atol=tol):
+            raise Hint(f"for {label} some values are off by up to {worst:.3g}, although they sum to 1.",
+                       f"Each entry should be exp(x) divided by the sum of exp(x) along dim={dim}.")

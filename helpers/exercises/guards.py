@@ -25,7 +25,7 @@ How calls are seen:
   reached from, and in the learner's globals.
 
 "Direct" means the first frame above the call that is not plumbing (this
-module, ``torch.overrides``, the function's own wrapper, ``functools``) is
+module, ``torch.overrides``, the ``torch.ops`` call wrappers, the function's own wrapper, ``functools``) is
 neither inside ``torch`` nor one of the checker's own functions.
 """
 
@@ -48,7 +48,7 @@ __all__ = ["Shortcut", "ShortcutUsed", "guard"]
 
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 _THIS_FILE = str(Path(__file__).resolve())
-_TORCH_PLUMBING = ("torch/overrides.py", "torch/utils/_python_dispatch.py")
+_TORCH_PLUMBING = ("torch/overrides.py", "torch/utils/_python_dispatch.py", "torch/_ops.py")  # _ops: torch.ops.aten.* call wrappers
 _PLUMBING = {_THIS_FILE, str(Path(functools.__file__).resolve()), str(Path(inspect.__file__).resolve())}
 
 
