@@ -38,7 +38,7 @@
 # - weight initialisation with `torch.nn.init` and `model.apply`: what
 #   PyTorch does by default, and how the scale of the initial weights decides
 #   whether activations and gradients vanish, explode or stay put through
-#   25 layers;
+#   a deep stack of layers;
 # - counting parameters, checked against a hand calculation.
 #
 # **Prerequisites**: chapters 01 (tensors) and 02 (autograd).
@@ -48,8 +48,9 @@
 # %% tags=["parameters"]
 SEED = 0  # seed for weight initialisation and random inputs
 BATCH = 8  # batch size of the example inputs
-DEPTH = 25  # Linear + activation pairs in the initialisation experiment (section 9); keep <= 35,
-#             beyond that N(0, 1) weights overflow float32 (about 11x per layer)
+DEPTH = 25  # Linear + activation pairs in the initialisation experiment (section 9); keep it in 10..35:
+#             beyond 35 N(0, 1) weights overflow float32 (about 11x per layer), and below 10 the default
+#             init's activations have no room to level off (a check in section 9)
 WIDTH = 256  # features of every layer in that experiment
 STAT_BATCH = 64  # random inputs pushed through it
 SCALE_BAND = 4.0  # measured activation/gradient scale over DEPTH layers must be within this factor of the prediction
@@ -90,9 +91,12 @@ print(f"torch {torch.__version__}, device: {device}")
 # The interesting part happens on assignment. `nn.Module.__setattr__` looks at
 # what you assign to `self`: an `nn.Parameter` (a tensor subclass that
 # requires grad by default) is recorded as a **parameter**, and an `nn.Module`
-# is recorded as a **submodule**. Everything else is an ordinary attribute.
-# That bookkeeping is why `super().__init__()` must come first (see the
-# pitfalls), and why the container you put layers in matters (section 3).
+# is recorded as a **submodule**: they go into the module's own dictionaries
+# `_parameters` and `_modules`, not into the instance's `__dict__` (what
+# `vars(module)` shows), and `nn.Module.__getattr__` finds them there.
+# Everything else is an ordinary attribute in `__dict__`. That bookkeeping is
+# why `super().__init__()` must come first (see the pitfalls), and why the
+# container you put layers in matters (section 3).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -112,9 +116,13 @@ print(tiny)
 for name, p in tiny.named_parameters():
     print(f"{name:15s} shape={tuple(p.shape)}  requires_grad={p.requires_grad}")
 print("output shape:", tuple(tiny(torch.randn(BATCH, 4)).shape))
+print("_parameters:", list(tiny._parameters), "| _modules:", list(tiny._modules),
+      "| in __dict__:", [k for k in ("hidden", "scale", "note") if k in vars(tiny)])
 assert [n for n, _ in tiny.named_parameters()] == ["scale", "hidden.weight", "hidden.bias"], "scale, then hidden's two"
 assert isinstance(tiny.scale, torch.Tensor) and tiny.scale.requires_grad, "an nn.Parameter is a tensor that requires grad"
-assert "note" in vars(tiny) and "note" not in dict(tiny.named_modules()), "a string is kept as an ordinary attribute"
+assert "hidden" in tiny._modules and "hidden" not in vars(tiny), "__setattr__ should file a submodule under _modules"
+assert "scale" in tiny._parameters and "scale" not in vars(tiny), "__setattr__ should file a Parameter under _parameters"
+assert "note" in vars(tiny) and "note" not in tiny._modules, "anything else should stay an ordinary attribute"
 
 # %% [markdown]
 # Parameter names are dotted paths through the submodules (`hidden.weight`).
@@ -135,9 +143,11 @@ assert "note" in vars(tiny) and "note" not in dict(tiny.named_modules()), "a str
 # | buffer with `persistent=False` | no | no | yes |
 # | plain tensor attribute | no | no | **no** |
 #
-# The module below has one of each. `.to()` takes a dtype, a device or both,
-# and converts the same set of tensors in every case; we start with a dtype
-# change, `.to(torch.float64)`, which every machine can do.
+# The module below has one of each. `.to()` takes a dtype, a device or both.
+# A device move takes every registered tensor; a dtype change casts only the
+# floating-point (and complex) ones, so an integer buffer keeps its dtype
+# (BatchNorm's counter, below). We start with a dtype change,
+# `.to(torch.float64)`, which every machine can do.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -166,22 +176,48 @@ assert list(kinds.state_dict()) == ["weight", "running_mean"], "the parameter an
 assert kinds.weight.dtype == kinds.running_mean.dtype == kinds.scratch.dtype == torch.float64, ".to() converts all three"
 
 # %% [markdown]
-# The plain attribute stayed `float32`. A device move behaves the same way. To
+# The plain attribute stayed `float32`. A device move leaves it behind too. To
 # see one without a GPU we use the **`meta`** device, which every PyTorch build
 # has: a meta tensor carries a shape and a dtype but no data (PyTorch uses it
 # to build large models before allocating their memory). After
-# `.to("meta")` the plain attribute is still on the CPU, so a `forward` that
-# combines it with the moved tensors would mix two devices, which PyTorch
-# refuses with a `RuntimeError`. On a GPU, `model.to("cuda")` leaves it
-# behind in the same way.
+# `.to("meta")` the plain attribute is still on the CPU, so `forward`, which
+# combines it with the moved tensors, mixes two devices, and PyTorch refuses.
+# On a GPU, `model.to("cuda")` leaves it behind in the same way. The fix is to
+# register it, as a buffer with `persistent=False` if it need not be saved.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 on_meta = Kinds().to("meta")
 for name in ["weight", "running_mean", "scratch", "plain"]:
     print(f"after .to('meta'): {name:12s} is on {getattr(on_meta, name).device}")
+x_meta = torch.empty(BATCH, 3, device="meta")  # an input on the model's new device
+mixed_error = None
+try:
+    on_meta(x_meta)
+except RuntimeError as err:
+    mixed_error = f"{type(err).__name__}: {err}"
+    print("forward:", mixed_error)
+
+
+class KindsFixed(nn.Module):
+    """Kinds with its plain tensor registered as a non-persistent buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(3))
+        self.register_buffer("running_mean", torch.zeros(3))
+        self.register_buffer("scratch", torch.zeros(3), persistent=False)
+        self.register_buffer("plain", torch.zeros(3), persistent=False)  # the fix
+
+    forward = Kinds.forward
+
+
+fixed_out = KindsFixed().to("meta")(x_meta)
+print("fixed: forward on meta gives a tensor on", fixed_out.device, "of shape", tuple(fixed_out.shape))
 assert on_meta.weight.is_meta and on_meta.running_mean.is_meta and on_meta.scratch.is_meta, "registered tensors move"
 assert not on_meta.plain.is_meta, "a plain tensor attribute stays where it was"
+assert mixed_error is not None and "device" in mixed_error, "a forward mixing meta and CPU tensors should raise"
+assert fixed_out.is_meta, "with the tensor registered as a buffer, forward should run on the new device"
 
 # %% [markdown]
 # **`Module.to()` works in place; `Tensor.to()` returns a new tensor.** We
@@ -224,14 +260,31 @@ assert t.to(torch.float32) is t, "Tensor.to should return the tensor itself when
 # BatchNorm is the classic module with both kinds: `weight` and `bias` are
 # trained; `running_mean`, `running_var` and `num_batches_tracked` are
 # buffers, updated during training by the forward pass itself, not by the
-# optimizer.
+# optimizer. `num_batches_tracked` is an integer counter, which shows what a
+# dtype change leaves alone: `.to(torch.float64)` casts the floating-point
+# tensors and leaves the counter `int64`, a device move takes the counter
+# along, and an integer target dtype is refused outright.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 bn = nn.BatchNorm1d(4)
 print("parameters:", [(n, tuple(p.shape)) for n, p in bn.named_parameters()])
 print("buffers:   ", [(n, tuple(b.shape)) for n, b in bn.named_buffers()])
+bn.to(torch.float64)
+print("after .to(float64):", {n: str(t.dtype) for n, t in bn.state_dict().items()})
+bn_meta = nn.BatchNorm1d(4).to("meta")
+print("after .to('meta'): num_batches_tracked is on", bn_meta.num_batches_tracked.device)
+int_error = None
+try:
+    nn.BatchNorm1d(4).to(torch.int64)
+except TypeError as err:
+    int_error = f"{type(err).__name__}: {err}"
+    print(".to(torch.int64):", int_error)
 assert [n for n, _ in bn.named_buffers()] == ["running_mean", "running_var", "num_batches_tracked"], "BatchNorm's buffers"
+assert bn.weight.dtype == bn.running_var.dtype == torch.float64, ".to(float64) should cast the floating-point tensors"
+assert bn.num_batches_tracked.dtype == torch.int64, ".to(float64) should leave the integer counter int64"
+assert bn_meta.num_batches_tracked.is_meta, "a device move should take the integer counter along"
+assert int_error is not None and "floating point" in int_error, ".to(an integer dtype) should be refused"
 
 # %% [markdown]
 # ## 3. Containers: `Sequential`, `ModuleList`, `ModuleDict`
@@ -763,7 +816,8 @@ assert not buggy_repeatable, "the buggy block's eval() output should change from
 #
 # $$\sqrt{\text{fan\_in}\,\sigma^2 / 2}.$$
 #
-# From layer 1 to layer 25, a factor of 0.5 shrinks the signal
+# In the experiment below (`DEPTH` = 25 layers with the defaults), a factor of
+# 0.5 per layer shrinks the signal from layer 1 to layer 25
 # $2^{24} \approx 1.7 \times 10^7$ times and a factor of 2 blows it up as much. The backward pass multiplies
 # the gradient by the transposed weights at every layer, with the same factor
 # (`fan_out` in place of `fan_in`; here the two are equal): vanishing and
@@ -793,8 +847,10 @@ print(f"gain = {gain:.6f} = sqrt(1/3) = {math.sqrt(1 / 3):.6f}")
 print(f"bound for fan_in = {WIDTH}: {bound:.6f} = 1/sqrt(fan_in) = {1 / math.sqrt(WIDTH):.6f}")
 print(f"calculate_gain('relu') = {nn.init.calculate_gain('relu'):.6f} = sqrt(2), "
       f"calculate_gain('tanh') = {nn.init.calculate_gain('tanh'):.6f} = 5/3")
-assert math.isclose(nn.init.calculate_gain("tanh"), 5 / 3) and math.isclose(nn.init.calculate_gain("relu"), math.sqrt(2))
-assert math.isclose(bound, 1 / math.sqrt(WIDTH)), "kaiming_uniform_(a=sqrt(5)) should be U(-1/sqrt(fan_in), 1/sqrt(fan_in))"
+assert math.isclose(nn.init.calculate_gain("tanh"), 5 / 3) and math.isclose(nn.init.calculate_gain("relu"), math.sqrt(2)), (
+    "calculate_gain should give 5/3 for tanh and sqrt(2) for ReLU"
+)
+assert math.isclose(gain, math.sqrt(1 / 3)), "calculate_gain('leaky_relu', sqrt(5)) should be sqrt(2 / (1 + 5)) = sqrt(1/3)"
 
 # %% [markdown]
 # `kaiming_uniform_` with `a = sqrt(5)` is a roundabout way of writing
@@ -806,8 +862,9 @@ assert math.isclose(bound, 1 / math.sqrt(WIDTH)), "kaiming_uniform_(a=sqrt(5)) s
 # of Kaiming's $2/\text{fan\_in}$, so the factor above is
 # $\sqrt{1/6} \approx 0.41$ per `Linear + ReLU`. Between the first and the
 # last of the three Linear layers of chapter 05's MLP that compounds to
-# $0.41^2 \approx 0.17$; over 25 layers to $0.41^{24} \approx 5 \times 10^{-10}$,
-# as measured below. `nn.Conv2d` uses the same rule, with
+# $0.41^2 \approx 0.17$; over the 25 layers of the experiment below (the
+# default `DEPTH`) to $0.41^{24} \approx 5 \times 10^{-10}$, as measured
+# there. `nn.Conv2d` uses the same rule, with
 # $\text{fan\_in} = \text{in\_channels} \times \text{kernel height} \times \text{kernel width}$.
 
 # %%
@@ -849,7 +906,8 @@ def linear_init(weight_init):
     def init_fn(m):
         if isinstance(m, nn.Linear):  # apply visits every module; change only the Linear layers
             weight_init(m.weight)
-            nn.init.zeros_(m.bias)
+            if m.bias is not None:  # a Linear built with bias=False has none
+                nn.init.zeros_(m.bias)
 
     return init_fn
 
@@ -881,9 +939,10 @@ assert all((m.bias == 0).all() for m in stack if isinstance(m, nn.Linear)), "eve
 assert w0.is_leaf and w0.requires_grad and w0.grad_fn is None, "nn.init should not put the weight into a graph"
 
 # %% [markdown]
-# **Activations and gradients through 25 layers.** The experiment: a stack of
-# `DEPTH` = 25 `Linear(256, 256)` layers, each followed by ReLU (or, in a
-# second stack, tanh), a batch of `STAT_BATCH` = 64 random inputs, and four
+# **Activations and gradients through depth.** The experiment: a stack of
+# `DEPTH` layers `Linear(WIDTH, WIDTH)` (25 layers of width 256 with the
+# defaults), each followed by ReLU (or, in a second stack, tanh), a batch of
+# `STAT_BATCH` random inputs (64 by default), and four
 # initialisations: $N(0, 0.01^2)$, $N(0, 1)$, the scheme made for the
 # activation (Kaiming for ReLU, Xavier with gain 5/3 for tanh), and PyTorch's
 # default. Forward hooks (section 7) record the standard deviation of every
@@ -955,15 +1014,21 @@ for (act_name, init_name), (fwd, bwd, out) in profiles.items():
           f"   {bwd[0]:22.2g} {bwd[-1]:9.2g} {bwd[0] / bwd[-1]:8.1e}   {saturated}")
 
 # %%
-COLOURS = {"N(0, 0.01)": "tab:blue", "N(0, 1)": "tab:red", "Kaiming": "tab:green", "Xavier, gain 5/3": "tab:green",
-           "PyTorch default": "tab:gray"}
+STYLES = {  # colour, line style, marker: lines that meet stay apart (N(0, 1) and Xavier in the tanh forward panel)
+    "N(0, 0.01)": ("tab:blue", ":", "v"), "N(0, 1)": ("tab:red", "--", "x"), "Kaiming": ("tab:green", "-", "o"),
+    "Xavier, gain 5/3": ("tab:green", "-", "o"), "PyTorch default": ("tab:gray", "-.", "s"),
+}
 fig, axes = plt.subplots(2, 2, figsize=(9, 5.6), sharex=True)
 layers = range(1, DEPTH + 1)
+step = max(1, DEPTH // 6)
 for row, act_name in enumerate(ACTIVATIONS):
-    for init_name in WEIGHT_INITS[act_name]:
+    for i, init_name in enumerate(WEIGHT_INITS[act_name]):
         fwd, bwd, _ = profiles[act_name, init_name]
-        axes[row, 0].semilogy(layers, fwd, color=COLOURS[init_name], label=init_name)
-        axes[row, 1].semilogy(layers, bwd, color=COLOURS[init_name], label=init_name)
+        colour, line, marker = STYLES[init_name]
+        style = {"color": colour, "linestyle": line, "marker": marker, "markersize": 4,
+                 "markevery": (i * step // 4, step), "label": init_name}
+        axes[row, 0].semilogy(layers, fwd, **style)
+        axes[row, 1].semilogy(layers, bwd, **style)
     axes[row, 0].set(title=f"Linear + {act_name}: forward", ylabel="std of activations")
     axes[row, 1].set(title=f"Linear + {act_name}: backward", ylabel="std of gradient at layer")
     axes[row, 0].legend(fontsize=7, loc="best")
@@ -977,8 +1042,10 @@ fig.suptitle("Activation and gradient scale through depth, by initialisation (lo
 plt.show()
 
 # %% [markdown]
-# What the table and the figure show (the cell below checks each statement
-# against the arithmetic of the start of this section):
+# What the table and the figure show, with the default parameters (`DEPTH`
+# 25, `WIDTH` 256: the numbers are those of the table above, and the cell
+# below checks each statement against the arithmetic of the start of this
+# section, for whatever parameters you run):
 #
 # - **$N(0, 0.01^2)$ with ReLU**: $0.01\sqrt{256/2} = 0.113$ per layer, so the
 #   activations fall from 0.093 at layer 1 to $2 \times 10^{-24}$ at layer 25
@@ -993,9 +1060,10 @@ plt.show()
 #   times its layer-1 value and the gradient at 0.85 times.
 # - **The default with ReLU**: the gradient shrinks by 0.41 per layer, to
 #   $6.3 \times 10^{-10}$ at layer 1. The activations level off at about 0.02
-#   instead of vanishing, because every layer adds its random bias (drawn from
-#   $U(\pm 1/16)$): with the same weights and zero biases they shrink by the
-#   predicted 0.41 per layer (checked below).
+#   instead of vanishing (from the middle layer to the last they change by
+#   less than a factor of 2), because every layer adds its random bias, drawn
+#   from $U(\pm 1/\sqrt{\text{fan\_in}}) = U(\pm 1/16)$: with the same weights
+#   and zero biases they shrink by the predicted 0.41 per layer.
 # - **tanh** is close to the identity near 0, so $N(0, 0.01^2)$ vanishes like
 #   a stack of plain matrices ($0.01\sqrt{256} = 0.16$ per layer,
 #   $8 \times 10^{-20}$ after 25). With $N(0, 1)$ the standard deviation stays
@@ -1003,8 +1071,8 @@ plt.show()
 #   are beyond $\pm 0.99$: the units are **saturated**, and the gradient still
 #   grows by about 3 times per layer. Xavier with gain 5/3 keeps the
 #   activations at 0.86 of their layer-1 scale with 1% saturated; its gradient
-#   grows by about 9% per layer (8.8 times over 25 layers): mild next to the
-#   other choices, but not flat.
+#   grows by about 10% per layer (the printed x1.095, 8.8 times over 25
+#   layers): mild next to the other choices, but not flat.
 
 # %%
 def ratio(act_name, init_name):
@@ -1042,6 +1110,17 @@ with torch.no_grad():
     no_bias_fwd = (no_bias(stat_x).std() / no_bias[:2](stat_x).std()).item()
 print(f"ReLU, default weights, zero biases: measured forward {no_bias_fwd:8.1e}")
 assert near(no_bias_fwd, math.sqrt(1 / 6) ** n), "without biases the default's activations should shrink like sqrt(1/6)^(DEPTH-1)"
+default_acts = profiles["ReLU", "PyTorch default"][0]
+mid = DEPTH // 2
+default_mid, default_last = default_acts[mid - 1].item(), default_acts[-1].item()
+print(f"ReLU, default, with biases: activation std {default_mid:.3f} at layer {mid}, {default_last:.3f} at layer {DEPTH} "
+      f"(x{default_last / default_mid:.2f}); last/first {default_fwd:.1e}, {default_fwd / no_bias_fwd:.1e} times the zero-bias stack's")
+assert 0.5 < default_last / default_mid < 2, (
+    f"default init + ReLU: the activations should level off, changing less than x2 from layer {mid} to {DEPTH}"
+)
+assert default_fwd > 100 * math.sqrt(1 / 6) ** n and default_fwd > 100 * no_bias_fwd, (
+    "default init + ReLU: thanks to the biases the activations should stay far above the zero-bias shrinkage"
+)
 
 tanh_small_fwd, tanh_small_bwd = ratio("tanh", "N(0, 0.01)")  # tanh(z) ~ z near 0: factor sigma * sqrt(fan_in)
 assert near(tanh_small_fwd, (0.01 * math.sqrt(WIDTH)) ** n) and near(tanh_small_bwd, (0.01 * math.sqrt(WIDTH)) ** n), (
@@ -1050,13 +1129,22 @@ assert near(tanh_small_fwd, (0.01 * math.sqrt(WIDTH)) ** n) and near(tanh_small_
 saturated_large = (profiles["tanh", "N(0, 1)"][2].abs() > 0.99).double().mean().item()
 saturated_xavier = (profiles["tanh", "Xavier, gain 5/3"][2].abs() > 0.99).double().mean().item()
 tanh_large_fwd, tanh_large_bwd = ratio("tanh", "N(0, 1)")
+tanh_large_last = profiles["tanh", "N(0, 1)"][0][-1].item()
 xavier_fwd, xavier_bwd = ratio("tanh", "Xavier, gain 5/3")
-print(f"tanh, N(0, 1): {saturated_large:.0%} of the last layer's units saturated, gradient x{tanh_large_bwd ** (1 / n):.2f} per layer")
+xavier_growth = xavier_bwd ** (1 / n)
+print(f"tanh, N(0, 1): activation std {tanh_large_last:.2f} at layer {DEPTH} (x{tanh_large_fwd:.2f} from layer 1), "
+      f"{saturated_large:.0%} of the last layer's units saturated, gradient x{tanh_large_bwd ** (1 / n):.2f} per layer")
 print(f"tanh, Xavier : {saturated_xavier:.0%} saturated, activations x{xavier_fwd:.2f} over {DEPTH} layers, "
-      f"gradient x{xavier_bwd ** (1 / n):.3f} per layer")
+      f"gradient x{xavier_growth:.3f} per layer (x{xavier_bwd:.1f} in all)")
+assert tanh_large_last > 0.8 and abs(tanh_large_fwd - 1) < 0.2, (
+    f"tanh with N(0, 1): the activation std should stay near 1 (got {tanh_large_last:.2f}, x{tanh_large_fwd:.2f})"
+)
 assert saturated_large > 0.5 and tanh_large_bwd ** (1 / n) > 2, "tanh with N(0, 1): saturated units and a growing gradient"
 assert saturated_xavier < 0.1 and near(xavier_fwd, 1.0), "tanh with Xavier: few saturated units, roughly constant scale"
-assert xavier_bwd ** (1 / n) < 1.25, "tanh with Xavier: the gradient should grow far more slowly than with N(0, 1)"
+assert 1.03 < xavier_growth < 1.25, (
+    f"tanh with Xavier: the gradient should grow mildly, faster than x1.03 per layer (not flat) but far more "
+    f"slowly than with N(0, 1); got x{xavier_growth:.3f} per layer"
+)
 
 # %% [markdown]
 # The Kaiming result should not depend on a lucky seed. The same stack with
@@ -1073,8 +1161,10 @@ for seed in range(SEED, SEED + BAND_SEEDS):
 print(f"Kaiming + ReLU, last/first activation std over seeds {SEED}..{SEED + BAND_SEEDS - 1}:",
       ", ".join(f"{r:.2f}" for r in kaiming_ratios))
 assert all(near(r, 1.0) for r in kaiming_ratios), f"Kaiming + ReLU should keep the scale within a factor {SCALE_BAND}"
-_ = report.record("activation std ratio, layer 25 / layer 1, Kaiming + ReLU", ratio("ReLU", "Kaiming")[0])
-_ = report.record("gradient std ratio, layer 1 / layer 25, PyTorch default + ReLU", f"{default_bwd:.1e}")
+_ = report.record(f"activation std ratio, layer {DEPTH} / layer 1, Kaiming + ReLU", ratio("ReLU", "Kaiming")[0], digits=2)
+# two significant figures of a number far below 1: round to 1 - floor(log10(x)) decimals
+_ = report.record(f"gradient std ratio, layer 1 / layer {DEPTH}, PyTorch default + ReLU", default_bwd,
+                  digits=1 - math.floor(math.log10(default_bwd)))
 
 # %% [markdown]
 # **Why the default matters.** Every `nn.Linear` you create starts from it
@@ -1127,8 +1217,9 @@ _ = report.record("parameters of the worked example", total)
 # count `parameters()`. Freezing a layer (`requires_grad_(False)`, used for
 # transfer learning in chapter 13) does not remove its parameters, it only
 # makes them non-trainable, so "trainable" is a separate count. `helpers.models`
-# has a `count_parameters(model, trainable_only=False)` for later chapters
-# (exercise 1 asks you to write it yourself).
+# has a `count_parameters(model, trainable_only=False)` for later chapters.
+# Exercise 1 asks you to write it yourself, so its checker refuses the helper,
+# whether you pass it or call it.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1303,7 +1394,9 @@ result = check("03.build_mlp", build_mlp)
 # returns `(x - mean) / std` for inputs `[B, F]`, storing `mean` and `std`
 # (tensors `[F]`) as buffers named `mean` and `std`. They must be saved in the
 # `state_dict` and follow `.to()`, but must not be parameters (an optimizer
-# would change them).
+# would change them), and `forward` must compute with them: the checker
+# converts your module with `.to()`, loads other statistics with
+# `load_state_dict`, and expects the output to follow.
 
 # %%
 class Standardize(nn.Module):
@@ -1321,17 +1414,25 @@ class Standardize(nn.Module):
 result = check("03.standardize", Standardize)
 
 # %% [markdown]
-# **Exercise 4: `init_for_relu(model)`.** For every `nn.Linear` in `model`, at
-# any depth, draw the weight with Kaiming (He) initialisation for ReLU
-# (standard deviation $\sqrt{2/\text{in\_features}}$) and set the bias, where
-# the layer has one, to zero. Leave every other layer alone, and change the
-# parameters in place (the checker looks at the model it passed you). Its
-# model has an `Embedding`, a `LayerNorm`, a `Linear` without bias, and
-# `Linear` layers inside nested submodules.
+# **Exercise 4: `init_for_relu(model)`.** Section 9's `linear_init` handled
+# one kind of layer. Extend the idea to convolutions: for every `nn.Linear`
+# **and every `nn.Conv2d`** in `model`, at any depth, draw the weight with
+# Kaiming (He) initialisation for ReLU, standard deviation
+# $\sqrt{2/\text{fan\_in}}$, and set the bias, where the layer has one, to
+# zero. `fan_in` is the number of inputs that one output sums over:
+# `in_features` for a `Linear`; for a `Conv2d` (chapter 07), whose weight has
+# the shape `[out_channels, in_channels, kernel_height, kernel_width]`, each
+# output value sums over a kernel-sized window of every input channel, so
+# $\text{fan\_in} = \text{in\_channels} \times \text{kernel height} \times
+# \text{kernel width}$, as section 9 noted. Leave every other layer alone,
+# and change the parameters in place (the checker looks at the model it
+# passed you). Its model has an `Embedding`, a `LayerNorm`, a `BatchNorm2d`,
+# a `Linear` without bias, a `Conv2d` with a non-square kernel, and layers
+# inside nested submodules.
 
 # %%
 def init_for_relu(model: nn.Module) -> nn.Module:
-    """Kaiming (He) weights for ReLU and zero biases in every nn.Linear of model, in place; return model."""
+    """Kaiming (He) weights for ReLU and zero biases in every nn.Linear and nn.Conv2d of model, in place; return model."""
     raise NotImplementedError
 
 
@@ -1354,8 +1455,9 @@ result = check("03.init_for_relu", init_for_relu)
 #   with the model: deep-copy it to snapshot.
 # - `train()`/`eval()` switch dropout and batch norm; `eval()` does not turn
 #   off autograd.
-# - `Module.to()` converts in place and returns the module; `Tensor.to()`
-#   returns a new tensor, so write `x = x.to(device)`.
+# - `Module.to()` converts in place and returns the module; a dtype change
+#   casts only its floating-point tensors, a device move takes them all.
+#   `Tensor.to()` returns a new tensor, so write `x = x.to(device)`.
 # - Forward hooks observe a model from outside; remove their handles, and
 #   return nothing from an observing hook.
 # - `F.relu` and `nn.ReLU` compute the same thing; only modules show up in
@@ -1365,7 +1467,8 @@ result = check("03.init_for_relu", init_for_relu)
 #   multiplies activations and gradients by $\sqrt{\text{fan\_in}\,\sigma^2/2}$.
 #   Kaiming ($2/\text{fan\_in}$) for ReLU and Xavier for tanh keep it near 1;
 #   PyTorch's default $U(\pm 1/\sqrt{\text{fan\_in}})$ gives 0.41 with ReLU.
-#   Apply an init with `model.apply(fn)` and the in-place `nn.init` functions.
+#   Apply an init with `model.apply(fn)` and the in-place `nn.init` functions;
+#   for a convolution, `fan_in` counts the kernel window of every input channel.
 # - A parameter count is simple arithmetic: `in*out + out` per Linear,
 #   `2*features` per BatchNorm, buffers excluded.
 #

@@ -8,15 +8,22 @@ Exercises:
 - ``03.standardize``: a ``Standardize(mean, std)`` module that keeps its
   statistics as buffers.
 - ``03.init_for_relu``: ``init_for_relu(model)``, Kaiming (He) weights for
-  ReLU and zero biases in every ``nn.Linear`` of ``model``, in place.
+  ReLU and zero biases in every ``nn.Linear`` and ``nn.Conv2d`` of ``model``,
+  in place.
 
-Each checker raises ``AssertionError("hint")`` for a wrong answer (see
-:func:`helpers.exercises.check`). Checkers that need random numbers run inside
+Each checker raises a :class:`~helpers.exercises.Hint` for a wrong answer: the
+case, the expected and the actual value, and what they tell about the mistake
+first; the fix (the call to write) only on a second failure or through
+``hint("03.name")`` (see :func:`helpers.exercises.check`). The library helper
+``helpers.models.count_parameters``, which the chapter shows, is refused as an
+answer to ``03.count_parameters``. Checkers that need random numbers run inside
 ``torch.random.fork_rng`` so they leave the notebook's random stream alone.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -24,9 +31,16 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from . import exercise
+import helpers.models
+
+from . import Hint, exercise
+from .guards import ShortcutUsed
 
 __all__ = ["Standardize", "build_mlp", "count_parameters", "init_for_relu"]
+
+# The original function object: while a check runs the guard rebinds the name
+# helpers.models.count_parameters to a wrapper (see helpers.exercises.guards).
+_LIBRARY_COUNT = helpers.models.count_parameters
 
 
 # --------------------------------------------------------------------------
@@ -83,17 +97,21 @@ class Standardize(nn.Module):
 
 
 def init_for_relu(model: nn.Module) -> nn.Module:
-    """Kaiming (He) normal weights for ReLU and zero biases in every ``nn.Linear`` of ``model``.
+    """Kaiming (He) normal weights for ReLU and zero biases in every ``nn.Linear`` and ``nn.Conv2d`` of ``model``.
 
-    Each weight ``[out, in]`` is drawn from ``N(0, 2 / in)`` (``mode="fan_in"``;
-    He et al. 2015, arXiv:1502.01852); a bias, where the layer has one, is set to
-    0. Other layers are left alone. Works in place through ``nn.init`` (which
-    runs under ``torch.no_grad()``), so the parameters stay the same
-    ``nn.Parameter`` objects, and returns ``model``.
+    Each weight is drawn from ``N(0, 2 / fan_in)`` (``mode="fan_in"``; He et al.
+    2015, arXiv:1502.01852), where ``fan_in`` is the number of inputs one output
+    sums over: ``in_features`` for a Linear weight ``[out, in]``, and
+    ``in_channels x kernel height x kernel width`` for a Conv2d weight
+    ``[out_channels, in_channels, kh, kw]`` (``kaiming_normal_`` reads it from
+    the weight's shape). A bias, where the layer has one, is set to 0. Other
+    layers are left alone. Works in place through ``nn.init`` (which runs under
+    ``torch.no_grad()``), so the parameters stay the same ``nn.Parameter``
+    objects, and returns ``model``.
     """
 
     def init_fn(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear):
+        if isinstance(m, (nn.Linear, nn.Conv2d)):
             nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
@@ -153,13 +171,40 @@ def _is_integer(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def _is_library_count(candidate) -> bool:
+    """Is ``candidate`` ``helpers.models.count_parameters`` itself (possibly wrapped or partially applied)?
+
+    Passed as the answer, the library function is called by the checker, not by
+    the learner's code, so the guard (which refuses direct calls from the
+    learner's code) cannot see it.
+    """
+    while isinstance(candidate, functools.partial):
+        candidate = candidate.func
+    try:
+        candidate = inspect.unwrap(candidate)
+    except ValueError:  # a cycle of __wrapped__
+        return False
+    return candidate is inspect.unwrap(_LIBRARY_COUNT)  # the guard may have wrapped the name here too
+
+
+_COUNT_GOAL = "count_parameters"
+
+
 @exercise(
     "03.count_parameters",
     "write count_parameters(model, trainable_only=False) -> int: the number of scalar "
-    "parameters (buffers excluded); with trainable_only=True, only those with requires_grad.",
+    "parameters (buffers excluded); with trainable_only=True, only those with requires_grad. "
+    "Write it yourself: helpers.models.count_parameters is not an answer.",
     reference=count_parameters,
+    shortcuts=("helpers.models.count_parameters",),
+    goal=_COUNT_GOAL,
 )
 def _check_count_parameters(candidate: Callable) -> None:
+    if _is_library_count(candidate):
+        raise ShortcutUsed(
+            f"this exercise asks you to write {_COUNT_GOAL} yourself; "
+            "`helpers.models.count_parameters` does it for you."
+        )
     with torch.random.fork_rng(devices=[]):  # the models' initial weights use the global generator
         cases = _count_cases()
     for label, model, total, trainable in cases:
@@ -172,48 +217,59 @@ def _check_count_parameters(candidate: Callable) -> None:
             True: sum(p.numel() for p in all_uses if p.requires_grad),
         }
         for flag, want in ((False, total), (True, trainable)):
+            call = f"count_parameters(model, trainable_only={flag})"
             got = candidate(model) if not flag else candidate(model, trainable_only=True)
             if isinstance(got, torch.Tensor):
-                raise AssertionError(
-                    "return a Python int, not a tensor: convert with int(...) or .item()."
+                raise Hint(
+                    f"{call} for {label} returned a tensor ({got!r}); the task asks for a Python int, "
+                    "not a tensor.",
+                    "Convert a one-element tensor with int(...) or .item(), or sum the Python ints "
+                    "that p.numel() returns.",
                 )
             if not _is_integer(got):
-                raise AssertionError(
-                    f"return an integer (a Python int; a NumPy integer is fine too), got "
-                    f"{type(got).__name__} {got!r}: a count of scalars is a whole number, e.g. "
-                    "sum(p.numel() for p in model.parameters())."
+                raise Hint(
+                    f"{call} for {label} returned {type(got).__name__} {got!r}; expected an integer "
+                    f"({want}; a Python int, a NumPy integer is fine too): a count of scalars is a whole number.",
+                    "p.numel() is already an int and a sum of ints is an int: leave out float() or "
+                    "division.",
                 )
             if got == want:
                 continue
-            call = f"count_parameters(model, trainable_only={flag})"
             if got == twice[flag] != want:
-                raise AssertionError(
-                    f"{call} for {label} gave {got}, counting the shared weight twice (expected "
-                    f"{want}). model.parameters() yields each parameter once even when two modules "
-                    "share it; looping over modules, named_parameters(remove_duplicate=False) or "
-                    "state_dict() does not."
+                raise Hint(
+                    f"{call} for {label} gave {got}, expected {want}: {got} counts the shared weight "
+                    "twice, once for each module that uses it.",
+                    "model.parameters() yields each parameter once even when two modules share it; "
+                    "looping over modules, named_parameters(remove_duplicate=False) or state_dict() does not.",
                 )
             if got == n_state and n_state != want:
-                raise AssertionError(
-                    f"{call} for {label} gave {got}, which includes buffers such as BatchNorm's "
-                    "running_mean: state_dict() holds buffers too. Count model.parameters() only."
+                raise Hint(
+                    f"{call} for {label} gave {got}, expected {want}: {got} also counts the buffers "
+                    "(such as BatchNorm's running_mean), which are saved but are not parameters.",
+                    "state_dict() holds parameters and buffers; model.parameters() holds the "
+                    "parameters only.",
                 )
             if flag and got == total:
-                raise AssertionError(
-                    f"{call} for {label} gave {got}, every parameter; skip the ones with "
-                    f"requires_grad=False (expected {want})."
+                raise Hint(
+                    f"{call} for {label} gave {got}, every parameter; expected {want}: the frozen "
+                    "ones (requires_grad=False) should not count here.",
+                    "Keep only the parameters p for which p.requires_grad is True.",
                 )
             if not flag and got == trainable:
-                raise AssertionError(
-                    f"{call} for {label} gave {got}: frozen parameters count too when "
-                    f"trainable_only=False (expected {want})."
+                raise Hint(
+                    f"{call} for {label} gave {got}, the trainable parameters only; expected {want}: "
+                    "frozen parameters count too when trainable_only=False.",
+                    "Filter on p.requires_grad only when trainable_only is True.",
                 )
             if got == n_tensors:
-                raise AssertionError(
-                    f"{call} for {label} gave {got}, the number of parameter tensors; "
-                    f"count their scalar elements with p.numel() (expected {want})."
+                raise Hint(
+                    f"{call} for {label} gave {got}, the number of parameter tensors; expected {want} "
+                    "scalar elements.",
+                    "Add up the elements of each parameter: p.numel() (the product of its shape).",
                 )
-            raise AssertionError(f"{call} for {label} should be {want}, got {got}.")
+            raise Hint(f"{call} for {label} should be {want}, got {got}.",
+                       "Sum the elements of each tensor of model.parameters(), skipping frozen ones "
+                       "only when trainable_only is True.")
 
 
 def _run_recording(model: nn.Module, linears: list[nn.Linear], x: torch.Tensor):
@@ -253,29 +309,34 @@ def _check_build_mlp(candidate: Callable) -> None:
             model = candidate(list(sizes))
             x = torch.randn(64, sizes[0])
         if not isinstance(model, nn.Module):
-            raise AssertionError(
-                f"build_mlp({sizes}) returned {type(model).__name__}, not an nn.Module."
+            raise Hint(
+                f"build_mlp({sizes}) returned {type(model).__name__}, not an nn.Module.",
+                "Return a module: nn.Sequential(...) of the layers is one.",
             )
         pairs = list(zip(sizes[:-1], sizes[1:]))
         want = sum(a * b + b for a, b in pairs)
         arithmetic = " + ".join(f"{a}*{b}+{b}" for a, b in pairs)
         got = sum(p.numel() for p in model.parameters())
         if got == 0:
-            raise AssertionError(
-                f"build_mlp({sizes}) has no registered parameters: layers kept in a plain Python "
-                "list are invisible to nn.Module. Use nn.Sequential or nn.ModuleList."
+            raise Hint(
+                f"build_mlp({sizes}) has no registered parameters, expected {arithmetic} = {want}: "
+                "nn.Module does not see layers kept in a plain Python list.",
+                "Use nn.Sequential(*layers) or nn.ModuleList(layers): both register what they hold.",
             )
         if got != want:
-            raise AssertionError(
-                f"build_mlp({sizes}) should have {arithmetic} = {want} parameters, but has {got}."
+            raise Hint(
+                f"build_mlp({sizes}) should have {arithmetic} = {want} parameters, but has {got}.",
+                "One Linear(a, b) per consecutive pair (a, b) of sizes, and nothing else with "
+                "parameters (ReLU has none).",
             )
         linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
         by_shape = {(m.in_features, m.out_features): m for m in linears}
         shapes = [(m.in_features, m.out_features) for m in linears]
         if len(linears) != len(pairs) or set(by_shape) != set(pairs):
-            raise AssertionError(
+            raise Hint(
                 f"build_mlp({sizes}) should contain the Linear layers (in, out) = {pairs}, "
-                f"found {shapes}."
+                f"found {shapes}.",
+                "Pair each size with the next one: zip(sizes[:-1], sizes[1:]).",
             )
         others = sorted(
             {
@@ -285,10 +346,11 @@ def _check_build_mlp(candidate: Callable) -> None:
             }
         )
         if others:
-            raise AssertionError(
+            raise Hint(
                 f"build_mlp({sizes}) contains {', '.join(others)}: the task asks for Linear layers "
                 "with nn.ReLU between them and nothing else (no Dropout, no other activation such "
-                "as LeakyReLU, even one that behaves almost like ReLU)."
+                "as LeakyReLU, even one that behaves almost like ReLU).",
+                "Between two Linear layers put exactly one nn.ReLU(), and no layer of any other kind.",
             )
         out, calls = _run_recording(model, linears, x)
         with torch.no_grad():  # the intended computation, layer by layer in the order of sizes
@@ -297,39 +359,62 @@ def _check_build_mlp(candidate: Callable) -> None:
                 h = by_shape[pair](h)
                 if i < len(pairs) - 1:
                     h = torch.relu(h)
+            plain = x  # the same layers with nothing between them
+            for pair in pairs:
+                plain = by_shape[pair](plain)
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != (64, sizes[-1]):
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise AssertionError(
-                f"build_mlp({sizes}) maps a [64, {sizes[0]}] batch to {shape}, expected (64, {sizes[-1]})."
+            raise Hint(
+                f"build_mlp({sizes}) maps a [64, {sizes[0]}] batch to {shape}, expected (64, {sizes[-1]}).",
+                "The last Linear should be Linear(sizes[-2], sizes[-1]), and forward should return its output.",
             )
         if not (out < 0).any():
-            raise AssertionError(
-                f"every output of build_mlp({sizes}) is >= 0: is there a ReLU after the last Linear? "
-                "The last layer should give raw scores (logits), which can be negative."
+            raise Hint(
+                f"every output of build_mlp({sizes}) is >= 0, although logits can be negative: "
+                "something after the last Linear clips them.",
+                "Drop the ReLU after the last Linear: the last layer gives raw scores (logits).",
+            )
+        if len(pairs) > 1 and torch.allclose(out, plain, atol=1e-6):
+            raise Hint(
+                f"build_mlp({sizes}) computes the Linear layers one after the other with nothing "
+                "between consecutive ones: a stack of Linear layers is just one linear map.",
+                "Put an nn.ReLU() between each Linear and the next (not after the last).",
             )
         if not torch.allclose(out, h, atol=1e-6):
-            raise AssertionError(
-                f"build_mlp({sizes}) does not compute Linear -> ReLU -> ... -> Linear: check that a "
-                "ReLU (and nothing else) sits between consecutive Linear layers, in the order of sizes."
+            worst = (out - h).abs().max().item()
+            raise Hint(
+                f"build_mlp({sizes}) does not compute Linear -> ReLU -> ... -> Linear: its outputs "
+                f"differ by up to {worst:.3g} from those layers with a ReLU between consecutive ones.",
+                "Check that a ReLU (and nothing else) sits between consecutive Linear layers, in the "
+                "order of sizes.",
             )
         # Exactly: what enters each Linear after the first is ReLU of what the previous one gave.
         # (A leaky activation with a tiny slope, or a dropout, is close but not equal.)
         if len(calls) == len(pairs):
             for (_, _, before), (layer, given, _) in zip(calls, calls[1:]):
                 if not torch.equal(given, torch.relu(before)):
-                    raise AssertionError(
+                    raise Hint(
                         f"in build_mlp({sizes}) the input of Linear({layer.in_features}, "
                         f"{layer.out_features}) is not exactly ReLU of the previous Linear's output "
-                        f"(smallest entry {given.min().item():.3g}): use ReLU, which sets every "
-                        "negative value to exactly 0, and nothing else between the layers."
+                        f"(smallest entry {given.min().item():.3g}, where ReLU gives 0 or more).",
+                        "Use torch.relu or nn.ReLU, which sets every negative value to exactly 0, and "
+                        "nothing else between the layers.",
                     )
+
+
+def _standardize_output(module: nn.Module, x: torch.Tensor, when: str) -> torch.Tensor:
+    out = module(x)
+    if not isinstance(out, torch.Tensor):
+        raise Hint(f"{when}, forward returned {type(out).__name__}, not a tensor.",
+                   "Return (x - self.mean) / self.std.")
+    return out
 
 
 @exercise(
     "03.standardize",
     "write a module Standardize(mean, std) whose forward returns (x - mean) / std, keeping "
     "mean and std as buffers named 'mean' and 'std' (register_buffer), not as Parameters "
-    "(other buffers are allowed, Parameters are not).",
+    "(other buffers are allowed, Parameters are not), and computing with those buffers.",
     reference=Standardize,
 )
 def _check_standardize(candidate: Callable) -> None:
@@ -338,43 +423,74 @@ def _check_standardize(candidate: Callable) -> None:
     x = torch.tensor([[3.0, -1.0, 4.5], [1.0, -2.0, 0.5]])
     module = candidate(mean, std)
     if not isinstance(module, nn.Module):
-        raise AssertionError(
-            f"Standardize(mean, std) built a {type(module).__name__}, not an nn.Module."
+        raise Hint(
+            f"Standardize(mean, std) built a {type(module).__name__}, not an nn.Module.",
+            "Subclass nn.Module and call super().__init__() first in __init__.",
         )
-    out = module(x)
+    out = _standardize_output(module, x, "for mean = [1, -2, 0.5] and std = [2, 0.5, 4]")
     want = (x - mean) / std
-    if (
-        not isinstance(out, torch.Tensor)
-        or out.shape != want.shape
-        or not torch.allclose(out, want)
-    ):
-        raise AssertionError(
-            f"forward should return (x - mean) / std = {want.tolist()}, got {out}."
+    if out.shape != want.shape or not torch.allclose(out, want):
+        raise Hint(
+            f"for mean = [1, -2, 0.5] and std = [2, 0.5, 4], forward should return (x - mean) / std = "
+            f"{want.tolist()}, got {out.tolist() if out.numel() < 20 else tuple(out.shape)}.",
+            "Subtract mean and divide by std; both [F] broadcast over the batch dimension of x [B, F].",
         )
     names = [n for n, _ in module.named_parameters()]
     if names:
-        raise AssertionError(
-            f"{names} are Parameters: an optimizer would train them. Statistics are state, not "
-            "weights: store them with self.register_buffer('mean', mean)."
+        one = len(names) == 1
+        raise Hint(
+            f"{names} {'is a Parameter' if one else 'are Parameters'}, so model.parameters() hands "
+            f"{'it' if one else 'them'} to an optimizer, which would change {'it' if one else 'them'}: "
+            "Standardize has no weights to train, only fixed statistics.",
+            "Keep mean and std (and any constant, such as an eps) as buffers: "
+            "self.register_buffer('mean', mean) and self.register_buffer('std', std).",
         )
     # Extra buffers (an eps, say) are fine; mean and std must be saved buffers.
     keys = set(module.state_dict())
     missing = sorted({"mean", "std"} - keys)
     if missing:
-        raise AssertionError(
-            f"state_dict() has keys {sorted(keys)}, without {missing}: a plain tensor attribute "
-            "is neither saved in state_dict nor moved by .to(); use register_buffer('mean', mean) "
-            "(persistent, the default)."
+        buffers = {n for n, _ in module.named_buffers()}
+        if set(missing) <= buffers:
+            raise Hint(
+                f"{missing} are buffers but not in state_dict() (keys {sorted(keys)}): they were "
+                "registered as non-persistent, so a saved checkpoint would lose them.",
+                "Leave out persistent=False: register_buffer('mean', mean) is persistent by default.",
+            )
+        raise Hint(
+            f"state_dict() has keys {sorted(keys)}, without {missing}: a plain tensor attribute is "
+            "neither saved in state_dict nor moved by .to().",
+            "Register them: self.register_buffer('mean', mean) (persistent, the default).",
         )
     module = module.to(torch.float64)
     if module.mean.dtype != torch.float64 or module.std.dtype != torch.float64:
-        raise AssertionError(
-            "after .to(torch.float64) mean and std are still float32: register them as buffers."
+        raise Hint(
+            "after .to(torch.float64) mean and std are still float32: .to() did not reach them.",
+            "Register them as buffers with self.register_buffer, and do not reassign them afterwards.",
         )
-    out64 = module(x.double())
+    out64 = _standardize_output(module, x.double(), "after .to(torch.float64)")
     if out64.dtype != torch.float64 or not torch.allclose(out64, want.double()):
-        raise AssertionError(
-            "after .to(torch.float64) the module should compute in float64 with the same result."
+        raise Hint(
+            f"after .to(torch.float64) the module should compute in float64 with the same result; "
+            f"got dtype {out64.dtype}.",
+            "Compute with self.mean and self.std, which .to() has converted.",
+        )
+    # The output must follow the buffers: load the state of a module built with other statistics
+    # (its whole state_dict, so that a buffer derived from them, such as 1 / std, comes along).
+    new_mean = torch.tensor([-3.0, 0.25, 10.0], dtype=torch.float64)
+    new_std = torch.tensor([0.5, 8.0, 1.0], dtype=torch.float64)
+    module.load_state_dict(candidate(new_mean.float(), new_std.float()).state_dict())
+    followed = _standardize_output(module, x.double(), "after load_state_dict")
+    want_new = (x.double() - new_mean) / new_std
+    if followed.shape != want_new.shape or not torch.allclose(followed, want_new):
+        still_old = followed.shape == want.shape and torch.allclose(followed, want.double())
+        raise Hint(
+            "after load_state_dict with mean = [-3, 0.25, 10] and std = [0.5, 8, 1], forward should "
+            f"return {want_new.tolist()}, got {followed.tolist()}"
+            + (", the result for the old mean and std: forward does not read the buffers it registered."
+               if still_old else "."),
+            "In forward, compute with the registered buffers self.mean and self.std, not with copies "
+            "kept elsewhere (a plain attribute, a Python list, a closure): only the buffers are "
+            "loaded and moved.",
         )
 
 
@@ -390,11 +506,14 @@ class _Head(nn.Module):
 
 
 class _InitTarget(nn.Module):
-    """Embedding(100, 64) -> Linear(64, 512) -> ReLU -> Linear(512, 256) -> LayerNorm -> ReLU -> head.
+    """Tokens: Embedding(100, 64) -> Linear(64, 512) -> ReLU -> Linear(512, 256) -> LayerNorm -> ReLU -> head;
+    images: Conv2d(12, 40, kernel_size=(3, 5)) -> BatchNorm2d -> ReLU.
 
-    Every Linear has a different (in, out), so Kaiming's std sqrt(2 / in) differs
-    from sqrt(2 / out) (fan_out), from Xavier's sqrt(2 / (in + out)) and from the
-    default's 1 / sqrt(3 in) by more than 10 % for each of them.
+    Every Linear has a different (in, out), so Kaiming's std sqrt(2 / fan_in)
+    differs from sqrt(2 / fan_out), from Xavier's sqrt(2 / (fan_in + fan_out))
+    and from the default's 1 / sqrt(3 fan_in) by more than 10 % for each of them.
+    The convolution's fan_in is 12 * 3 * 5 = 180, and its kernel is not square,
+    so fan_in = in_channels (12) or in_channels * kh * kh (108) is told apart too.
     """
 
     def __init__(self) -> None:
@@ -402,20 +521,92 @@ class _InitTarget(nn.Module):
         self.embed = nn.Embedding(100, 64)
         self.body = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 256), nn.LayerNorm(256), nn.ReLU())
         self.head = _Head()
+        self.features = nn.Sequential(nn.Conv2d(12, 40, kernel_size=(3, 5)), nn.BatchNorm2d(40), nn.ReLU())
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(self.embed(tokens)))
+    def forward(self, tokens: torch.Tensor, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.head(self.body(self.embed(tokens))), self.features(images)
 
 
-def _linear_name(name: str, layer: nn.Linear) -> str:
+def _layer_name(name: str, layer: nn.Module) -> str:
+    if isinstance(layer, nn.Conv2d):
+        return f"{name} = Conv2d({layer.in_channels}, {layer.out_channels}, kernel_size={layer.kernel_size})"
     return f"{name} = Linear({layer.in_features}, {layer.out_features})"
+
+
+def _fans(layer: nn.Module) -> tuple[int, int]:
+    """(fan_in, fan_out): inputs one output sums over, outputs one input feeds."""
+    if isinstance(layer, nn.Conv2d):
+        kh, kw = layer.kernel_size
+        return layer.in_channels * kh * kw, layer.out_channels * kh * kw
+    return layer.in_features, layer.out_features
+
+
+def _std_candidates(layer: nn.Module) -> dict[str, tuple[float, str, str]]:
+    """Plausible wrong weight stds: name -> (std, what it equals, the fuller hint)."""
+    fan_in, fan_out = _fans(layer)
+    want = math.sqrt(2 / fan_in)
+    found = {
+        "fan_out": (
+            math.sqrt(2 / fan_out),
+            f"sqrt(2 / fan_out) = sqrt(2 / {fan_out}), the outputs' count instead of the inputs' (fan_in)",
+            "Kaiming for ReLU keeps the forward pass steady with the number of inputs each output sums "
+            "over: mode='fan_in', the default of nn.init.kaiming_normal_.",
+        ),
+        "xavier": (
+            math.sqrt(2 / (fan_in + fan_out)),
+            f"Xavier's sqrt(2 / (fan_in + fan_out)) = sqrt(2 / {fan_in + fan_out}), a rule made for tanh",
+            f"ReLU needs Kaiming: nn.init.kaiming_normal_(m.weight, nonlinearity='relu'), std {want:.4f}.",
+        ),
+        "gain 1": (
+            math.sqrt(1 / fan_in),
+            f"sqrt(1 / fan_in) = sqrt(1 / {fan_in}), a gain of 1, where ReLU's is sqrt(2)",
+            "ReLU zeroes half its inputs, so its gain is sqrt(2): nonlinearity='relu' in "
+            "nn.init.kaiming_normal_.",
+        ),
+        "default": (
+            1 / math.sqrt(3 * fan_in),
+            f"1 / sqrt(3 fan_in) = 1 / sqrt({3 * fan_in}), PyTorch's default initialisation, not Kaiming",
+            "Draw the weight again with nn.init.kaiming_normal_(m.weight, nonlinearity='relu'); "
+            "reset_parameters() gives the default back.",
+        ),
+        "variance": (
+            2 / fan_in,
+            f"2 / fan_in = 2 / {fan_in}, Kaiming's variance rather than its standard deviation",
+            "nn.init.normal_ takes the standard deviation: the square root of 2 / fan_in.",
+        ),
+    }
+    if isinstance(layer, nn.Conv2d):
+        kh, kw = layer.kernel_size
+        found["in_channels"] = (
+            math.sqrt(2 / layer.in_channels),
+            f"sqrt(2 / in_channels) = sqrt(2 / {layer.in_channels}): a convolution's fan_in is more "
+            "than its input channels",
+            f"Each output of a convolution sums over in_channels x kernel height x kernel width = "
+            f"{layer.in_channels} x {kh} x {kw} = {fan_in} inputs; nn.init.kaiming_normal_ works it "
+            "out from the weight's shape.",
+        )
+        found["square kernel"] = (
+            math.sqrt(2 / (layer.in_channels * kh * kh)),
+            f"sqrt(2 / (in_channels x {kh} x {kh})): the kernel is {kh} x {kw}, not square",
+            f"fan_in = in_channels x kernel_size[0] x kernel_size[1] = {fan_in}, or "
+            "m.weight[0].numel().",
+        )
+    return found
+
+
+def _depth_note(model: nn.Module, name: str) -> str:
+    depth = name.count(".") + 1
+    parent = model.get_submodule(name.rsplit(".", 1)[0]) if depth > 1 else model
+    return f" It sits {depth} levels deep, inside a {type(parent).__name__}." if depth > 1 else ""
 
 
 @exercise(
     "03.init_for_relu",
-    "write init_for_relu(model): for every nn.Linear in model, at any depth, draw the weight with "
-    "Kaiming (He) initialisation for ReLU (std sqrt(2 / in_features)) and set the bias, where there "
-    "is one, to zero; leave every other layer alone and change the parameters in place.",
+    "write init_for_relu(model): for every nn.Linear and nn.Conv2d in model, at any depth, draw the "
+    "weight with Kaiming (He) initialisation for ReLU (std sqrt(2 / fan_in), where fan_in is "
+    "in_features for a Linear and in_channels x kernel height x kernel width for a Conv2d) and set "
+    "the bias, where there is one, to zero; leave every other layer alone and change the parameters "
+    "in place.",
     reference=init_for_relu,
 )
 def _check_init_for_relu(candidate: Callable) -> None:
@@ -423,66 +614,76 @@ def _check_init_for_relu(candidate: Callable) -> None:
     model = _InitTarget()
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     objects = dict(model.named_parameters())
-    linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    targets = {name: m for name, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))}
     candidate(model)
 
     after = dict(model.named_parameters())
     for name, p in objects.items():
         if after.get(name) is not p:
-            raise AssertionError(
-                f"{name} is a new object after init_for_relu: change the existing parameter in place "
-                "(nn.init.kaiming_normal_(m.weight, ...)) instead of assigning a new nn.Parameter, or an "
-                "optimizer built before would keep training the old one."
+            raise Hint(
+                f"{name} is a new object after init_for_relu, not the old parameter changed in place: "
+                "an optimizer built before would keep training the old one.",
+                "Fill the existing parameter: nn.init.kaiming_normal_(m.weight, ...) writes into it, "
+                "and so does m.weight.normal_(...) under torch.no_grad(). Do not assign a new nn.Parameter.",
             )
         if not (p.is_leaf and p.requires_grad):
-            raise AssertionError(
-                f"{name} is no longer a trainable leaf (is_leaf={p.is_leaf}, requires_grad={p.requires_grad}): "
-                "initialise under torch.no_grad(), which nn.init does for you."
+            raise Hint(
+                f"{name} is no longer a trainable leaf (is_leaf={p.is_leaf}, requires_grad={p.requires_grad}).",
+                "Initialise under torch.no_grad(), which nn.init does for you, and do not call "
+                "requires_grad_(False).",
             )
-    for name, layer in linears.items():
-        label = _linear_name(name, layer)
+    for name, p in model.named_parameters():
+        module_name = name.rsplit(".", 1)[0]
+        if module_name not in targets and not torch.equal(p.detach(), before[name]):
+            kind = type(model.get_submodule(module_name)).__name__
+            raise Hint(
+                f"{name} changed, but its layer is {kind}, neither nn.Linear nor nn.Conv2d: it should "
+                "be left alone.",
+                "Pick the layers by type, isinstance(m, (nn.Linear, nn.Conv2d)), not by their "
+                "parameters' shapes or names.",
+            )
+    unchanged = [name for name, layer in targets.items() if torch.equal(layer.weight.detach(), before[f"{name}.weight"])]
+    if len(unchanged) == len(targets):
+        raise Hint(
+            f"none of the {len(targets)} Linear and Conv2d layers of the model changed: init_for_relu should "
+            "change the model it is given, in place.",
+            "model.apply(fn) calls fn on every submodule at every depth (model.children() only gives the "
+            "direct ones); in fn, pick the layers with isinstance and fill their weights with "
+            "nn.init.kaiming_normal_(m.weight, nonlinearity='relu'). Change the model you are given, not a copy.",
+        )
+    for name, layer in targets.items():
+        label = _layer_name(name, layer)
         w = layer.weight.detach()
-        fan_in, fan_out = layer.in_features, layer.out_features
-        if torch.equal(w, before[f"{name}.weight"]):
-            raise AssertionError(
-                f"{label} kept its old weights: model.apply(fn) calls fn on every submodule at every depth "
-                "(model.children() only gives the direct ones); change the model you are given, not a copy."
+        fan_in, _ = _fans(layer)
+        if name in unchanged:
+            if isinstance(layer, nn.Conv2d):
+                raise Hint(
+                    f"{label} kept its old weights: the task covers nn.Conv2d layers as well as nn.Linear.",
+                    "Pick the layers with isinstance(m, (nn.Linear, nn.Conv2d)); for a Conv2d, fan_in = "
+                    "in_channels x kernel height x kernel width, which nn.init.kaiming_normal_ works out "
+                    "from the weight's shape.",
+                )
+            raise Hint(
+                f"{label} kept its old weights.{_depth_note(model, name)}",
+                "model.apply(fn) calls fn on every submodule at every depth (model.children() only "
+                "gives the direct ones); change the model you are given, not a copy.",
             )
         if layer.bias is not None and not torch.equal(layer.bias.detach(), torch.zeros_like(layer.bias)):
-            raise AssertionError(f"the bias of {label} is not zero: nn.init.zeros_(m.bias).")
+            raise Hint(
+                f"the bias of {label} is not zero (largest |bias| {layer.bias.abs().max().item():.3g}).",
+                "nn.init.zeros_(m.bias), where m.bias is not None (a layer built with bias=False has none).",
+            )
         std, mean = w.std().item(), w.mean().item()
         want = math.sqrt(2 / fan_in)
         if abs(std / want - 1) < 0.04 and abs(mean) < 0.05 * want:
             continue
-        candidates = {
-            "fan_out": math.sqrt(2 / fan_out),
-            "xavier": math.sqrt(2 / (fan_in + fan_out)),
-            "gain 1": math.sqrt(1 / fan_in),
-            "default": 1 / math.sqrt(3 * fan_in),
-        }
-        closest = min(candidates, key=lambda k: abs(std / candidates[k] - 1))
-        if abs(std / candidates[closest] - 1) < 0.04:
-            raise AssertionError(
-                {
-                    "fan_out": f"{label}: weight std {std:.4f} is sqrt(2 / out_features) = {candidates['fan_out']:.4f}, "
-                    f"mode='fan_out'. Keep the forward pass steady with mode='fan_in': sqrt(2 / {fan_in}) = {want:.4f}.",
-                    "xavier": f"{label}: weight std {std:.4f} is Xavier's sqrt(2 / (in + out)) = "
-                    f"{candidates['xavier']:.4f}, made for tanh. ReLU needs Kaiming: sqrt(2 / in_features) = {want:.4f}.",
-                    "gain 1": f"{label}: weight std {std:.4f} is sqrt(1 / in_features) = {candidates['gain 1']:.4f}, a gain "
-                    f"of 1. ReLU zeroes half its inputs, so its gain is sqrt(2): nonlinearity='relu' gives {want:.4f}.",
-                    "default": f"{label}: weight std {std:.4f} is PyTorch's default 1 / sqrt(3 in_features) = "
-                    f"{candidates['default']:.4f}, not Kaiming's sqrt(2 / in_features) = {want:.4f}.",
-                }[closest]
-            )
-        raise AssertionError(
-            f"{label}: weight std {std:.4f} and mean {mean:.4f}; Kaiming for ReLU means mean 0 and std "
-            f"sqrt(2 / in_features) = {want:.4f}."
+        candidates = _std_candidates(layer)
+        closest = min(candidates, key=lambda k: abs(std / candidates[k][0] - 1))
+        value, equals, fuller = candidates[closest]
+        if abs(std / value - 1) < 0.04 and abs(mean) < 0.05 * value:
+            raise Hint(f"{label}: weight std {std:.4f}, expected {want:.4f}. The std equals {equals}.", fuller)
+        raise Hint(
+            f"{label}: weight std {std:.4f} and mean {mean:.4f}; expected mean 0 and std {want:.4f}.",
+            "Kaiming for ReLU: a normal distribution with mean 0 and std sqrt(2 / fan_in), "
+            "nn.init.kaiming_normal_(m.weight, nonlinearity='relu').",
         )
-    for name, p in model.named_parameters():
-        module_name = name.rsplit(".", 1)[0]
-        if module_name not in linears and not torch.equal(p.detach(), before[name]):
-            kind = type(model.get_submodule(module_name)).__name__
-            raise AssertionError(
-                f"{name} changed, but its layer is {kind}, not nn.Linear: pick the layers with "
-                "isinstance(m, nn.Linear) and leave the others (Embedding, LayerNorm, ...) alone."
-            )
