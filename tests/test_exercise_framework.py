@@ -290,3 +290,10 @@ def test_make_progress_prints_a_table_per_chapter(ledger, capsys):
     row = next(line for line in out.splitlines() if line.startswith("| 01 "))
     assert row.split("|")[3].strip() == "1" and row.split("|")[4].strip() == "1"
     assert "line 2 is corrupt" in err
+
+
+def test_the_shortcut_itself_passed_as_the_answer_fails(dists):
+    import functools
+
+    assert "torch.cdist" in check(dists, torch.cdist, show=False).message
+    assert "torch.cdist" in check(dists, functools.partial(torch.cdist, p=2.0), show=False).message
