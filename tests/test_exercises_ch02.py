@@ -9,6 +9,8 @@ answers written differently from the reference pass.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -87,6 +89,29 @@ def derivative_finite_difference_under_vmap(f, x):
     return ((ys[0] - ys[1]) / (2 * h)).item()
 
 
+def derivative_complex_step(f, x):
+    """The complex-step method: exact to rounding for analytic f, but f is evaluated off the real line."""
+    t = torch.tensor(complex(x, 1e-20), dtype=torch.complex128, requires_grad=True)
+    return (f(t).imag / 1e-20).item()
+
+
+def derivative_func_grad(f, x):
+    return torch.func.grad(f)(torch.tensor(x, dtype=torch.float64)).item()
+
+
+def derivative_functional_vjp(f, x):
+    return torch.autograd.functional.vjp(f, torch.tensor(x, dtype=torch.float64))[1].item()
+
+
+def derivative_func_grad_and_value(f, x):
+    return torch.func.grad_and_value(f)(torch.tensor(x, dtype=torch.float64))[0].item()
+
+
+def derivative_integer_point(f, x):
+    t = torch.tensor(int(x))  # an integer tensor cannot require grad
+    return f(t).item()
+
+
 # --------------------------------------------------------------------------
 # 02.second_derivative: wrong answers and shortcuts
 # --------------------------------------------------------------------------
@@ -132,6 +157,15 @@ def second_derivative_accumulated(f, x):
     return t.grad.item()
 
 
+def second_derivative_complex_step_on_autograd(f, x):
+    """Autograd's f' at the complex point x + ih, then Im f'(x + ih) / h: a complex step, not a second pass."""
+    h = 1e-20
+    t = torch.tensor(complex(x, h), dtype=torch.complex128, requires_grad=True)
+    out = f(t)
+    (g,) = torch.autograd.grad(out, t, grad_outputs=torch.ones_like(out))  # conj(f'(t)) for analytic f
+    return (g.conj().imag / h).item()
+
+
 def second_derivative_hessian(f, x):
     return torch.autograd.functional.hessian(f, torch.tensor(x, dtype=torch.float64)).item()
 
@@ -156,6 +190,18 @@ def second_derivative_jacfwd_of_jacrev(f, x):
 # --------------------------------------------------------------------------
 # 02.jacobian: wrong answers and shortcuts
 # --------------------------------------------------------------------------
+
+
+def jacobian_complex_step(f, x):
+    """Column j from Im f(x + ih e_j) / h: the complex-step method, column by column."""
+    h = 1e-20
+    columns = []
+    for j in range(x.shape[0]):
+        z = x.to(torch.complex128).clone()
+        z[j] += 1j * h
+        columns.append(f(z.requires_grad_(True)).imag / h)
+    return torch.stack(columns, dim=1).detach()
+
 
 
 def jacobian_accumulating(f, x):
@@ -255,6 +301,148 @@ def jacobian_finite_differences_under_hidden_vmap(f, x):
     return (vmap(lambda e: (f(xr + e) - f(xr - e)) / (2 * h))(steps)).T
 
 
+# --------------------------------------------------------------------------
+# 02.sgd_step: wrong answers and shortcuts
+# --------------------------------------------------------------------------
+
+
+def sgd_without_reset(params, lr):
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                p -= lr * p.grad
+
+
+def sgd_rebinds(params, lr):
+    """p = p - lr * p.grad makes a new tensor and rebinds the loop variable: params are untouched."""
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                p = p - lr * p.grad
+    for p in params:
+        p.grad = None
+
+
+def sgd_rebinds_list_items(params, lr):
+    """Replaces the list's items with new tensors: the caller's tensors are untouched."""
+    with torch.no_grad():
+        for i, p in enumerate(params):
+            if p.grad is not None:
+                params[i] = p - lr * p.grad
+    for p in params:
+        p.grad = None
+
+
+def sgd_under_grad(params, lr):
+    """The naive update while autograd records: refused for a leaf that requires grad."""
+    for p in params:
+        if p.grad is not None:
+            p -= lr * p.grad
+        p.grad = None
+
+
+def sgd_wrong_sign(params, lr):
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                p += lr * p.grad
+            p.grad = None
+
+
+def sgd_through_data(params, lr):
+    """The pre-0.4 spelling: right values, but the change is hidden from autograd."""
+    for p in params:
+        if p.grad is not None:
+            p.data -= lr * p.grad
+        p.grad = None
+
+
+def sgd_assigns_data(params, lr):
+    for p in params:
+        if p.grad is not None:
+            p.data = p.data - lr * p.grad
+        p.grad = None
+
+
+def sgd_turns_off_requires_grad(params, lr):
+    for p in params:
+        if p.grad is not None:
+            p.requires_grad_(False)
+            p -= lr * p.grad
+        p.grad = None
+
+
+def sgd_records_the_update(params, lr):
+    """Dodges the leaf error by switching requires_grad off; a step size that requires grad records the update."""
+    step = torch.tensor(lr, requires_grad=True)
+    for p in params:
+        if p.grad is not None:
+            p.requires_grad_(False)
+            p.sub_(step * p.grad)  # p now has grad_fn SubBackward0 and requires grad again: not a leaf
+        p.grad = None
+
+
+def sgd_replaces_storage(params, lr):
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                p.set_(p - lr * p.grad)  # new memory: the version moves, but p no longer holds its old storage
+            p.grad = None
+
+
+def sgd_crashes_on_none(params, lr):
+    with torch.no_grad():
+        for p in params:
+            p -= lr * p.grad
+            p.grad = None
+
+
+def sgd_zeroes_before_updating(params, lr):
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                p.grad.zero_()
+                p -= lr * p.grad
+
+
+def sgd_fixed_lr(params, lr):
+    """Ignores the lr argument: right at the first step (lr = 0.1), wrong at the second."""
+    solution("02.sgd_step")(params, 0.1)
+
+
+def sgd_steps_the_unused_tensor(params, lr):
+    with torch.no_grad():
+        for p in params:
+            p -= lr * (p.grad if p.grad is not None else torch.ones_like(p))
+            p.grad = None
+
+
+def sgd_torch_optim(params, lr):
+    torch.optim.SGD(params, lr=lr).step()
+    for p in params:
+        p.grad = None
+
+
+def sgd_torch_optim_adam_subclass(params, lr):
+    """Any torch optimizer is refused, a learner's subclass of one too."""
+
+    class Mine(torch.optim.Adam):
+        pass
+
+    Mine(params, lr=lr).step()
+
+
+def sgd_functional(params, lr):
+    from torch.optim.sgd import sgd  # torch.optim does not keep its submodule sgd as an attribute
+
+    with_grad = [p for p in params if p.grad is not None]
+    with torch.no_grad():
+        sgd(with_grad, [p.grad for p in with_grad], [None] * len(with_grad), weight_decay=0.0,
+            momentum=0.0, lr=lr, dampening=0.0, nesterov=False, maximize=False)
+    for p in params:
+        p.grad = None
+
+
 WRONG = [
     ("02.derivative", derivative_returns_value, "not f'(x)"),
     ("02.derivative", derivative_returns_tensor, "should be a Python float, got Tensor"),
@@ -263,17 +451,24 @@ WRONG = [
     ("02.derivative", derivative_finite_difference_with_grad, "finite differences"),
     ("02.derivative", derivative_catches_the_refusal, "finite differences"),
     ("02.derivative", derivative_finite_difference_under_vmap, "cannot be read"),
+    ("02.derivative", derivative_complex_step, "complex-step"),
+    ("02.derivative", derivative_integer_point, "int64"),
+    ("02.derivative", derivative_func_grad, "torch.func.grad"),
+    ("02.derivative", derivative_func_grad_and_value, "torch.func.grad_and_value"),
+    ("02.derivative", derivative_functional_vjp, "torch.autograd.functional.vjp"),
     ("02.second_derivative", second_derivative_finite_difference_with_grad, "finite differences"),
     ("02.second_derivative", second_derivative_of_autograd_by_differences, "finite differences"),
     ("02.second_derivative", second_derivative_is_first, "FIRST derivative"),
     ("02.second_derivative", second_derivative_without_create_graph, "no grad_fn"),
     ("02.second_derivative", second_derivative_accumulated, "f' + f''"),
+    ("02.second_derivative", second_derivative_complex_step_on_autograd, "complex-step"),
     ("02.second_derivative", second_derivative_hessian, "torch.autograd.functional.hessian"),
     ("02.second_derivative", second_derivative_func_hessian, "torch.func.hessian"),
     ("02.second_derivative", second_derivative_func_grad_twice, "torch.func.grad"),
     ("02.second_derivative", second_derivative_hvp, "torch.autograd.functional.hvp"),
     ("02.second_derivative", second_derivative_jacfwd_of_jacrev, "torch.func.jac"),
     ("02.jacobian", jacobian_accumulating, "accumulates"),
+    ("02.jacobian", jacobian_complex_step, "complex-step"),
     ("02.jacobian", jacobian_aliased_rows, "LAST row"),
     ("02.jacobian", jacobian_aliased_rows_zeroed_after, "every entry of your answer is 0"),
     ("02.jacobian", jacobian_transposed, "transpose"),
@@ -292,6 +487,23 @@ WRONG = [
         lambda f, x: torch.stack([torch.func.jvp(f, (x,), (e,))[1] for e in torch.eye(x.shape[0], dtype=x.dtype)], 1),
         "torch.func.jvp",
     ),
+    ("02.sgd_step", sgd_without_reset, ".grad still holds"),
+    ("02.sgd_step", sgd_rebinds, "did not change"),
+    ("02.sgd_step", sgd_rebinds_list_items, "did not change"),
+    ("02.sgd_step", sgd_under_grad, "leaf Variable"),
+    ("02.sgd_step", sgd_wrong_sign, "uphill"),
+    ("02.sgd_step", sgd_through_data, ".data"),
+    ("02.sgd_step", sgd_assigns_data, ".data"),
+    ("02.sgd_step", sgd_turns_off_requires_grad, "no longer requires grad"),
+    ("02.sgd_step", sgd_records_the_update, "grad_fn SubBackward0"),
+    ("02.sgd_step", sgd_replaces_storage, "new memory"),
+    ("02.sgd_step", sgd_crashes_on_none, "is None"),
+    ("02.sgd_step", sgd_zeroes_before_updating, "did not change"),
+    ("02.sgd_step", sgd_fixed_lr, "lr = 0.05"),
+    ("02.sgd_step", sgd_steps_the_unused_tensor, "received no gradient"),
+    ("02.sgd_step", sgd_torch_optim, "torch.optim"),
+    ("02.sgd_step", sgd_torch_optim_adam_subclass, "torch.optim"),
+    ("02.sgd_step", sgd_functional, "torch.optim.sgd.sgd"),
 ]
 
 
@@ -312,6 +524,8 @@ def test_wrong_answer_fails_with_hint(name, wrong, words):
         ("02.jacobian", jacobian_accumulating, "accumulates", "x.grad = None"),
         ("02.second_derivative", second_derivative_without_create_graph, "no grad_fn", "create_graph=True"),
         ("02.derivative", derivative_finite_difference_with_grad, "finite differences", "requires_grad=True"),
+        ("02.sgd_step", sgd_under_grad, "leaf Variable", "torch.no_grad()"),
+        ("02.sgd_step", sgd_without_reset, ".grad still holds", "zero_grad"),
     ],
 )
 def test_the_fix_is_in_the_fuller_hint_not_the_first(name, wrong, first_tier, fuller):
@@ -333,6 +547,31 @@ def test_hint_before_any_failure_is_a_general_one():
     for name in ("02.derivative", "02.second_derivative", "02.jacobian"):
         _fuller.pop(name, None)
         assert "requires_grad" in hint(name, show=False) or "create_graph" in hint(name, show=False)
+    _fuller.pop("02.sgd_step", None)
+    assert "torch.no_grad()" in hint("02.sgd_step", show=False)
+
+
+#: A call with arguments of the function the exercise asks for, as code: the answer, not a hint.
+_CODE = re.compile(r"autograd\.grad\(\w|\(\w+,\) =|\w+ -= lr \* \w+\.grad")
+
+
+@pytest.mark.parametrize(("name", "wrong", "words"), WRONG, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(WRONG)])
+def test_the_fuller_hint_names_the_idea_not_the_code(name, wrong, words):
+    """Tier 2 says what to use (create_graph, grad_outputs = e_i, retain_graph, no_grad); solution() has the code."""
+    from helpers.exercises import EXERCISES, _fuller
+
+    _fuller.pop(name, None)
+    check(name, wrong, show=False)
+    for text in (hint(name, show=False), EXERCISES[name].hint):
+        assert not _CODE.search(text), f"the hint for {name} pastes code: {text}"
+
+
+def test_the_general_hints_name_the_concept():
+    from helpers.exercises import EXERCISES
+
+    assert "create_graph=True" in EXERCISES["02.second_derivative"].hint
+    jac = EXERCISES["02.jacobian"].hint
+    assert "grad_outputs" in jac and "e_i" in jac and "retain_graph" in jac, jac
 
 
 def test_second_derivative_of_x4_differs_from_first_away_from_3():
@@ -370,6 +609,32 @@ def test_the_shortcut_candidates_would_be_right_if_allowed():
     assert torch.allclose(jacobian_finite_differences_under_func_vmap(f, x), want, atol=1e-6)
     assert second_derivative_func_grad_twice(torch.sin, 0.7) == pytest.approx(solution("02.second_derivative")(torch.sin, 0.7))
     assert second_derivative_hessian(torch.sin, 0.7) == pytest.approx(solution("02.second_derivative")(torch.sin, 0.7))
+    for label, f, x, _, first, second in ch02._SCALAR_CASES:  # the complex step is exact to rounding here
+        assert derivative_complex_step(f, x) == pytest.approx(first, rel=1e-12), label
+        assert derivative_func_grad(f, x) == pytest.approx(first, rel=1e-12), label
+        assert second_derivative_complex_step_on_autograd(f, x) == pytest.approx(second, rel=1e-10), label
+    point = torch.tensor([0.3, -1.0, 2.0, 0.5], dtype=torch.float64)
+    assert torch.allclose(jacobian_complex_step(ch02._f_coupled, point), want, atol=1e-12)
+
+
+def test_the_refused_sgd_steps_would_be_right_if_allowed():
+    """torch.optim.SGD, its functional form and the .data update give the reference's values."""
+    for step in (sgd_torch_optim, sgd_functional, sgd_through_data):
+        mine, ref = ch02._sgd_params(), ch02._sgd_params()
+        for params in (mine, ref):
+            ch02._sgd_loss(params, 1).backward()
+        step(mine, 0.1)
+        solution("02.sgd_step")(ref, 0.1)
+        assert all(torch.equal(a, b) for a, b in zip(mine, ref)), step.__name__
+
+
+def test_the_sgd_checker_leaves_torch_optim_working():
+    """The Optimizer shortcut is patched only during the check."""
+    check("02.sgd_step", sgd_torch_optim, show=False)
+    w = torch.nn.Parameter(torch.ones(2))
+    w.grad = torch.ones(2)
+    torch.optim.SGD([w], lr=0.5).step()
+    assert torch.equal(w.detach(), torch.full((2,), 0.5))
 
 
 # --------------------------------------------------------------------------
@@ -383,8 +648,10 @@ def derivative_float32(f, x):
     return t.grad.item()
 
 
-def derivative_torch_func(f, x):
-    return torch.func.grad(f)(torch.tensor(x, dtype=torch.float64)).item()
+def derivative_backward_float64(f, x):
+    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    f(t).backward()
+    return float(t.grad)
 
 
 def second_derivative_float32(f, x):
@@ -439,15 +706,44 @@ def jacobian_func_vjp(f, x):
     return torch.stack([vjp_fn(e)[0] for e in torch.eye(y.shape[0], dtype=y.dtype)])
 
 
+def sgd_add_alpha_and_zero(params, lr):
+    """add_ with alpha, and .grad zeroed in place instead of set to None."""
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                p.add_(p.grad, alpha=-lr)
+                p.grad.zero_()
+
+
+@torch.no_grad()
+def sgd_decorated_sub(params, lr):
+    for p in params:
+        if p.grad is None:
+            continue
+        p.sub_(lr * p.grad)
+        p.grad = None
+
+
+def sgd_foreach(params, lr):
+    with_grad = [p for p in params if p.grad is not None]
+    with torch.no_grad():
+        torch._foreach_add_(with_grad, [p.grad for p in with_grad], alpha=-lr)
+    for p in params:
+        p.grad = None
+
+
 RIGHT = [
     ("02.derivative", derivative_float32),
-    ("02.derivative", derivative_torch_func),
+    ("02.derivative", derivative_backward_float64),
     ("02.second_derivative", second_derivative_float32),
     ("02.second_derivative", second_derivative_backward_twice_with_reset),
     ("02.jacobian", jacobian_backward_with_reset),
     ("02.jacobian", jacobian_zero_and_clone),
     ("02.jacobian", jacobian_float32),
     ("02.jacobian", jacobian_func_vjp),
+    ("02.sgd_step", sgd_add_alpha_and_zero),
+    ("02.sgd_step", sgd_decorated_sub),
+    ("02.sgd_step", sgd_foreach),
 ]
 
 

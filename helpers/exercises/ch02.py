@@ -7,6 +7,9 @@ Exercises:
   differentiating the first derivative (``create_graph=True``).
 - ``02.jacobian``: ``jacobian(f, x) -> Tensor [m, n]``, one vector-Jacobian
   product per output.
+- ``02.sgd_step``: ``sgd_step(params, lr) -> None``, one hand-written step of
+  gradient descent on leaf tensors: update in place without recording a graph,
+  then reset ``.grad``.
 
 Each checker raises a :class:`~helpers.exercises.Hint` for a wrong answer: the
 case, the expected and the actual value first, the fix on a second failure (see
@@ -15,9 +18,12 @@ candidate insist on being called at the point itself, on a tensor that requires
 grad and whose values can be read, so a finite-difference answer, which
 evaluates f at x + h and x - h, is refused rather than passed because it happens
 to be accurate enough, and so is one that hides its evaluations inside
-``torch.func.vmap``. Library functions that compute the asked-for derivative
-(``torch.autograd.functional.hessian``, ``torch.func.jacrev``, forward mode, ...)
-are named as shortcuts and refused (:mod:`helpers.exercises.guards`).
+``torch.func.vmap`` or one that evaluates f at a complex point (the complex-step
+method, Im f(x + ih) / h). Library functions that compute the asked-for
+derivative (``torch.func.grad``, ``torch.autograd.functional.hessian``,
+``torch.func.jacrev``, forward mode, ...) are named as shortcuts and refused
+(:mod:`helpers.exercises.guards`), and so are the ``torch.optim`` optimizers in
+``02.sgd_step``.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import torch
 
 from . import Hint, Shortcut, exercise, expect_type
 
-__all__ = ["derivative", "jacobian", "second_derivative"]
+__all__ = ["derivative", "jacobian", "second_derivative", "sgd_step"]
 
 
 # --------------------------------------------------------------------------
@@ -91,6 +97,29 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torc
     return torch.stack(rows)
 
 
+def sgd_step(params: list[torch.Tensor], lr: float) -> None:
+    """One step of plain gradient descent, ``p <- p - lr * p.grad``, written by hand.
+
+    Args:
+        params: leaf tensors that require grad (a model's weights); each has a
+            ``.grad`` from a ``backward()`` call, or ``None`` if it received none.
+        lr: the learning rate, a Python float.
+
+    Each tensor is updated in place under ``torch.no_grad()`` (the update is not
+    part of the model's computation, and autograd refuses an in-place change of
+    a leaf that requires grad while it records), so it stays the same leaf
+    tensor. A tensor whose ``.grad`` is ``None`` is left alone, as ``torch.optim``
+    does. Afterwards every ``.grad`` is ``None``, so the next ``backward()``
+    starts from zero instead of adding to this step's gradient.
+    """
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                p -= lr * p.grad
+    for p in params:
+        p.grad = None
+
+
 # --------------------------------------------------------------------------
 # Checkers
 # --------------------------------------------------------------------------
@@ -147,6 +176,19 @@ class _Watched:
     def __call__(self, t):
         if not isinstance(t, torch.Tensor):
             self._refuse(f"{self.label} was called with a {type(t).__name__}, not a tensor, so autograd cannot see it.")
+        if t.is_complex():
+            self._refuse(
+                f"{self.label} was called with a tensor of dtype {str(t.dtype).removeprefix('torch.')}: that looks like the "
+                "complex-step method, Im f(x + ih) / h, which evaluates f off the real line and approximates the "
+                "derivative instead of letting autograd compute it.",
+                "Call f on a real floating-point tensor (float32 or float64). " + _AUTOGRAD_AT_X,
+            )
+        if not t.dtype.is_floating_point:
+            self._refuse(
+                f"{self.label} was called with a tensor of dtype {str(t.dtype).removeprefix('torch.')}; autograd "
+                "differentiates only floating-point (and complex) tensors.",
+                "Make the point a float tensor, e.g. torch.tensor(x, dtype=torch.float64). " + _AUTOGRAD_AT_X,
+            )
         values = _read_point(t)
         if values is None:
             self._refuse(
@@ -195,11 +237,29 @@ _SCALAR_CASES = [
 ]
 
 
+#: Library functions that hand back a derivative (or a Hessian) for the learner.
+_LIBRARY_DERIVATIVES = (
+    "torch.autograd.functional.*",  # hessian, hvp, vhp, jacobian, vjp, jvp
+    "torch.func.grad",  # torch.func.grad(f), or torch.func.grad(torch.func.grad(f))
+    "torch.func.grad_and_value",
+    "torch.func.hessian",
+    "torch.func.jacrev",
+    "torch.func.jacfwd",
+    "torch.func.vjp",
+    "torch.func.jvp",
+    "torch.func.linearize",
+    "torch.autograd.forward_ad.make_dual",
+)
+
+
 @exercise(
     "02.derivative",
-    "write derivative(f, x) that returns f'(x) as a Python float, computed by autograd (not by finite "
-    "differences). f takes and returns a 0-d float tensor, using torch operations.",
+    "write derivative(f, x) that returns f'(x) as a Python float, computed by autograd with backward() or "
+    "torch.autograd.grad (not by finite differences, torch.func or torch.autograd.functional). f takes and "
+    "returns a 0-d float tensor, using torch operations.",
     reference=derivative,
+    shortcuts=_LIBRARY_DERIVATIVES,
+    goal="the derivative with backward() or torch.autograd.grad",
     hint=_AUTOGRAD_AT_X + " A one-element tensor becomes a Python float with .item().",
 )
 def _check_derivative(candidate: Callable) -> None:
@@ -214,28 +274,14 @@ def _check_derivative(candidate: Callable) -> None:
             raise Hint(
                 f"for f = {label} at x = {x} you returned f(x) = {got:.6g}, not f'(x) = {first:.6g}.",
                 "After backward() the derivative is in the .grad of the tensor you created, not in f(x); "
-                "torch.autograd.grad(f(t), t) returns it directly.",
+                "torch.autograd.grad returns it directly.",
             )
         raise Hint(
             f"d/dx {label} at x = {x} is {first:.6g}, but you returned {got:.6g}.",
-            "Use a fresh tensor for each call (.grad accumulates across backward calls) and return "
-            "t.grad.item() after f(t).backward(), or torch.autograd.grad(f(t), t)[0].item().",
+            "Use a fresh tensor for each call (.grad accumulates across backward calls), and return the "
+            "gradient of f(t) with respect to that tensor t, not a value computed from f(t) itself.",
         )
 
-
-#: Library functions that hand back a second derivative (or a Hessian) without create_graph.
-_SECOND_DERIVATIVE_SHORTCUTS = (
-    "torch.autograd.functional.*",  # hessian, hvp, vhp, jacobian, vjp, jvp
-    "torch.func.grad",  # torch.func.grad(torch.func.grad(f))
-    "torch.func.grad_and_value",
-    "torch.func.hessian",
-    "torch.func.jacrev",
-    "torch.func.jacfwd",
-    "torch.func.vjp",
-    "torch.func.jvp",
-    "torch.func.linearize",
-    "torch.autograd.forward_ad.make_dual",
-)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -248,10 +294,12 @@ def _first_line(exc: BaseException) -> str:
     "differentiate the first derivative once more (no finite differences, no torch.func or "
     "torch.autograd.functional).",
     reference=second_derivative,
-    shortcuts=_SECOND_DERIVATIVE_SHORTCUTS,
+    shortcuts=_LIBRARY_DERIVATIVES,
     goal="the second derivative from two autograd passes (create_graph=True)",
-    hint="Take the first derivative with (df,) = torch.autograd.grad(f(t), t, create_graph=True): the "
-    "graph of that computation is recorded, so torch.autograd.grad(df, t) differentiates it again.",
+    hint="The first derivative that autograd returns is normally a constant: how it was computed is not "
+    "recorded. With create_graph=True the first pass records its own computation, so the derivative it "
+    "returns has a grad_fn, and a second pass can differentiate it with respect to the same tensor "
+    "(section 6).",
 )
 def _check_second_derivative(candidate: Callable) -> None:
     for label, f, x, value, first, second in _SCALAR_CASES:
@@ -264,7 +312,7 @@ def _check_second_derivative(candidate: Callable) -> None:
             raise Hint(
                 f"for f = {label} at x = {x} your code raised RuntimeError: {_first_line(exc)}. The first "
                 "derivative you differentiate again has no grad_fn: autograd did not record how it was computed.",
-                "Pass create_graph=True to the first torch.autograd.grad (or backward) call: then the "
+                    "Pass create_graph=True to the first pass (torch.autograd.grad or backward): then the "
                 "derivative it returns is itself part of a graph, and can be differentiated.",
             ) from exc
         watched.verify()
@@ -276,17 +324,17 @@ def _check_second_derivative(candidate: Callable) -> None:
                 f"for f = {label} at x = {x} you returned the FIRST derivative ({got:.6g}); the second is "
                 f"{second:.6g}. (For x**4 at x = 3 both are 108, which is why that case alone cannot tell them "
                 "apart.)",
-                "Differentiate the first derivative again: (df,) = torch.autograd.grad(f(t), t, "
-                "create_graph=True), then torch.autograd.grad(df, t).",
+                "Differentiate the first derivative once more, with respect to the same tensor. For that "
+                "the first pass must record its own computation: create_graph=True.",
             )
         if _close(got, first + second):
             raise Hint(
                 f"for f = {label} at x = {x} you returned {got:.6g}, which is f' + f'' = {first:.6g} + "
                 f"{second:.6g}, not f'' = {second:.6g}: .grad accumulates.",
-                "f(t).backward(create_graph=True) already put f' into t.grad; a second backward() adds f'' "
-                "to it. Either read the first derivative with torch.autograd.grad(f(t), t, "
-                "create_graph=True), which leaves t.grad alone, or set t.grad = None before the second "
-                "backward (after saving the first derivative in a variable).",
+                "The first backward(create_graph=True) put f' into t.grad, and the second backward() adds "
+                "f'' to it. Keep the first derivative in a variable and reset t.grad (t.grad = None) between "
+                "the two passes, or get the first derivative from torch.autograd.grad, which returns it "
+                "without touching .grad.",
             )
         if _close(got, value):
             raise Hint(
@@ -295,7 +343,8 @@ def _check_second_derivative(candidate: Callable) -> None:
             )
         raise Hint(
             f"d2/dx2 {label} at x = {x} is {second:.6g}, but you returned {got:.6g}.",
-            "Compute df with create_graph=True, then differentiate df with respect to the same tensor t.",
+            "Two passes: the first derivative with create_graph=True, then the derivative of that result "
+            "with respect to the same tensor.",
         )
 
 
@@ -340,9 +389,9 @@ _JACOBIAN_SHORTCUTS = (
 
 _ROWS_FIX = (
     "x.grad is one tensor that each backward() updates in place (and .zero_() clears in place), so "
-    "appending x.grad appends the same object every time. Append x.grad.clone(), or set x.grad = None "
-    "before each row, or use torch.autograd.grad(y, x, grad_outputs=v, retain_graph=True), which "
-    "returns a new tensor."
+    "appending x.grad appends the same object every time. Append a copy (.clone()), or reset x.grad to "
+    "None before each row so that each backward() allocates a new one, or use torch.autograd.grad, "
+    "which returns a new tensor."
 )
 
 
@@ -358,8 +407,10 @@ def _all_rows_equal(got: torch.Tensor, row: torch.Tensor) -> bool:
     reference=jacobian,
     shortcuts=_JACOBIAN_SHORTCUTS,
     goal="the Jacobian from one vector-Jacobian product per row",
-    hint="y = f(x) once, with x = x.detach().requires_grad_(True); then for each i, v = e_i and "
-    "(row,) = torch.autograd.grad(y, x, grad_outputs=v, retain_graph=True); torch.stack the rows.",
+    hint="Record one graph: call f once, on a copy of x with requires_grad=True. Row i is the "
+    "vector-Jacobian product with v = e_i, which autograd takes as grad_outputs (or backward's gradient). "
+    "One pass per row through that same graph needs retain_graph=True, since a pass frees the graph "
+    "(section 2). Stack the m rows into [m, n].",
 )
 def _check_jacobian(candidate: Callable) -> None:
     for label, f, point in _JACOBIAN_CASES:
@@ -413,6 +464,151 @@ def _check_jacobian(candidate: Callable) -> None:
             )
         raise Hint(
             f"for f = {label} at x = {point}, expected\n{want}\nbut got\n{got}",
-            "Row i is the vector-Jacobian product with v = e_i (1 at position i): "
-            "torch.autograd.grad(y, x, grad_outputs=v, retain_graph=True).",
+            "Row i is the vector-Jacobian product with v = e_i (1 at position i, 0 elsewhere), passed as "
+            "grad_outputs (or as backward's gradient); the graph is reused for every row (retain_graph).",
         )
+
+
+def _sgd_params() -> list[torch.Tensor]:
+    """Leaf tensors of three shapes, and a fourth that no loss uses (its .grad stays None)."""
+    return [
+        torch.tensor([1.0, -2.0, 0.5], requires_grad=True),
+        torch.tensor([[0.3, 1.2], [-0.7, 2.0]], requires_grad=True),
+        torch.tensor(1.5, requires_grad=True),
+        torch.tensor([4.0, -4.0], requires_grad=True),
+    ]
+
+
+def _sgd_loss(params: list[torch.Tensor], step: int) -> torch.Tensor:
+    """A loss of the first three tensors that changes from step to step (so do its gradients)."""
+    a, b, c, _ = params
+    return step * (a**2).sum() + (b**3).sum() / 3 + torch.exp(c / step)
+
+
+_NO_GRAD_UPDATE = (
+    "An update is not part of the model's computation: make it under torch.no_grad() (section 4), in place "
+    "(-=, sub_, add_ with alpha), on the tensors in params themselves, so that each stays the same leaf "
+    "tensor that requires grad."
+)
+_RESET_GRAD = (
+    "backward() adds to .grad (section 3): after the update set each p.grad to None (or zero it in place), "
+    "as optimizer.zero_grad() does, so the next backward() starts from zero."
+)
+
+
+def _sgd_names(params: list[torch.Tensor]) -> list[str]:
+    return [f"params[{i}] (shape {list(p.shape)})" for i, p in enumerate(params)]
+
+
+def _values(t: torch.Tensor):
+    """The values of ``t`` for a message, rounded to 6 decimals (float32 0.8 reads 0.800000011920929)."""
+    return t.detach().double().round(decimals=6).tolist()
+
+
+@exercise(
+    "02.sgd_step",
+    "write sgd_step(params, lr) that updates each leaf tensor p in params in place, p <- p - lr * p.grad, "
+    "without recording the update in the graph, leaves a tensor whose .grad is None alone, and then resets "
+    "every .grad (to None or zero); it returns nothing. Write it yourself, without torch.optim.",
+    reference=sgd_step,
+    shortcuts=(
+        Shortcut("torch.optim.Optimizer", does="a `torch.optim` optimizer (`torch.optim.SGD`, Adam, ...)"),
+        Shortcut("torch.optim.sgd.sgd", does="`torch.optim.sgd.sgd`, the function behind `torch.optim.SGD`,"),
+    ),
+    goal="the SGD update",
+    hint=_NO_GRAD_UPDATE + " Then: " + _RESET_GRAD,
+)
+def _check_sgd_step(candidate: Callable) -> None:
+    params = _sgd_params()
+    names = _sgd_names(params)
+    storage = [p.data_ptr() for p in params]
+    for step, lr in ((1, 0.1), (2, 0.05)):  # two steps, two gradients, two learning rates
+        before = [p.detach().clone() for p in params]
+        copies = [b.clone().requires_grad_(True) for b in before]
+        grads = torch.autograd.grad(_sgd_loss(copies, step), copies, allow_unused=True)  # the true gradients
+        _sgd_loss(params, step).backward()  # adds to whatever .grad the previous step left
+        versions = [p._version for p in params]
+        try:
+            candidate(list(params), lr)
+        except RuntimeError as exc:
+            if "leaf Variable that requires grad is being used in an in-place operation" not in str(exc):
+                raise
+            raise Hint(
+                f"at step {step} your code raised RuntimeError: {_first_line(exc).rstrip('.')}. Autograd was recording "
+                "while you changed a parameter in place.",
+                _NO_GRAD_UPDATE,
+            ) from exc
+        except (TypeError, AttributeError) as exc:
+            if "NoneType" not in str(exc):
+                raise
+            raise Hint(
+                f"at step {step} your code raised {type(exc).__name__}: {_first_line(exc).rstrip('.')}. {names[3]} received no "
+                "gradient, so its .grad is None.",
+                "Skip a tensor whose .grad is None (as torch.optim does): it received no gradient, so there "
+                "is nothing to step.",
+            ) from exc
+        for name, p in zip(names, params):
+            if not p.requires_grad:
+                raise Hint(
+                    f"after step {step}, {name} no longer requires grad: the next forward pass would not "
+                    "record it, and it would never get a gradient again.",
+                    _NO_GRAD_UPDATE + " torch.no_grad() switches recording off for the block, without "
+                    "changing the tensors' requires_grad.",
+                )
+            if not p.is_leaf or p.grad_fn is not None:
+                raise Hint(
+                    f"after step {step}, {name} has grad_fn {type(p.grad_fn).__name__}: the update was "
+                    "recorded in the graph, so the parameter is no longer a leaf.",
+                    _NO_GRAD_UPDATE,
+                )
+        for name, p, b, g, version in zip(names, params, before, grads, versions):
+            got = p.detach()
+            want = b if g is None else b - lr * g
+            if torch.allclose(got, want, rtol=1e-5, atol=1e-6):
+                if g is not None and p._version == version:
+                    raise Hint(
+                        f"at step {step}, {name} has the right values, but autograd did not see the change: its "
+                        "version counter did not move. That is what an update through .data does (section 4).",
+                        _NO_GRAD_UPDATE + " Changes through .data are hidden from autograd, which can give "
+                        "silently wrong gradients; torch.no_grad() is the current way.",
+                    )
+                continue
+            if g is None:
+                raise Hint(
+                    f"{names[3]} received no gradient (its .grad is None), so it should stay {_values(b)}, "
+                    f"but your step changed it to {_values(got)}.",
+                    "Skip a tensor whose .grad is None, as torch.optim does.",
+                )
+            if torch.equal(got, b):
+                raise Hint(
+                    f"at step {step}, {name} did not change: it is still {_values(b)}, and should be "
+                    f"{_values(want)}. Either the update made a new tensor (p = p - lr * p.grad rebinds the "
+                    "name p, and the tensor in params is untouched), or the gradient was reset before the "
+                    "update used it.",
+                    _NO_GRAD_UPDATE,
+                )
+            if torch.allclose(got, b + lr * g, rtol=1e-5, atol=1e-6):
+                raise Hint(
+                    f"at step {step}, {name} moved to {_values(got)}, uphill: p + lr * grad instead of "
+                    f"p - lr * grad = {_values(want)}.",
+                    "The gradient points in the direction in which the loss grows fastest; gradient descent "
+                    "steps the other way.",
+                )
+            raise Hint(
+                f"at step {step} (lr = {lr}), {name} should become {_values(want)} (p - lr * p.grad), but it "
+                f"is {_values(got)}.",
+                _NO_GRAD_UPDATE + " Use the lr you are given, and the gradient now in p.grad.",
+            )
+        for name, p, ptr in zip(names, params, storage):
+            if p.data_ptr() != ptr:
+                raise Hint(
+                    f"after step {step}, {name} holds its values in new memory: the step replaced its storage "
+                    "(p.data = ... or p.set_(...)) instead of writing into it.",
+                    _NO_GRAD_UPDATE,
+                )
+            if p.grad is not None and p.grad.any():
+                raise Hint(
+                    f"after step {step}, {name}.grad still holds {_values(p.grad)}: the next backward() would "
+                    "add the next gradient to it.",
+                    _RESET_GRAD,
+                )
