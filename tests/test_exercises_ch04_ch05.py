@@ -4,6 +4,8 @@ stub reads "not attempted", and realistic wrong answers fail with a hint."""
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from helpers.exercises import check, solution
 from tests.exercise_support import assert_rejected
@@ -238,3 +240,224 @@ def test_top_confusions_with_numpy_integers_is_accepted():
         return [(i // c, i % c, off.flat[i]) for i in order if off.flat[i] > 0][:k]  # np.int64 values
 
     assert check("05.top_confusions", with_numpy, show=False).passed
+
+
+# --------------------------------------------------------------------------
+# 05.train_step
+# --------------------------------------------------------------------------
+
+
+def test_train_step_without_zero_grad_fails():
+    def accumulating(model, batch, optimizer):
+        x, y = batch
+        model.train()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()  # adds to the gradients of the previous step
+        optimizer.step()
+        return loss.item()
+
+    assert_rejected("05.train_step", accumulating, "previous steps", "adds into .grad")
+
+
+def test_train_step_with_softmax_before_cross_entropy_fails():
+    def probabilities(model, batch, optimizer):
+        x, y = batch
+        model.train()
+        loss = F.cross_entropy(model(x).softmax(dim=1), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    assert_rejected("05.train_step", probabilities, "probabilities", "logits")
+
+
+def test_train_step_with_softmax_only_in_backward_fails():
+    def probabilities_behind_the_scenes(model, batch, optimizer):  # reports the right loss, trains on the wrong one
+        x, y = batch
+        model.train()
+        logits = model(x)
+        optimizer.zero_grad()
+        F.cross_entropy(logits.softmax(dim=1), y).backward()
+        optimizer.step()
+        return F.cross_entropy(logits, y).item()
+
+    assert_rejected("05.train_step", probabilities_behind_the_scenes, "probabilities", "raw logits")
+
+
+def test_train_step_clearing_gradients_between_backward_and_step_fails():
+    def cleared_too_late(model, batch, optimizer):
+        x, y = batch
+        model.train()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.zero_grad()  # wipes the gradients the step needs
+        optimizer.step()
+        return loss.item()
+
+    assert_rejected("05.train_step", cleared_too_late, "did not change")
+
+
+def test_train_step_in_eval_mode_fails():
+    def no_train_mode(model, batch, optimizer):
+        x, y = batch
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    assert_rejected("05.train_step", no_train_mode, "evaluation mode", "training mode")
+
+
+def test_train_step_returning_the_loss_tensor_fails():
+    def tensor(model, batch, optimizer):
+        return torch.tensor(solution("05.train_step")(model, batch, optimizer), requires_grad=True) * 1
+
+    assert_rejected("05.train_step", tensor, "tensor", "autograd graph", "Python float")
+
+
+def test_train_step_with_summed_loss_fails():
+    def summed(model, batch, optimizer):
+        x, y = batch
+        model.train()
+        loss = F.cross_entropy(model(x), y, reduction="sum")
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    assert_rejected("05.train_step", summed, "mean cross-entropy")
+
+
+def test_train_step_variants_are_accepted():
+    criterion = nn.CrossEntropyLoss()
+
+    def zero_at_the_end(model, batch, optimizer):  # zero_grad after step: the next backward starts clean
+        x, y = batch
+        model.train()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+        return loss.item()
+
+    def log_softmax_and_nll(model, batch, optimizer):
+        x, y = batch
+        model.train(True)
+        model.zero_grad(set_to_none=True)
+        loss = F.nll_loss(F.log_softmax(model(x), dim=1), y)
+        loss.backward()
+        optimizer.step()
+        return float(loss.detach())
+
+    for candidate in (zero_at_the_end, log_softmax_and_nll):
+        result = check("05.train_step", candidate, show=False)
+        assert result.passed, f"{candidate.__name__}: {result.message}"
+
+
+def test_train_step_checker_restores_grad_mode_when_the_answer_raises():
+    def switches_off_then_crashes(model, batch, optimizer):
+        torch.set_grad_enabled(False)
+        raise RuntimeError("crashed with autograd off")
+
+    result = check("05.train_step", switches_off_then_crashes, show=False)
+    assert result.status == "failed" and "crashed with autograd off" in result.message
+    assert torch.is_grad_enabled(), "the checker left autograd switched off"
+
+
+# --------------------------------------------------------------------------
+# 05.evaluate_accuracy
+# --------------------------------------------------------------------------
+
+
+def _accuracy_loop(model, loader):
+    correct = seen = 0
+    for x, y in loader:
+        correct += (model(x).argmax(dim=1) == y).sum().item()
+        seen += len(y)
+    return correct / seen
+
+
+def test_evaluate_accuracy_without_eval_mode_fails():
+    def still_training(model, loader):
+        with torch.no_grad():
+            return _accuracy_loop(model, loader)
+
+    assert_rejected("05.evaluate_accuracy", still_training, "training mode", "dropout", "batch norm")
+
+
+def test_evaluate_accuracy_without_no_grad_fails():
+    def recording(model, loader):
+        model.eval()
+        return _accuracy_loop(model, loader)
+
+    assert_rejected("05.evaluate_accuracy", recording, "autograd was recording")
+
+
+def test_evaluate_accuracy_detaching_instead_of_no_grad_fails():
+    def detached(model, loader):  # the graph is built, then thrown away
+        model.eval()
+        return _accuracy_loop(lambda x: model(x).detach(), loader)
+
+    assert_rejected("05.evaluate_accuracy", detached, "autograd was recording")
+
+
+def test_evaluate_accuracy_mean_of_batch_accuracies_fails():
+    @torch.no_grad()
+    def batch_mean(model, loader):
+        model.eval()
+        accuracies = [(model(x).argmax(dim=1) == y).float().mean().item() for x, y in loader]
+        return sum(accuracies) / len(accuracies)
+
+    assert_rejected("05.evaluate_accuracy", batch_mean, "per-batch accuracies")
+
+
+def test_evaluate_accuracy_as_percentage_fails():
+    @torch.no_grad()
+    def percent(model, loader):
+        model.eval()
+        return 100 * _accuracy_loop(model, loader)
+
+    assert_rejected("05.evaluate_accuracy", percent, "percentage", "[0, 1]")
+
+
+def test_evaluate_accuracy_returning_a_tensor_fails():
+    @torch.no_grad()
+    def tensor(model, loader):
+        model.eval()
+        correct = sum((model(x).argmax(dim=1) == y).sum() for x, y in loader)
+        return correct / len(loader.dataset)
+
+    assert_rejected("05.evaluate_accuracy", tensor, "tensor", "Python float")
+
+
+def test_evaluate_accuracy_leaving_autograd_off_fails_and_is_undone():
+    def global_switch(model, loader):
+        torch.set_grad_enabled(False)  # never switched back on
+        model.eval()
+        return _accuracy_loop(model, loader)
+
+    assert_rejected("05.evaluate_accuracy", global_switch, "switched off", "after it")
+    assert torch.is_grad_enabled(), "the checker should restore autograd's grad mode"
+
+
+def test_evaluate_accuracy_variants_are_accepted():
+    def inference_mode(model, loader):
+        model.eval()
+        with torch.inference_mode():
+            return _accuracy_loop(model, loader)
+
+    @torch.no_grad()
+    def restores_mode(model, loader):  # puts the model back in the mode it came in
+        was_training = model.training
+        model.train(False)
+        try:
+            correct = sum((model(x).softmax(dim=1).argmax(dim=1) == y).sum().item() for x, y in loader)
+            return correct / len(loader.dataset)
+        finally:
+            model.train(was_training)
+
+    for candidate in (inference_mode, restores_mode):
+        result = check("05.evaluate_accuracy", candidate, show=False)
+        assert result.passed, f"{candidate.__name__}: {result.message}"

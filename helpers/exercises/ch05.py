@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import numbers
 
 import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 from . import exercise
 
@@ -181,3 +185,265 @@ def _test_top_confusions(candidate) -> None:
             "sort), not only the largest mistake of each row."
         )
     assert got == want, f"for cm = {rows.tolist()} and k = 3 the answer is {want}, you returned {got}"
+
+
+# --------------------------------------------------------------------------
+# What 05.train_step and 05.evaluate_accuracy share
+# --------------------------------------------------------------------------
+
+
+class _ModeRecorder(nn.Module):
+    """An identity layer that notes, at every forward, ``(self.training, torch.is_grad_enabled())``.
+
+    Placed inside a checker's model, it tells whether the learner's code ran
+    the forward pass in training or evaluation mode, and whether autograd
+    was recording.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[bool, bool]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.append((self.training, torch.is_grad_enabled()))
+        return x
+
+
+def _call_keeping_grad_mode(candidate, *args):
+    """``candidate(*args)``, with autograd's grad mode put back afterwards, even if it raises.
+
+    Raises:
+        AssertionError: the candidate returned with grad mode changed for
+            everything that runs after it (e.g. a bare ``torch.set_grad_enabled(False)``).
+    """
+    enabled = torch.is_grad_enabled()
+    try:
+        result = candidate(*args)
+    finally:
+        changed = torch.is_grad_enabled() != enabled
+        torch.set_grad_enabled(enabled)
+    if changed:
+        raise AssertionError(
+            "your function returned with autograd's recording switched "
+            + ("off" if enabled else "on")
+            + " for all the code that runs after it (the next training step would have no gradients). "
+            "Limit the change to the evaluation itself, with a with-block or a decorator."
+        )
+    return result
+
+
+def _as_python_float(result, what: str) -> float:
+    """``result`` as a float when it is a real Python or NumPy number; a tensor or anything else fails."""
+    if isinstance(result, torch.Tensor):
+        if result.grad_fn is not None:
+            raise AssertionError(
+                f"you returned {what} as a tensor that still holds its autograd graph; return a Python float. "
+                "A training loop that keeps such tensors (say, to average an epoch's losses) keeps every "
+                "step's graph alive in memory."
+            )
+        raise AssertionError(f"you returned {what} as a tensor; return a Python float, the plain number that printing and logging expect")
+    if isinstance(result, bool) or not isinstance(result, numbers.Real):
+        raise AssertionError(f"return {what} as a Python float; got {type(result).__name__}")
+    return float(result)
+
+
+# --------------------------------------------------------------------------
+# 05.train_step
+# --------------------------------------------------------------------------
+
+
+def _train_step(model: nn.Module, batch, optimizer: torch.optim.Optimizer) -> float:
+    """One optimisation step of a classifier: the five-step loop of chapter 04, once.
+
+    Args:
+        model: maps inputs ``x [B, ...]`` to logits ``[B, C]``.
+        batch: ``(x, y)``, with ``y`` int64 class indices ``[B]`` on the model's device.
+        optimizer: built over ``model.parameters()``.
+
+    Returns:
+        The batch's mean cross-entropy, computed before the update, as a Python float.
+
+    Puts the model in training mode first, because it may arrive in
+    evaluation mode (as an evaluation leaves it). ``F.cross_entropy`` takes
+    logits: it applies ``log_softmax`` itself. The gradients are cleared
+    before ``backward()``, which adds into ``.grad``.
+    """
+    x, y = batch
+    model.train()
+    logits = model(x)
+    loss = F.cross_entropy(logits, y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+_STEP_LR = 0.5  # plain SGD, so each correct update is exactly -lr * gradient
+
+
+def _same(tensors_a, tensors_b, atol: float = 1e-5) -> bool:
+    return all(torch.allclose(a, b, atol=atol, rtol=1e-4) for a, b in zip(tensors_a, tensors_b))
+
+
+@exercise(
+    "05.train_step",
+    "write train_step(model, batch, optimizer) -> float: one training step on batch = (x, y) "
+    "with the mean cross-entropy of the model's logits, returning the loss as a Python float. The model "
+    "may arrive in evaluation mode.",
+    reference=_train_step,
+)
+def _test_train_step(candidate) -> None:
+    g = torch.Generator().manual_seed(7)
+    batches = [(torch.randn(32, 6, generator=g), torch.randint(0, 4, (32,), generator=g)) for _ in range(3)]
+    torch.manual_seed(0)
+    recorder = _ModeRecorder()
+    model = nn.Sequential(recorder, nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4))
+    right = copy.deepcopy(model)  # follows the correct path, one step ahead of the checks
+    model.eval()  # as an evaluation would have left it
+    optimizer = torch.optim.SGD(model.parameters(), lr=_STEP_LR)
+    gradient_sum = None  # what .grad holds after backward() if nothing ever clears it
+    for step, (x, y) in enumerate(batches, start=1):
+        params = list(right.parameters())
+        before = [p.detach().clone() for p in params]
+        logits = right(x)
+        want_loss = F.cross_entropy(logits, y)
+        grads = torch.autograd.grad(want_loss, params, retain_graph=True)
+        probs_loss = F.cross_entropy(logits.softmax(dim=1), y)
+        probs_grads = torch.autograd.grad(probs_loss, params)
+        gradient_sum = list(grads) if gradient_sum is None else [s + g_ for s, g_ in zip(gradient_sum, grads)]
+        want = [b - _STEP_LR * g_ for b, g_ in zip(before, grads)]
+
+        calls_before = len(recorder.calls)
+        result = _call_keeping_grad_mode(candidate, model, (x.clone(), y.clone()), optimizer)
+        calls = recorder.calls[calls_before:]
+        if not calls:
+            raise AssertionError("your train_step never ran the model on the batch")
+        if not all(training for training, _ in calls):
+            raise AssertionError(
+                "the forward pass ran with the model in evaluation mode. The model arrived as an evaluation "
+                "left it; dropout and batch norm must be in training mode while the model trains."
+            )
+        loss = _as_python_float(result, "the loss")
+        where = f"at step {step}"
+        if abs(loss - probs_loss.item()) < 1e-5 and abs(loss - want_loss.item()) > 1e-4:
+            raise AssertionError(
+                f"{where} your loss {loss:.4f} is the cross-entropy of probabilities (softmax outputs), not of "
+                f"logits ({want_loss.item():.4f}). cross_entropy applies log_softmax itself: a softmax before it "
+                "is applied twice, and it squashes the gradients."
+            )
+        if abs(loss - want_loss.item()) > 1e-4:
+            raise AssertionError(
+                f"{where} you returned {loss:.4f}, but the mean cross-entropy of the logits on this batch, before "
+                f"the update, is {want_loss.item():.4f}"
+            )
+        got = [p.detach() for p in model.parameters()]
+        if _same(got, before, atol=0):
+            raise AssertionError(
+                f"{where} the parameters did not change. The optimizer's step updates them from the gradients "
+                "that backward() left in .grad: was the step called, and after backward(), with nothing "
+                "clearing the gradients in between?"
+            )
+        if step > 1 and _same(got, [b - _STEP_LR * s for b, s in zip(before, gradient_sum)]):
+            raise AssertionError(
+                f"{where} the update used this step's gradients plus those of the previous steps: backward() "
+                "adds into .grad, and nothing cleared the gradients left over from the step before."
+            )
+        if _same(got, [b - _STEP_LR * g_ for b, g_ in zip(before, probs_grads)]):
+            raise AssertionError(
+                f"{where} the update followed the gradient of the cross-entropy of probabilities (softmax "
+                "outputs); cross_entropy takes the raw logits."
+            )
+        if not _same(got, want):
+            gap = max((a - b).abs().max().item() for a, b in zip(got, want))
+            raise AssertionError(
+                f"{where} the parameters differ from one optimizer step on the mean cross-entropy of the logits "
+                f"(largest difference {gap:.2e}); use the optimizer you were given, once per call."
+            )
+        with torch.no_grad():  # keep the reference on the same path as the candidate
+            for p, w in zip(params, want):
+                p.copy_(w)
+
+
+# --------------------------------------------------------------------------
+# 05.evaluate_accuracy
+# --------------------------------------------------------------------------
+
+
+def _evaluate_accuracy(model: nn.Module, loader) -> float:
+    """Fraction of the samples in ``loader`` that ``model`` classifies correctly.
+
+    Args:
+        model: maps inputs ``x [B, ...]`` to logits ``[B, C]``.
+        loader: yields ``(x, y)`` with ``y`` int64 class indices ``[B]``; the
+            last batch may be smaller.
+
+    Returns:
+        A Python float in ``[0, 1]``: correct predictions over all samples
+        (not the mean of per-batch accuracies).
+
+    Runs in evaluation mode (dropout off, batch norm on its running
+    statistics) and under ``torch.no_grad()``, so no autograd graph is built.
+    """
+    model.eval()
+    correct, seen = 0, 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(dim=1) == y).sum().item()
+            seen += y.shape[0]
+    return correct / seen
+
+
+@exercise(
+    "05.evaluate_accuracy",
+    "write evaluate_accuracy(model, loader) -> float: the fraction of all samples in loader (batches "
+    "(x, y)) that the model classifies correctly, in [0, 1], evaluated the way an evaluation must be "
+    "(the model arrives in training mode).",
+    reference=_evaluate_accuracy,
+)
+def _test_evaluate_accuracy(candidate) -> None:
+    torch.manual_seed(1)
+    recorder = _ModeRecorder()
+    model = nn.Sequential(nn.Linear(6, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Dropout(0.5), recorder, nn.Linear(32, 4))
+    with torch.no_grad():  # running statistics unlike any batch's, so train and eval mode disagree
+        model[1].running_mean.uniform_(-1.0, 1.0)
+        model[1].running_var.uniform_(0.5, 2.0)
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(50, 6, generator=g)
+    judge = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        predicted = judge(x).argmax(dim=1)
+    # 50 samples in batches of 16, 16, 16 and 2: three in four right in the full batches, none in the last.
+    right = torch.tensor([i < 48 and i % 4 != 0 for i in range(50)])
+    y = torch.where(right, predicted, (predicted + 1) % 4)
+    want = right.sum().item() / 50  # 36 / 50
+    per_batch_mean = sum(right[i : i + 16].float().mean().item() for i in range(0, 50, 16)) / 4
+    loader = DataLoader(TensorDataset(x, y), batch_size=16)
+
+    model.train()  # as training leaves it
+    result = _call_keeping_grad_mode(candidate, model, loader)
+    if not recorder.calls:
+        raise AssertionError("your function never ran the model")
+    if any(training for training, _ in recorder.calls):
+        raise AssertionError(
+            "the model was in training mode while you evaluated it: dropout zeroed activations at random and "
+            "batch norm normalised with each batch's own statistics (and updated its running averages). "
+            "Evaluation needs the other mode."
+        )
+    if any(grad for _, grad in recorder.calls):
+        raise AssertionError(
+            "autograd was recording during the evaluation: every forward pass built a graph for a backward() "
+            "that never comes, which costs memory and time. Switch gradient recording off while evaluating."
+        )
+    accuracy = _as_python_float(result, "the accuracy")
+    if abs(accuracy - 100 * want) < 1e-6:
+        raise AssertionError(f"you returned {accuracy:g}, a percentage; return a fraction in [0, 1] ({want:g} here)")
+    if abs(accuracy - per_batch_mean) < 1e-6:
+        raise AssertionError(
+            f"you returned {accuracy:.4f}, the mean of the per-batch accuracies. The last batch holds only 2 of "
+            f"the 50 samples, yet counts as much as a full one; count correct predictions over all samples "
+            f"({want:g} here)."
+        )
+    assert abs(accuracy - want) < 1e-6, (
+        f"{right.sum().item()} of the 50 samples are classified correctly, an accuracy of {want:g}; you returned "
+        f"{accuracy:g}. Does your loop visit every batch?"
+    )
