@@ -472,6 +472,82 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
+@dataclass(frozen=True)
+class GpuPackages:
+    """What :func:`gpu_packages` found.
+
+    Attributes:
+        declared: the GPU packages the distribution itself requires on this platform (canonical names).
+        installed: each installed package of the closure (declared ones and what they pull in), with its size
+            on disk in GB (10**9 bytes, from the files its metadata lists).
+    """
+
+    declared: tuple[str, ...]
+    installed: dict[str, float]
+
+    @property
+    def gb(self) -> float:
+        """Their total size on disk, in GB."""
+        return sum(self.installed.values())
+
+
+#: Name prefixes of the GPU packages a CUDA build of torch declares: NVIDIA's CUDA libraries
+#: (``nvidia-cublas-cu13``, …, and the ``cuda-toolkit`` metapackage) and Triton, torch.compile's GPU compiler.
+GPU_PACKAGE_PREFIXES = ("nvidia-", "cuda-", "triton")
+
+
+def installed_size_gb(name: str) -> float:
+    """Disk taken by the installed distribution ``name``, in GB (the sizes its RECORD lists; 0 if none)."""
+    from importlib import metadata
+
+    return sum(f.size or 0 for f in (metadata.distribution(name).files or [])) / 1e9
+
+
+def gpu_packages(name: str = "torch") -> GpuPackages:
+    """The GPU packages distribution ``name`` declares, and everything they pull in, as installed here.
+
+    Reads the package metadata only (``importlib.metadata``), never imports anything. A requirement
+    counts when its environment marker holds on this platform, or holds for one of the *extras* asked
+    of its package: ``cuda-toolkit[cublas,cudart,...]`` pulls in NVIDIA's libraries only through such
+    extras, so they are followed too (PEP 508 markers, evaluated by ``packaging``). Packages that are
+    not installed are skipped; packages you installed yourself but torch does not ask for are not counted.
+
+    The CPU-only wheel declares none (``declared`` is empty); the Linux CUDA wheel from PyPI declares the
+    NVIDIA libraries and Triton, which together take more disk than torch itself.
+
+    Raises:
+        importlib.metadata.PackageNotFoundError: ``name`` is not installed.
+    """
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    def requires(dist: str, extras: frozenset) -> list[tuple[str, frozenset]]:
+        found = []
+        for text in metadata.requires(dist) or []:
+            req = Requirement(text)
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ("", *extras)):
+                found.append((canonicalize_name(req.name), frozenset(req.extras)))
+        return found
+
+    roots = [(n, x) for n, x in requires(name, frozenset()) if n.startswith(GPU_PACKAGE_PREFIXES)]
+    installed: dict[str, float] = {}
+    done: set[tuple[str, frozenset]] = set()
+    todo = list(roots)
+    while todo:
+        dist, extras = todo.pop()
+        if (dist, extras) in done:
+            continue
+        done.add((dist, extras))
+        try:
+            installed[dist] = installed_size_gb(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        todo += requires(dist, extras)
+    return GpuPackages(tuple(sorted({n for n, _ in roots})), installed)
+
+
 def _threads_check() -> Check:
     """OK while torch's intra-op threads fit the CPUs this process may use; WARN above that."""
     threads, cpus, logical = torch.get_num_threads(), usable_cpus(), os.cpu_count()

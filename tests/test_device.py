@@ -440,3 +440,56 @@ def test_the_real_nvcc_prints_a_release_the_doctor_can_read():
     if nvcc is None:
         pytest.skip("no nvcc on PATH")
     assert re.search(r"release \d+\.\d+", nvcc), f"nvcc's version line has no release number: {nvcc!r}"
+
+
+def _fake_metadata(monkeypatch, requires: dict[str, list[str]], sizes: dict[str, int]):
+    """importlib.metadata answering from `requires` (name -> requirement strings) and `sizes` (name -> bytes)."""
+    from importlib import metadata
+    from types import SimpleNamespace
+
+    def fake_requires(name):
+        if name not in requires:
+            raise metadata.PackageNotFoundError(name)
+        return requires[name]
+
+    def fake_distribution(name):
+        if name not in sizes:
+            raise metadata.PackageNotFoundError(name)
+        return SimpleNamespace(files=[SimpleNamespace(size=sizes[name])])
+
+    monkeypatch.setattr(metadata, "requires", fake_requires)
+    monkeypatch.setattr(metadata, "distribution", fake_distribution)
+
+
+def test_gpu_packages_follows_declared_gpu_packages_and_their_extras(monkeypatch):
+    _fake_metadata(monkeypatch, requires={
+        "torch": ["filelock", "nvidia-cublas-cu13==13.0.1; platform_system == 'Linux'",
+                  "cuda-toolkit[cublas,cudart]==13.0; platform_system == 'Linux'", "triton==3.5; platform_system == 'Linux'",
+                  "nvidia-never-here; platform_system == 'NoSuchOS'", "opt-einsum; extra == 'opt-einsum'"],
+        "nvidia-cublas-cu13": ["nvidia-cuda-nvrtc-cu13"],
+        "cuda-toolkit": ["nvidia-cuda-runtime; extra == 'cudart'", "nvidia-cufft; extra == 'cufft'"],
+        "triton": [], "nvidia-cuda-nvrtc-cu13": [], "nvidia-cuda-runtime": [], "nvidia-cufft": [], "filelock": [],
+    }, sizes={"torch": 10**9, "nvidia-cublas-cu13": 5 * 10**8, "cuda-toolkit": 0, "triton": 2 * 10**8,
+              "nvidia-cuda-nvrtc-cu13": 10**8, "nvidia-cuda-runtime": 10**7, "nvidia-cufft": 9 * 10**9, "filelock": 10**6})
+    if dev.platform.system() != "Linux":
+        pytest.skip("the fake markers are written for Linux")
+    found = dev.gpu_packages("torch")
+    assert found.declared == ("cuda-toolkit", "nvidia-cublas-cu13", "triton")  # not the marker for another OS
+    # through an extra asked of cuda-toolkit (cudart) and a plain dependency (nvrtc); not cufft (not asked), not filelock
+    assert set(found.installed) == {"cuda-toolkit", "nvidia-cublas-cu13", "triton", "nvidia-cuda-nvrtc-cu13",
+                                    "nvidia-cuda-runtime"}
+    assert found.gb == pytest.approx(0.5 + 0.2 + 0.1 + 0.01)
+
+
+def test_gpu_packages_of_a_cpu_only_torch_is_empty(monkeypatch):
+    _fake_metadata(monkeypatch, requires={"torch": ["filelock", "sympy>=1.13"]}, sizes={"torch": 10**9})
+    found = dev.gpu_packages("torch")
+    assert found.declared == () and found.installed == {} and found.gb == 0
+
+
+def test_gpu_packages_matches_the_installed_torch():
+    found = dev.gpu_packages()
+    if torch.version.cuda is None:
+        assert found.declared == (), f"a CPU-only torch declares GPU packages: {found.declared}"
+    else:
+        assert found.declared, "a CUDA build of torch declares no GPU packages"

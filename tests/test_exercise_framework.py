@@ -199,6 +199,48 @@ def test_an_unknown_shortcut_is_refused_at_registration():
         exercise("99.unknown", "t", lambda: None, shortcuts=("torch.no_such_function",))
 
 
+def test_an_aten_packet_stands_for_its_overloads(register):
+    def checker(candidate):
+        x = torch.randn(3, 4)
+        assert torch.allclose(candidate(x), torch.logsumexp(x, dim=1)), "wrong"
+
+    register("99.lse_aten", checker, lambda x: x.max(1).values + (x - x.max(1, keepdim=True).values).exp().sum(1).log(),
+             shortcuts=("torch.ops.aten.logsumexp",), goal="log-sum-exp")
+    assert "`torch.ops.aten.logsumexp` does" in check("99.lse_aten", lambda x: torch.ops.aten.logsumexp(x, [1]),
+                                                      show=False).message
+    assert "`torch.ops.aten.logsumexp.default` does" in check(
+        "99.lse_aten", lambda x: torch.ops.aten.logsumexp.default(x, [1]), show=False).message
+    assert check("99.lse_aten", EXERCISES["99.lse_aten"].reference, show=False).passed
+
+
+def test_a_reached_operator_is_refused_through_any_torch_function_but_not_for_the_checker(register):
+    def checker(candidate):
+        x = torch.randn(3, 4, dtype=torch.float64)
+        want = torch.distributions.Categorical(logits=x).probs  # the checker may reach it through torch
+        assert torch.allclose(candidate(x), want), "wrong"
+
+    def reference(x):
+        e = (x - x.amax(1, keepdim=True)).exp()
+        return e / e.sum(1, keepdim=True)
+
+    register("99.reached", checker, reference, shortcuts=(Shortcut("torch.ops.aten._softmax", reached=True),),
+             goal="softmax")
+    assert check("99.reached", reference, show=False).passed
+    message = check("99.reached", lambda x: torch.distributions.Categorical(logits=x).probs, show=False).message
+    assert "`torch.ops.aten._softmax.default`, which your code reached through `torch.distributions`" in message
+    direct = check("99.reached", lambda x: torch.ops.aten._softmax.default(x, 1, False), show=False).message
+    assert "`torch.ops.aten._softmax.default` does it for you" in direct, direct  # a direct call: named as such
+    assert torch.allclose(torch.softmax(torch.zeros(1, 2), 1), torch.full((1, 2), 0.5))  # no mode left active
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    assert _get_current_dispatch_mode() is None, "the dispatch mode must be gone after the check"
+
+
+def test_reached_needs_an_aten_operator():
+    with pytest.raises(ValueError, match="reached=True needs an ATen operator"):
+        exercise("99.bad_reached", "t", lambda: None, shortcuts=(Shortcut("torch.softmax", reached=True),))
+
+
 def test_hints_come_in_two_tiers(register):
     def checker(candidate):
         got = candidate()
@@ -297,3 +339,50 @@ def test_the_shortcut_itself_passed_as_the_answer_fails(dists):
 
     assert "torch.cdist" in check(dists, torch.cdist, show=False).message
     assert "torch.cdist" in check(dists, functools.partial(torch.cdist, p=2.0), show=False).message
+
+
+def _fake_package(monkeypatch, name):
+    """A made-up slow-to-import package: it enters sys.modules only when `install()` is called."""
+    import sys
+    import types
+
+    package = types.ModuleType(name)
+
+    def add_one(x):
+        return x + 1
+
+    add_one.__module__ = name
+    package.add_one = add_one
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return package, lambda: monkeypatch.setitem(sys.modules, name, package)
+
+
+def test_a_lazy_shortcut_is_resolved_only_once_its_package_is_imported(register, monkeypatch):
+    import sys
+
+    package, install = _fake_package(monkeypatch, "course_fake_lazy_pkg")
+
+    def checker(candidate):
+        assert candidate(1) == 2, "add one"
+
+    # registration neither imports nor validates it (a missing package would raise otherwise)
+    register("99.lazy", checker, lambda x: x + 1, shortcuts=(Shortcut("course_fake_lazy_pkg.add_one", lazy=True),),
+             goal="the adding")
+    assert "course_fake_lazy_pkg" not in sys.modules
+    assert check("99.lazy", lambda x: x + 1, show=False).passed  # the guard skipped it, and nothing broke
+    install()  # a learner who imported the package
+    assert "course_fake_lazy_pkg.add_one" in check("99.lazy", lambda x: package.add_one(x), show=False).message
+    assert package.add_one(1) == 2 and package.add_one.__name__ == "add_one", "the patch was not restored"
+
+
+def test_a_lazy_shortcut_imported_inside_the_answer_is_still_caught(register, monkeypatch):
+    package, install = _fake_package(monkeypatch, "course_fake_lazy_pkg2")
+    register("99.lazy2", lambda c: None if c(1) == 2 else pytest.fail("add one"), lambda x: x + 1,
+             shortcuts=(Shortcut("course_fake_lazy_pkg2.add_one", lazy=True),), goal="the adding")
+
+    def imports_then_calls(x):
+        install()  # `import course_fake_lazy_pkg2` inside the answer: not guarded on the first run
+        return package.add_one(x)
+
+    result = check("99.lazy2", imports_then_calls, show=False)
+    assert result.status == "failed" and "course_fake_lazy_pkg2.add_one" in result.message, result.message

@@ -65,14 +65,80 @@ def test_seed_all_first_hint_states_the_case_not_the_fix(monkeypatch):
     first = check("00.seed_all", torch_only, show=False).message
     assert "random.random() gave" in first and "random.seed" not in first, first
     assert 'hint("00.seed_all") gives a fuller hint' in first and "Hint:" not in first, first
-    assert "random.seed(seed)" in hint("00.seed_all", show=False)
+    fuller = hint("00.seed_all", show=False)
+    assert "each library keeps its own generator" in fuller.lower() and "random module" in fuller, fuller
+    assert "random.seed" not in fuller, f"the fuller hint should name the family, not the call: {fuller}"
     second = check("00.seed_all", torch_only, show=False).message
-    assert "Hint:" in second and "random.seed(seed)" in second, second
+    assert "Hint:" in second and "seed each one" in second, second
 
 
 def test_seed_all_fuller_hint_for_a_shrunk_seed_names_the_mistake():
     check("00.seed_all", _keeps_the_low_byte, show=False)
     assert "seed & 0xFF" in hint("00.seed_all", show=False)
+
+
+def _shrinks_mod_2_31(seed):
+    random.seed(seed % 2**31)
+    torch.manual_seed(seed % 2**31)
+
+
+def _shrinks_mod_1009(seed):  # the reviewer's example: distinct on small seeds, 1009 + 5 meets 5
+    random.seed(seed % 1009)
+    torch.manual_seed(seed % 1009)
+
+
+def _string_seed(seed):  # repeatable and seed-dependent, but not random's stream for seed
+    random.seed(str(seed))
+    torch.manual_seed(seed)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "fragments"),
+    [
+        (_shrinks_mod_2_31, ("after seed_all(2147483653), torch.rand(3) gave", "seed % 2**31")),
+        (_shrinks_mod_1009, ("seed_all(",)),
+        (_string_seed, ("after seed_all(0), random.random() gave", "seed itself")),
+    ],
+)
+def test_seed_all_answers_off_the_reference_streams_fail(wrong, fragments):
+    assert_rejected("00.seed_all", wrong, *fragments)
+
+
+def test_seed_all_reference_matches_fresh_generators_up_to_2_32():
+    from helpers.exercises.ch00 import _REFERENCE_SEEDS
+
+    assert any(2**31 <= s < 2**32 for s in _REFERENCE_SEEDS), "no seed in [2**31, 2**32) is checked"
+    assert check("00.seed_all", solution("00.seed_all"), show=False).passed
+
+
+def _lightning_seeding_answers():
+    import lightning
+    import lightning.fabric.utilities.seed as fabric_seed
+    import lightning_fabric
+    import pytorch_lightning
+
+    return [
+        lambda s: lightning.pytorch.seed_everything(s, verbose=False),
+        lambda s: lightning.seed_everything(s, verbose=False),
+        lambda s: fabric_seed.seed_everything(s, verbose=False),
+        lambda s: lightning_fabric.seed_everything(s, verbose=False),
+        lambda s: pytorch_lightning.seed_everything(s, verbose=False),
+    ]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_seed_all_lightning_seed_everything_is_refused(index):
+    answer = _lightning_seeding_answers()[index]
+    assert_rejected("00.seed_all", answer, "write the seeding yourself", "seed_everything")
+
+
+def test_seed_all_lightning_imported_inside_the_answer_is_refused():
+    def imports_lightning(seed):
+        from lightning.pytorch import seed_everything
+
+        seed_everything(seed, verbose=False)
+
+    assert_rejected("00.seed_all", imports_lightning, "write the seeding yourself", "seed_everything")
 
 
 def test_seed_all_check_restores_the_seed_everything_name():
@@ -155,3 +221,16 @@ def test_to_device_shortcut_names_are_restored():
     before = pytree.tree_map_only
     check("00.to_device", _with_pytree, show=False)
     assert pytree.tree_map_only is before
+
+
+def test_to_device_lightning_walks_are_refused():
+    # through the modules, as a notebook's top-level `from ... import` (its globals are patched too) would see them
+    import lightning.fabric.utilities.apply_func as fabric_apply
+    import lightning_utilities.core.apply_func as utilities_apply
+
+    assert_rejected("00.to_device", lambda batch, device: fabric_apply.move_data_to_device(batch, device),
+                    "the walk over nested containers", "move_data_to_device")
+    assert_rejected("00.to_device",
+                    lambda batch, device: utilities_apply.apply_to_collection(batch, torch.Tensor, lambda t: t.to(device)),
+                    "the walk over nested containers", "apply_to_collection")
+    assert_rejected("00.to_device", fabric_apply.move_data_to_device, "move_data_to_device")  # handed over itself

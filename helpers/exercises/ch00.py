@@ -9,6 +9,7 @@ from collections.abc import Callable
 import torch
 
 from . import Hint, exercise
+from .guards import Shortcut
 
 # --------------------------------------------------------------------------
 # 00.seed_all
@@ -29,12 +30,25 @@ def _draws() -> tuple[list[float], list[float]]:
 #: Seeds that must all give different numbers: neighbours (123, 124), 0 and 1, and seeds that
 #: agree in their lowest 8 bits (44 and 300), 16 bits (300 and 300 + 2**16) and 30 bits
 #: (300 and 300 + 2**30), so that shrinking the seed (seed & 0xFF, seed % 2**16) shows.
-#: All stay below 2**32: torch.manual_seed keeps only the lowest 32 bits of a seed.
+#: All stay below 2**32: torch's CPU generator (a Mersenne Twister, mt19937) keeps only the
+#: lowest 32 bits of a seed (CUDA's Philox generator keeps 64).
 _DISTINCT_SEEDS = (123, 124, 7, 0, 1, 2024, 44, 300, 300 + 2**16, 300 + 2**30)
 
-#: Which generator each half of ``_draws`` comes from, and the call that seeds it.
-_STREAMS = ((0, "torch.rand(3)", "torch's global generator", "torch.manual_seed(seed)"),
-            (1, "random.random()", "Python's random module", "random.seed(seed)"))
+#: Seeds whose streams must be exactly those of a fresh generator seeded with them; the last
+#: two lie in [2**31, 2**32), so that ``seed % 2**31`` (or a signed 32-bit cast) shows too.
+_REFERENCE_SEEDS = (0, 5, 1009 + 5, 2**31 + 5, 2**32 - 2)
+
+#: Which generator each half of ``_draws`` comes from, and the family of calls that seeds it
+#: (the fuller hint names the family, not the call: finding it is part of the exercise).
+_STREAMS = ((0, "torch.rand(3)", "torch's global generator", "torch's own seeding function"),
+            (1, "random.random()", "Python's random module", "the random module's own seeding function"))
+
+
+def _reference_draws(seed: int) -> tuple[list[float], list[float]]:
+    """What a fresh torch.Generator and a fresh random.Random seeded with ``seed`` give first."""
+    fresh = random.Random(seed)
+    return (torch.rand(3, generator=torch.Generator().manual_seed(seed)).tolist(),
+            [fresh.random() for _ in range(3)])
 
 
 def _short(values: list[float]) -> str:
@@ -47,12 +61,23 @@ def _agreeing_low_bits(a: int, b: int) -> int:
     return (diff & -diff).bit_length() - 1
 
 
+#: The same job done by Lightning (installed with the course). Lazy: importing lightning takes
+#: seconds, and a learner who never imported it cannot be calling it (see helpers.exercises.guards).
+_LIGHTNING_SEEDING = tuple(
+    Shortcut(name, lazy=True)
+    for name in ("lightning.seed_everything", "lightning.fabric.seed_everything", "lightning.pytorch.seed_everything",
+                 "lightning.fabric.utilities.seed.seed_everything", "lightning_fabric.seed_everything",
+                 "lightning_fabric.utilities.seed.seed_everything", "pytorch_lightning.seed_everything")
+)
+
+
 @exercise(
     "00.seed_all",
-    "write seed_all(seed) so that, after calling it, torch.rand and random.random "
-    "give the same numbers for the same seed and different numbers for different seeds.",
+    "write seed_all(seed) that seeds torch's global generator and Python's random module with seed itself: "
+    "afterwards torch.rand and random.random give exactly what a fresh generator seeded with seed gives, "
+    "so the same seed gives the same numbers and different seeds different ones.",
     _seed_all_reference,
-    shortcuts=("helpers.device.seed_everything",),
+    shortcuts=("helpers.device.seed_everything", *_LIGHTNING_SEEDING),
     goal="the seeding",
 )
 def _test_seed_all(seed_all: Callable[[int], None]) -> None:
@@ -70,6 +95,10 @@ def _test_seed_all(seed_all: Callable[[int], None]) -> None:
         for seed in _DISTINCT_SEEDS:
             seed_all(seed)
             draws[seed] = _draws()
+        exact = {}
+        for seed in _REFERENCE_SEEDS:
+            seed_all(seed)
+            exact[seed] = _draws()
     finally:
         torch.set_rng_state(torch_state)
         random.setstate(py_state)
@@ -78,7 +107,8 @@ def _test_seed_all(seed_all: Callable[[int], None]) -> None:
             raise Hint(
                 f"after seed_all(123), {call} gave {_short(first[index])}; after seed_all(123) again it gave "
                 f"{_short(again[index])}. The same seed should give the same numbers.",
-                f"{call} draws from {generator}, which has its own state; {seeding} sets it.",
+                f"{call} draws from {generator}. Each library keeps its own generator, with its own state: "
+                f"seed each one, here with {seeding}.",
             )
     for index, call, _generator, seeding in _STREAMS:
         streams: dict[tuple, list[int]] = {}
@@ -88,7 +118,7 @@ def _test_seed_all(seed_all: Callable[[int], None]) -> None:
             raise Hint(
                 f"seed_all gave the same {call} numbers for every one of the seeds {list(_DISTINCT_SEEDS)}: "
                 "the numbers should depend on the seed.",
-                f"Pass the seed argument itself on to {seeding.split('(')[0]}, not a fixed number.",
+                f"Pass the seed argument itself on to {seeding}, not a fixed number.",
             )
         for seeds in streams.values():
             if len(seeds) > 1:
@@ -99,8 +129,18 @@ def _test_seed_all(seed_all: Callable[[int], None]) -> None:
                 raise Hint(
                     f"seed_all({a}) and seed_all({b}) gave the same {call} numbers, "
                     f"{_short(draws[a][index])}: different seeds should give different numbers.{nudge}",
-                    f"Give {seeding.split('(')[0]} the seed unchanged: shrinking it (seed & 0xFF, seed % 2**16, "
+                    f"Give {seeding} the seed unchanged: shrinking it (seed & 0xFF, seed % 2**16, "
                     "seed // 100) maps many seeds to one stream.",
+                )
+    for seed, got in exact.items():
+        want = _reference_draws(seed)
+        for index, call, generator, seeding in _STREAMS:
+            if got[index] != want[index]:
+                raise Hint(
+                    f"after seed_all({seed}), {call} gave {_short(got[index])}, but {generator} seeded with {seed} "
+                    f"starts with {_short(want[index])}: seed_all(seed) should seed it with seed itself.",
+                    f"Give {seeding} the seed unchanged, for every seed up to 2**32 - 1: no offset, no "
+                    "multiplier, no seed % 2**31 or other shrinking, no conversion to another type.",
                 )
 
 
@@ -259,13 +299,25 @@ _PYTREE_SHORTCUTS = tuple(
 )
 
 
+#: Lightning's walks over a batch (lazy, like _LIGHTNING_SEEDING): move_data_to_device does the whole
+#: exercise, apply_to_collection(batch, torch.Tensor, fn) the walk.
+_LIGHTNING_WALKS = tuple(
+    Shortcut(name, lazy=True)
+    for name in ("lightning.fabric.utilities.apply_func.move_data_to_device",
+                 "lightning.fabric.utilities.move_data_to_device", "lightning.pytorch.utilities.move_data_to_device",
+                 "lightning_fabric.utilities.apply_func.move_data_to_device",
+                 "lightning_fabric.utilities.move_data_to_device", "pytorch_lightning.utilities.move_data_to_device",
+                 "lightning_utilities.apply_to_collection", "lightning_utilities.core.apply_func.apply_to_collection")
+)
+
+
 @exercise(
     "00.to_device",
     "write to_device(batch, device) that returns a copy of batch, a tensor or a dict/list/tuple/namedtuple "
     "nesting tensors and other values, with every tensor moved to device and everything else unchanged "
     "(write the walk over the containers yourself).",
     _to_device_reference,
-    shortcuts=_PYTREE_SHORTCUTS,
+    shortcuts=(*_PYTREE_SHORTCUTS, *_LIGHTNING_WALKS),
     goal="the walk over nested containers",
 )
 def _test_to_device(to_device: Callable) -> None:

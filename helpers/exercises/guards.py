@@ -22,34 +22,57 @@ How calls are seen:
   (a learner's own subclass calling ``super().__init__`` is a direct use too);
 - **Python functions** (``clip_grad_norm_``, ``torch.autograd.functional.*``)
   by temporarily rebinding the name in its module, in the module it was
-  reached from, and in the learner's globals.
+  reached from, and in the learner's globals;
+- **ATen operators** (``torch.ops.aten._softmax``): an overload packet stands for
+  itself and every overload (``torch.ops.aten._softmax.default``), seen by the
+  torch-function mode like any torch operator. With ``Shortcut(..., reached=True)``
+  a :class:`~torch.utils._python_dispatch.TorchDispatchMode` also sees the
+  operator one level down, whichever torch function issued it: then
+  ``torch.distributions.Categorical(logits=x).probs``, which reaches
+  ``aten._softmax`` through ``F.softmax`` inside torch, counts as the learner's
+  softmax.
 
 "Direct" means the first frame above the call that is not plumbing (this
-module, ``torch.overrides``, the ``torch.ops`` call wrappers, the function's own wrapper, ``functools``) is
-neither inside ``torch`` nor one of the checker's own functions.
+module, ``torch.overrides``, the ``torch.ops`` call wrappers, the function's own wrapper, ``functools``,
+the handler of a torch-function or dispatch mode) is neither inside ``torch`` nor one of the checker's own
+functions. "Reached" (``reached=True``) skips the frames inside ``torch`` as well: the operator is the
+learner's when the first frame outside torch and the plumbing is not the checker's. A library may still use
+the operator for the checker (the checker's own ``torch.softmax`` to compute the expected answer is allowed).
+
+**Lazy shortcuts** (``Shortcut(name, lazy=True)``) name functions of packages that are slow
+to import (``lightning`` takes seconds). Such a name is resolved only when its top-level
+package is already in ``sys.modules`` as the guard starts: a learner who never imported the
+package cannot be calling it, and nothing is imported at registration. A learner who imports
+the package *inside* the answer is caught too: :func:`lazy_pending` lists the lazy shortcuts
+skipped, and :func:`helpers.exercises.check` runs the checker once more, guarded, when one of
+their packages appeared during the check.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import inspect
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import CodeType, FunctionType, ModuleType
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["Shortcut", "ShortcutUsed", "guard"]
+__all__ = ["Shortcut", "ShortcutUsed", "guard", "lazy_pending"]
 
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 _THIS_FILE = str(Path(__file__).resolve())
 _TORCH_PLUMBING = ("torch/overrides.py", "torch/utils/_python_dispatch.py", "torch/_ops.py")  # _ops: torch.ops.aten.* call wrappers
 _PLUMBING = {_THIS_FILE, str(Path(functools.__file__).resolve()), str(Path(inspect.__file__).resolve())}
+_MODE_HANDLERS = {"__torch_function__", "__torch_dispatch__"}  # a (checker's) mode passing an operator on
+_MODE_WRAPPERS = ("torch/_compile.py", "torch/_dynamo/eval_frame.py")  # around every mode's __torch_dispatch__
 
 
 class ShortcutUsed(AssertionError):
@@ -67,11 +90,22 @@ class Shortcut:
         when: forbid only the calls for which ``when(args, kwargs)`` is true,
             e.g. ``lambda a, k: k.get("enable_gqa")``.
         does: what it would do for the learner, for the message (default: the name).
+        reached: for an ATen operator (``torch.ops.aten.NAME``, or one overload of it): refuse it also
+            when the learner's code reaches it through other torch functions, not only by a direct
+            call (seen at dispatch level, below every Python wrapper). Name the operator that really
+            runs: a composite one such as ``aten.softmax`` is decomposed before dispatch, into ``aten._softmax``.
     """
 
     name: str
     when: Callable[[tuple, dict], bool] | None = None
     does: str = ""
+    reached: bool = False
+    lazy: bool = False  # resolve only once the name's top-level package is imported (see the module docstring)
+
+    @property
+    def package(self) -> str:
+        """The top-level package of the name (``"lightning"`` for ``"lightning.pytorch.seed_everything"``)."""
+        return self.name.split(".", 1)[0]
 
 
 def _as_shortcut(item: str | Shortcut) -> Shortcut:
@@ -99,15 +133,32 @@ def _resolve(dotted: str) -> tuple[object, str, object]:
     raise ValueError(f"shortcut {dotted!r} does not name anything in the installed torch")
 
 
+def lazy_pending(shortcuts: Iterable[str | Shortcut]) -> list[Shortcut]:
+    """The lazy shortcuts among ``shortcuts`` whose package is not imported yet (so not guarded now)."""
+    return [s for s in map(_as_shortcut, shortcuts) if s.lazy and s.package not in sys.modules]
+
+
 def _expand(shortcut: Shortcut) -> Iterator[tuple[Shortcut, object, str, object]]:
+    """The objects a shortcut names: a ``.*`` module's functions, an ATen overload packet and its overloads.
+
+    Raises:
+        ValueError: the name names nothing, or ``reached=True`` names something other than an ATen operator.
+    """
+    if shortcut.lazy and shortcut.package not in sys.modules:
+        return  # not imported, so not called; resolving it would import it (seconds for lightning)
     if shortcut.name.endswith(".*"):
         module = importlib.import_module(shortcut.name[:-2])
         for attr, obj in vars(module).items():
             if not attr.startswith("_") and isinstance(obj, FunctionType) and obj.__module__ == module.__name__:
-                yield Shortcut(f"{module.__name__}.{attr}", shortcut.when, shortcut.does), module, attr, obj
+                yield dataclasses.replace(shortcut, name=f"{module.__name__}.{attr}"), module, attr, obj
         return
     owner, attr, obj = _resolve(shortcut.name)
+    if shortcut.reached and not isinstance(obj, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
+        raise ValueError(f"shortcut {shortcut.name!r}: reached=True needs an ATen operator (torch.ops.aten.NAME)")
     yield shortcut, owner, attr, obj
+    if isinstance(obj, torch._ops.OpOverloadPacket):  # torch.ops.aten.cdist stands for cdist.default, ... too
+        for overload in obj.overloads():
+            yield replace(shortcut, name=f"{shortcut.name}.{overload}"), obj, overload, getattr(obj, overload)
 
 
 class _Guard:
@@ -118,8 +169,11 @@ class _Guard:
         self.ops: dict[object, Shortcut] = {}  # torch operators, seen by the mode
         self.classes: list[tuple[type, Shortcut]] = []
         self.functions: list[tuple[object, str, FunctionType, Shortcut]] = []
+        self.reached: dict[torch._ops.OpOverload, Shortcut] = {}  # ATen overloads, seen by the dispatch mode
         for item in shortcuts:
             for shortcut, owner, attr, obj in _expand(_as_shortcut(item)):
+                if shortcut.reached and isinstance(obj, torch._ops.OpOverload):
+                    self.reached.setdefault(obj, shortcut)
                 if isinstance(obj, type):
                     self.classes.append((obj, shortcut))
                 elif isinstance(obj, FunctionType) and not _torch_function_aware(obj):
@@ -140,7 +194,7 @@ class _Guard:
         while frame is not None:
             code = frame.f_code
             filename = code.co_filename
-            if filename in _PLUMBING or code in skip_codes or filename.endswith(_TORCH_PLUMBING):
+            if _is_plumbing(code) or code in skip_codes:
                 frame = frame.f_back
                 continue
             if filename.startswith(_TORCH_DIR):
@@ -148,13 +202,48 @@ class _Guard:
             return not self.is_checker(code)
         return False
 
-    def refuse(self, shortcut: Shortcut) -> None:
+    def learner_reached(self) -> tuple[bool, str]:
+        """Is the nearest caller outside torch and the plumbing the learner's code, and through what?
+
+        Returns (whether it is the learner's, what the learner's code called: the torch module of
+        the outermost Python frame inside torch, such as ```torch.distributions```, or "another torch
+        function" when it called a C++ one, such as ``F.scaled_dot_product_attention``).
+        """
+        frame = sys._getframe(1)
+        through = "another torch function"
+        while frame is not None:
+            code = frame.f_code
+            if _is_plumbing(code):
+                frame = frame.f_back
+                continue
+            if code.co_filename.startswith(_TORCH_DIR):
+                if not code.co_filename.endswith(_MODE_WRAPPERS):  # the last one kept is what the caller called
+                    through = f"`{_torch_module(code.co_filename)}`"
+                frame = frame.f_back
+                continue
+            return (not self.is_checker(code)), through
+        return False, through
+
+    def refuse(self, shortcut: Shortcut, through: str = "") -> None:
         self.used.append(shortcut.name)
         does = shortcut.does or f"`{shortcut.name}`"
+        if through:
+            does += f", which your code reached through {through},"
         raise ShortcutUsed(f"this exercise asks you to write {self.goal} yourself; {does} does it for you.")
 
     def wants(self, shortcut: Shortcut, args: tuple, kwargs: dict) -> bool:
         return shortcut.when is None or bool(shortcut.when(args, kwargs or {}))
+
+
+def _is_plumbing(code: CodeType) -> bool:
+    filename = code.co_filename
+    return filename in _PLUMBING or filename.endswith(_TORCH_PLUMBING) or code.co_name in _MODE_HANDLERS
+
+
+def _torch_module(filename: str) -> str:
+    """``.../torch/distributions/utils.py`` -> ``"torch.distributions"``; ``.../torch/functional.py`` -> ``"torch.functional"``."""
+    parts = Path(filename).resolve().relative_to(_TORCH_DIR).with_suffix("").parts
+    return ".".join(("torch", *parts[:1])) if parts and parts[0] != "__init__" else "torch"
 
 
 def _torch_function_aware(fn: FunctionType) -> bool:
@@ -174,6 +263,23 @@ class _Mode(TorchFunctionMode):
         if shortcut is not None and self.guard.wants(shortcut, args, kwargs):
             if self.guard.learner_called(getattr(func, "__code__", None)):
                 self.guard.refuse(shortcut)
+        return func(*args, **kwargs)
+
+
+class _DispatchMode(TorchDispatchMode):
+    """Sees the ATen overloads named with ``reached=True``, whichever torch function issued them."""
+
+    def __init__(self, guard: _Guard):
+        super().__init__()
+        self.guard = guard
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        shortcut = self.guard.reached.get(func)
+        if shortcut is not None and self.guard.wants(shortcut, args, kwargs):
+            learner, through = self.guard.learner_reached()
+            if learner:
+                self.guard.refuse(shortcut, through)
         return func(*args, **kwargs)
 
 
@@ -261,10 +367,11 @@ def guard(shortcuts: Iterable[str | Shortcut], *, goal: str, checker_code: Calla
         unique = {id(ns): ns for ns in learner_globals}
         for owner, attr, fn, shortcut in g.functions:
             restores.append(_patch_function(g, owner, attr, fn, shortcut, list(unique.values())))
-        if g.ops:
-            with _Mode(g):
-                yield g
-        else:
+        with ExitStack() as modes:
+            if g.ops:
+                modes.enter_context(_Mode(g))
+            if g.reached:
+                modes.enter_context(_DispatchMode(g))
             yield g
     finally:
         for restore in reversed(restores):
