@@ -95,6 +95,10 @@ print(torch.linspace(0, 1, steps=5))
 # - `torch.set_default_tensor_type(torch.DoubleTensor)` set the default dtype (and, with
 #   `torch.cuda.FloatTensor`, the device) by naming a tensor type. It is deprecated since PyTorch 2.1;
 #   `torch.set_default_dtype` (section 2) and `torch.set_default_device` each set one of the two.
+#
+# A fourth form is not deprecated but warns: `torch.tensor(t)` on something that is already a tensor.
+# It copies, but the copy would also drop `t`'s autograd history (chapter 02) without saying so, so
+# PyTorch asks you to say what you mean: `t.detach().clone()` for a plain copy.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -113,10 +117,13 @@ with warnings.catch_warnings(record=True) as caught:
     try:
         old_range = torch.range(0, 3)
         torch.set_default_tensor_type(torch.FloatTensor)  # float32 on the CPU, the default already: nothing changes
+        source_tensor = torch.tensor([1.5, 2.5])
+        copy_constructed = torch.tensor(source_tensor)  # a tensor from a tensor: copies, and warns
     finally:
         torch.set_warn_always(warn_always_before)
 print(f"torch.range(0, 3)    -> {old_range.tolist()} {old_range.dtype}   torch.arange(0, 3) -> {torch.arange(0, 3).tolist()} {torch.arange(0, 3).dtype}")
 old_form_warnings = [str(w.message).split(" (Triggered")[0] for w in caught]  # the cut drops a C++ source path
+print(f"torch.tensor(t)      -> a copy, {copy_constructed.tolist()}   without the warning: t.detach().clone() -> {source_tensor.detach().clone().tolist()}")
 for w, message in zip(caught, old_form_warnings):
     print(f"{w.category.__name__}: {message}")
 assert legacy_data.dtype == torch.float32 and torch.tensor([1, 2]).dtype == torch.int64, "torch.Tensor should make floats, torch.tensor int64"
@@ -124,12 +131,16 @@ assert legacy_size.shape == (3,) and torch.tensor(3).shape == (), "torch.Tensor(
 assert old_range.tolist() == [0.0, 1.0, 2.0, 3.0] and torch.arange(0, 3).tolist() == [0, 1, 2], "range includes the end, arange does not"
 assert any("torch.range is deprecated" in m for m in old_form_warnings), old_form_warnings
 assert any("set_default_tensor_type() is deprecated" in m and "set_default_dtype" in m for m in old_form_warnings), old_form_warnings
+assert any(w.category is UserWarning and "To copy construct from a tensor" in m and "sourceTensor.detach().clone()" in m
+           for w, m in zip(caught, old_form_warnings)), old_form_warnings
+assert torch.equal(copy_constructed, source_tensor) and copy_constructed.data_ptr() != source_tensor.data_ptr(), "torch.tensor(t) should copy"
 assert torch.get_default_dtype() == torch.float32 and torch.empty(1).device.type == "cpu", "the defaults should be unchanged"
 
 # %% [markdown]
 # Random tensors come from a generator. Passing your own `torch.Generator`
 # makes the numbers repeatable without touching the global generator (chapter 00).
-# `rand` is uniform on [0, 1), `randn` standard normal, `randint(low, high)` whole numbers with `high` left out.
+# `rand` is uniform on [0, 1), `randn` standard normal, `randint(low, high)` whole numbers with `high` left out
+# (10,000 draws from `randint(0, 10)` show both ends: 0 occurs, 10 never does).
 
 # %%
 global_state = torch.get_rng_state()
@@ -137,12 +148,13 @@ rng = torch.Generator().manual_seed(SEED)
 uniform = torch.rand(2, 3, generator=rng)
 print(uniform)
 print(torch.randn(2, 3, generator=rng))
-ints = torch.randint(0, 10, (2, 5), generator=rng)
-print(ints)
+ints = torch.randint(0, 10, (10_000,), generator=rng)
+print(f"randint(0, 10), 10,000 draws: first ten {ints[:10].tolist()}, min {ints.min().item()}, max {ints.max().item()}")
 assert torch.equal(torch.get_rng_state(), global_state), "drawing from our own generator should leave the global one alone"
 again = torch.rand(2, 3, generator=torch.Generator().manual_seed(SEED))
 assert torch.equal(again, uniform), "a new generator with the same seed should give the same numbers"
-assert ints.min() >= 0 and ints.max() <= 9, "randint(0, 10) should leave out 10"
+assert ints.max() == 9, f"randint(0, 10) should reach 9 but leave out 10; the largest of 10,000 draws is {ints.max().item()}"
+assert ints.min() == 0, f"randint(0, 10) should include 0; the smallest of 10,000 draws is {ints.min().item()}"
 
 # %% [markdown]
 # The `*_like` functions make a new tensor with the same shape, dtype and
@@ -287,19 +299,14 @@ print(f"uint8 [1, 2] + 300 = {(u8 + 300).tolist()}")
 assert (u8 + 300).tolist() == [45, 46], "uint8 arithmetic should wrap modulo 256: 301 -> 45"
 
 # %% [markdown]
-# The table checks the cases the text names. To check `promote` itself, compare it with
-# `torch.result_type` on every pair drawn from ten dtypes, each as a dimensioned and as a 0-dim
-# tensor, and three Python numbers (leaving out pairs of two numbers, which are not tensor arithmetic):
-
-# %%
-# NBVAL_CHECK_OUTPUT
-grid_dtypes = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-               torch.float16, torch.bfloat16, torch.float32, torch.float64]
-grid = [torch.ones(2, dtype=d) for d in grid_dtypes] + [torch.ones((), dtype=d) for d in grid_dtypes] + [True, 5, 2.5]
-pairs = [(p, q) for p, q in itertools.product(grid, grid) if isinstance(p, torch.Tensor) or isinstance(q, torch.Tensor)]
-disagree = [(p, q) for p, q in pairs if promote(p, q) != torch.result_type(p, q) or promote(p, q) != (p + q).dtype]
-print(f"promote() agrees with torch.result_type and with the computed dtype on {len(pairs) - len(disagree)} of {len(pairs)} pairs")
-assert len(pairs) == 520 and not disagree, f"promote() and PyTorch disagree on {len(disagree)} pairs, e.g. {disagree[:2]}"
+# <details><summary><b>Going further</b>: does <code>promote</code> hold beyond the table?</summary>
+#
+# The table checks the cases the text names. The Checks section at the end of the chapter checks `promote`
+# itself: it compares it with `torch.result_type` and with the dtype of the computed sum on every pair drawn
+# from ten dtypes (bool, five integer and four floating-point ones), each as a dimensioned and as a 0-dim
+# tensor, and three Python numbers (`True`, `5`, `2.5`), leaving out pairs of two numbers, which are not
+# tensor arithmetic: 520 pairs, and all of them must agree.
+# </details>
 
 # %% [markdown]
 # `uint8` + `int8` gives `int16` because neither of the two can hold all the values of the
@@ -473,6 +480,20 @@ view_error = error_message(lambda: xt.view(12))
 print(view_error)
 
 # %% [markdown]
+# The rule is not "contiguous only". `view` needs the new shape to be expressible with strides over
+# the existing layout, and some shapes are, even for `xt`: splitting its first dimension (size 4,
+# stride 1) into 2 × 2 gives strides 2 and 1, so `xt.view(2, 2, 3)` works and shares memory. What fails
+# is merging dimensions whose elements are not evenly spaced in storage, as flattening `xt` would.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+split_view = xt.view(2, 2, 3)
+print(f"xt.view(2, 2, 3): stride {split_view.stride()}, shares x's storage {same_storage(x, split_view)}, "
+      f"xt contiguous {xt.is_contiguous()}")
+assert not xt.is_contiguous() and same_storage(x, split_view), "a view of the non-contiguous xt should share its storage"
+assert split_view.stride() == (2, 1, 4) and torch.equal(split_view, xt.reshape(2, 2, 3)), "splitting a dimension needs no copy"
+
+# %% [markdown]
 # There are two fixes. `.contiguous()` copies the elements into a fresh storage in
 # row-major order, after which `view` works. `reshape` does the same in one step:
 # it returns a view when one is possible and a copy otherwise. The values are the same either way.
@@ -627,10 +648,16 @@ mean = torch.tensor([1.0, 2.0, 3.0]).view(3, 1, 1)
 print((image - mean).abs().sum().item())
 
 # %% [markdown]
-# When no dimension pair fits the rule, the error names the first position that failed:
+# When no dimension pair fits the rule, the error names the first position that failed. Shapes are
+# compared from the right, but the position is numbered from the left: for `[2, 3] + [4, 5]` the last
+# dimensions, 3 against 5, fail first, and the message calls that dimension 1.
 
 # %%
-print(error_message(lambda: torch.ones(3) + torch.ones(4)))
+# NBVAL_CHECK_OUTPUT
+broadcast_error = error_message(lambda: torch.ones(2, 3) + torch.ones(4, 5))
+print(broadcast_error)
+assert "tensor a (3)" in broadcast_error and "tensor b (5)" in broadcast_error, broadcast_error
+assert "non-singleton dimension 1" in broadcast_error, "the last dimension of a 2-D shape is dimension 1, counted from the left"
 
 # %% [markdown]
 # ## 6. Indexing, boolean masks and `torch.where`
@@ -722,7 +749,7 @@ torch.testing.assert_close(r.mean(dim=0), r.sum(dim=0) / r.shape[0])
 # row of column totals, `dim=1` squeezes the four columns into one column of row totals.
 
 # %%
-def draw_cells(ax, values, x0, y0, color, fmt="{:g}", highlight=(), highlight_color="gold"):
+def draw_cells(ax, values, x0, y0, color, fmt="{:g}", highlight=(), highlight_color="gold", fontsize=11):
     """Draw a 2-D tensor as a grid of labelled squares with its top-left cell at (x0, y0).
 
     Cells whose (row, column) is in ``highlight`` are drawn in ``highlight_color``.
@@ -730,7 +757,7 @@ def draw_cells(ax, values, x0, y0, color, fmt="{:g}", highlight=(), highlight_co
     for (i, j), value in np.ndenumerate(values.numpy()):
         face = highlight_color if (i, j) in highlight else color
         ax.add_patch(Rectangle((x0 + j - 0.5, y0 + i - 0.5), 1, 1, facecolor=face, edgecolor="black"))
-        ax.text(x0 + j, y0 + i, fmt.format(value), ha="center", va="center", fontsize=11)
+        ax.text(x0 + j, y0 + i, fmt.format(value), ha="center", va="center", fontsize=fontsize)
 
 
 fig, ax = plt.subplots(figsize=(8, 3.6))
@@ -916,7 +943,8 @@ torch.testing.assert_close(attn_scores[3, 1, 2], (q[3, 1] * k[3, 2]).sum())
 # match); `torch.stack` puts same-shaped tensors along a **new** dimension, as
 # if each were `unsqueeze`d first. `chunk(n)` cuts a tensor into at most `n` equal pieces (the
 # last one smaller when the size does not divide), while `split(size)` cuts it into pieces of
-# `size` rows, and also accepts a list of sizes. Both return views.
+# `size` rows, and also accepts a list of sizes. `torch.tensor_split(x, n)` always returns exactly `n`
+# pieces, as even as they can be (the first ones one row larger). All three return views.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -930,21 +958,24 @@ sizes = {
     "split(4)": [len(c) for c in rows10.split(4)],
     "split([2, 3, 5])": [len(c) for c in rows10.split([2, 3, 5])],
     "arange(6).chunk(4)": [len(c) for c in torch.arange(6).chunk(4)],
+    "tensor_split(arange(6), 4)": [len(c) for c in torch.tensor_split(torch.arange(6), 4)],
 }
 for what, pieces in sizes.items():
-    print(f"{what:19s} -> piece sizes {pieces}")
+    print(f"{what:26s} -> piece sizes {pieces}")
 assert torch.cat([top, bottom]).shape == (4, 3) and torch.stack([top, bottom]).shape == (2, 2, 3), "cat joins, stack adds a dimension"
 assert torch.equal(torch.stack([top, bottom]), torch.cat([top.unsqueeze(0), bottom.unsqueeze(0)])), "stack = unsqueeze, then cat"
 assert sizes["chunk(3)"] == [4, 4, 2] and sizes["split(3)"] == [3, 3, 3, 1], "chunk takes a count, split a size"
 assert sizes["arange(6).chunk(4)"] == [2, 2, 2], "chunk(4) of 6 rows gives only 3 pieces"
+assert sizes["tensor_split(arange(6), 4)"] == [2, 2, 1, 1], "tensor_split(x, 4) of 6 rows should give exactly 4 pieces"
 assert same_storage(rows10, rows10.chunk(3)[1]) and same_storage(rows10, rows10.split(4)[2]), "pieces should be views"
 
 # %% [markdown]
-# Note the last two rows. `chunk(n)` uses pieces of `ceil(size / n)` rows, so on 10 rows
+# Note the last rows. `chunk(n)` uses pieces of `ceil(size / n)` rows, so on 10 rows
 # `chunk(3)` is the same as `split(4)`, and it can return *fewer* than `n` pieces: 6 rows in
 # chunks of `ceil(6 / 4) = 2` make 3 pieces, not 4. When the number of pieces matters (one per
-# worker, say), check it or use `split` with explicit sizes. `stack` refuses tensors of
-# different shapes, and `cat` tensors that differ outside the joined dimension:
+# worker, say), use `tensor_split(x, n)`: the same 6 rows in exactly 4 pieces, `[2, 2, 1, 1]`; or
+# `split` with explicit sizes. `stack` refuses tensors of different shapes, and `cat` tensors that
+# differ outside the joined dimension:
 
 # %%
 print(f"stack: {error_message(lambda: torch.stack([A, B]))}")
@@ -978,8 +1009,9 @@ print(f"-log of the picked probabilities, averaged: {-picked.log().mean().item()
 # the mean of `-log(probability of the target class)`. It agrees here, but it is not safe in general:
 # when a logit is far below the largest one, its probability rounds to 0 in float32, and the log of
 # 0 is `-inf`. `F.cross_entropy` never takes the log of a probability. It applies `log_softmax`
-# (then picks and averages), which computes `log p = x - logsumexp(x)` directly, and `logsumexp`
-# subtracts the maximum first, as exercise 3 does; so a tiny probability still has a finite log.
+# (then picks and averages), which computes `log p = x - logsumexp(x)` directly, without ever forming
+# `p`, and computes `logsumexp` so that `exp` cannot overflow (exercise 3 meets that problem); so a tiny
+# probability still has a finite log.
 # A model that is very sure of the wrong class shows the difference:
 
 # %%
@@ -1021,9 +1053,10 @@ assert torch.equal(put_back.gather(1, targets.unsqueeze(1)), picked), "gather af
 # %%
 chosen = {(i, targets[i].item()) for i in range(4)}
 fig, ax = plt.subplots(figsize=(9, 3.2))
-draw_cells(ax, probs, 0, 0, "lightsteelblue", fmt="{:.2f}", highlight=chosen)
-draw_cells(ax, picked, 4.5, 0, "gold", fmt="{:.2f}")
-draw_cells(ax, put_back, 7, 0, "white", fmt="{:.2f}", highlight=chosen)
+three_figures = "{:.3g}"  # 3 significant figures: the small probability 0.00243 does not show as 0.00
+draw_cells(ax, probs, 0, 0, "lightsteelblue", fmt=three_figures, highlight=chosen, fontsize=9)
+draw_cells(ax, picked, 4.5, 0, "gold", fmt=three_figures, fontsize=9)
+draw_cells(ax, put_back, 7, 0, "white", fmt=three_figures, highlight=chosen, fontsize=9)
 for i in range(4):  # the gold cells show where each value is picked from and written to
     ax.annotate("", xy=(3.95, i), xytext=(2.55, i), arrowprops=dict(arrowstyle="->", color="darkred"))
     ax.annotate("", xy=(6.45, i), xytext=(5.05, i), arrowprops=dict(arrowstyle="->", color="darkgreen"))
@@ -1154,7 +1187,19 @@ assert detached.tolist() == forced.tolist() == [3.0, 3.0, 3.0], "both arrays sho
 # ## Checks
 #
 # What this chapter must show: the worked broadcasting example, the failing `view`
-# on a non-contiguous tensor with its fix, and that `from_numpy` shares memory.
+# on a non-contiguous tensor with its fix, and that `from_numpy` shares memory. First, the check of
+# section 2's `promote` on every pair of operands (see "Going further" there): ten dtypes, each as a
+# dimensioned and as a 0-dim tensor, and three Python numbers.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+grid_dtypes = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+               torch.float16, torch.bfloat16, torch.float32, torch.float64]
+grid = [torch.ones(2, dtype=d) for d in grid_dtypes] + [torch.ones((), dtype=d) for d in grid_dtypes] + [True, 5, 2.5]
+pairs = [(p, q) for p, q in itertools.product(grid, grid) if isinstance(p, torch.Tensor) or isinstance(q, torch.Tensor)]
+disagree = [(p, q) for p, q in pairs if promote(p, q) != torch.result_type(p, q) or promote(p, q) != (p + q).dtype]
+print(f"promote() agrees with torch.result_type and with the computed dtype on {len(pairs) - len(disagree)} of {len(pairs)} pairs")
+assert len(pairs) == 520 and not disagree, f"promote() and PyTorch disagree on {len(disagree)} pairs, e.g. {disagree[:2]}"
 
 # %%
 expected = torch.tensor([[10 * r + c for c in range(5)] for r in range(4)])
@@ -1181,6 +1226,8 @@ report.record("broadcast [4,1] + [5]", "x".join(map(str, table.shape)))
 report.record("view on transposed tensor", f"{view_error.split(':')[0]} (reshape {'agrees with contiguous().view' if reshape_agrees else 'differs'})")
 report.record("from_numpy shares memory", "yes, writes seen both ways" if writes_seen_both_ways else "no")
 report.record("int64 tensor + 0-dim float64 tensor / + Python 2.5", f"{(i64 + zero_dim_f64).dtype} / {(i64 + 2.5).dtype}")
+report.record("cross-entropy of logits [200, 0], target 1: -log(softmax) by hand / F.cross_entropy",
+              f"{hand_loss.item()} / {library_loss.item():g}")
 report.record("promote() agrees with torch.result_type", f"{len(pairs) - len(disagree)}/{len(pairs)} operand pairs")
 print("all checks passed")
 
@@ -1262,9 +1309,11 @@ print(f"fix: torch.rand_like(labels, dtype=torch.float32).shape -> {tuple(torch.
 # `[i, j]` is the squared Euclidean distance `((a[i] - b[j]) ** 2).sum()`, in
 # the same dtype as the inputs. Use broadcasting, no Python loops and no `torch.cdist`. Hint: which shapes must
 # `a` and `b` take so that their difference has shape `[N, M, D]`? (This is the core of k-nearest-neighbours
-# and k-means.) The checker refuses `torch.cdist`, and it looks for loops in two ways: it reads your
-# function's source for `for`, `while` and comprehensions, and it counts the tensor operations your
-# function issues for two sizes of input, which must be the same count (a loop over rows issues more for more rows).
+# and k-means.) Leave `a` and `b` unchanged. The checker refuses PyTorch's own distances (`torch.cdist`,
+# `torch.pdist`, and the private operators behind them, however your code reaches them), and it looks for
+# loops in two ways: it reads your function's source for `for`, `while` and comprehensions, and it counts
+# the tensor operations your function issues for two sizes of input, which must be the same count (a loop
+# over rows issues more for more rows).
 
 # %%
 def pairwise_sq_dists(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -1281,10 +1330,12 @@ result = check("01.pairwise_sq_dists", pairwise_sq_dists)
 # `[N, num_classes]` that is 1.0 at `[i, labels[i]]` and 0.0 everywhere else. Start
 # from `torch.zeros` and write the ones with a single indexing assignment
 # (section 6 shows how two index tensors pair up). `num_classes` sets the width,
-# even if the largest class does not occur in `labels`. The checker refuses `F.one_hot`,
-# `torch.eye(num_classes)[labels]` (a neat trick, but the identity's rows are ready-made one-hot
-# rows, so it skips the indexing this exercise practises) and Python loops, found as in exercise 1.
-# Section 7's `scatter_` writes one entry per row too, and the checker accepts it.
+# even if the largest class does not occur in `labels`. The checker refuses `F.one_hot` (under any
+# of its names) and Python loops, found as in exercise 1. It also refuses picking rows of an identity
+# matrix, `torch.eye(num_classes)[labels]`: a neat trick, but the identity's rows are ready-made one-hot
+# rows, so it skips the indexing this exercise practises. It recognises the identity by its values (1 on
+# the diagonal, 0 elsewhere), so `torch.ones(num_classes).diag()[labels]` and other ways of building it
+# are refused too. Section 7's `scatter_` writes one entry per row as well, and the checker accepts it.
 
 # %%
 def one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
@@ -1299,16 +1350,19 @@ result = check("01.one_hot", one_hot)
 # **Exercise 3: `softmax`.** Write `softmax(x, dim)` for a float tensor `x` of any shape:
 # `exp(x)` divided by the sum of `exp(x)` along `dim`, so that the values along `dim` are
 # positive and sum to 1 (the probabilities of section 7 came from `logits.softmax(dim=1)`).
-# Return the same shape and dtype as `x`, and build it from section 7's tools: the checker refuses
-# `torch.softmax`, `F.softmax`, `nn.Softmax`, their `log_softmax` relatives and the private
-# `torch._softmax` and `torch.ops.aten` spellings. Two things matter:
+# Return the same shape and dtype as `x`, and build it from section 7's tools. The checker refuses
+# PyTorch's own softmax: `torch.softmax`, `F.softmax`, `nn.Softmax`, `F.softmin`, their `log_softmax`
+# relatives, `torch.distributions` (a `Categorical` normalises its logits), the private spellings, and
+# the softmax operators themselves whichever torch function your code reaches them through. Two things matter:
 #
-# - the sum must broadcast back along `dim`: use `keepdim=True`;
-# - `exp` overflows for large inputs (the cell below shows where, in float32). Softmax does not
-#   change when the same number is subtracted from every entry along `dim` (the factor `exp(-c)`
-#   cancels), so subtract `x.amax(dim=dim, keepdim=True)` first; the largest entry becomes 0.
+# - each entry is divided by the sum over its own slice along `dim`: think about the shape a
+#   reduction along `dim` leaves, and how it must line up with `x` (section 7);
+# - `exp` overflows for large inputs (the cell below shows where, in float32), and the checker
+#   passes entries as large as 1000. Softmax does not change when the same number is subtracted
+#   from every entry along `dim`: numerator and denominator are both multiplied by `exp(-c)`, which
+#   cancels. Choose that number so that no exponent is positive.
 #
-# Leave `x` unchanged: subtract with `x - m`, not in place.
+# Leave `x` unchanged: compute new tensors, do not write into `x`.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1336,7 +1390,8 @@ result = check("01.softmax", softmax)
 #   bool < integer < floating point < complex. A lower-ranked operand matters only when its category is higher:
 #   a 0-dim tensor then brings its own dtype (`int64` + 0-dim `float64` → `float64`), a Python float the default
 #   dtype (`int64` + 2.5 → `float32`). Within a category, the dimensioned tensors decide the size.
-# - `view` never copies and so fails on layouts like a transpose; `reshape` copies when it must.
+# - `view` never copies, so it needs a shape the existing strides can express: it cannot flatten the transposed
+#   `xt`, but `xt.view(2, 2, 3)` works, non-contiguous as `xt` is. `reshape` copies when it must.
 #   `transpose`, `permute`, `expand`, slicing and `view` all share memory with their source.
 # - Broadcasting compares shapes right-aligned; sizes must match or be 1, and size-1 dimensions stretch with stride 0.
 # - Slices are views; integer-tensor and boolean-mask indexing make copies; `torch.where` selects element-wise.
@@ -1344,7 +1399,8 @@ result = check("01.softmax", softmax)
 #   back (`x / x.sum(dim=1, keepdim=True)`). `max(dim=...)` returns `(values, indices)`.
 # - `*` is element-wise, `@` the matrix product with broadcast batch dimensions (a 1-D operand gets a 1 added,
 #   then removed: `[k] @ [k]` is 0-dim); `mm` and `bmm` are strict 2-D and 3-D versions; `einsum` spells out the indices.
-# - `cat` joins along an existing dimension, `stack` along a new one; `chunk` takes a count, `split` a size;
+# - `cat` joins along an existing dimension, `stack` along a new one; `chunk` takes a count (and may return fewer
+#   pieces), `split` a size, `tensor_split` an exact count;
 #   `gather` picks one entry per row, `scatter_` writes one. A loss is computed from `log_softmax`, never as the log
 #   of a probability that may have rounded to 0 (`F.cross_entropy` does this for you).
 # - A trailing `_` means in place: same memory, `_version` goes up, and the dtype cannot change.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -70,12 +71,12 @@ def test_seed_all_wrong_answers_fail(wrong, fragment):
     assert_rejected("00.seed_all", wrong, fragment)
 
 
-def test_seed_all_with_a_derived_but_distinct_seed_is_accepted():
-    def shifted(seed):  # different seeds still give different streams: what the task asks
+def test_seed_all_with_a_derived_seed_fails():
+    def shifted(seed):  # different seeds still give different streams, but not seed's own streams
         torch.manual_seed(2 * seed + 1)
         random.seed(2 * seed + 1)
 
-    assert check("00.seed_all", shifted, show=False).passed
+    assert_rejected("00.seed_all", shifted, "after seed_all(0), torch.rand(3) gave", "seed itself")
 
 
 def test_seed_all_check_leaves_the_random_streams_alone():
@@ -234,6 +235,20 @@ def _cdist_squared(a, b):
     return torch.cdist(a, b) ** 2
 
 
+def _halves_a_afterwards(a, b):  # right values, but the caller's a is changed
+    out = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+    a.mul_(0.5)
+    return out
+
+
+def _from_pdist(a, b):  # the a-to-b block of the distances among all rows of cat([a, b])
+    n, rows = a.shape[0], torch.cat([a, b])
+    i, j = torch.triu_indices(len(rows), len(rows), 1)
+    full = torch.zeros(len(rows), len(rows), dtype=a.dtype)
+    full[i, j] = torch.pdist(rows) ** 2
+    return (full + full.T)[:n, n:]
+
+
 @pytest.mark.parametrize(
     ("wrong", "fragment"),
     [
@@ -247,10 +262,47 @@ def _cdist_squared(a, b):
         (_loops_with_for, "a `for` loop"),
         (_hidden_row_loop, "the count grows with the sizes"),
         (_cdist_squared, "`torch.cdist` does it for you"),
+        (_halves_a_afterwards, "changed its input a in place"),
     ],
 )
 def test_pairwise_sq_dists_wrong_answers_fail(wrong, fragment):
     assert_rejected("01.pairwise_sq_dists", wrong, fragment)
+
+
+def test_pairwise_sq_dists_in_place_change_is_named_not_misreported():
+    message = assert_rejected("01.pairwise_sq_dists", _halves_a_afterwards, "for a (3, 2) and b (3, 2)").message
+    assert "should be" not in message, message  # not "entry [1, 0] should be ..., got ..." from a changed input
+    assert "a.mul_(...)" in hint("01.pairwise_sq_dists", show=False)
+
+
+@pytest.mark.parametrize(
+    ("shortcut", "fragment"),
+    [
+        (lambda a, b: torch._euclidean_dist(a, b) ** 2, "`torch._euclidean_dist`"),
+        (lambda a, b: torch.ops.aten.cdist(a, b) ** 2, "`torch.ops.aten.cdist`"),
+        (lambda a, b: torch.ops.aten.cdist.default(a, b) ** 2, "`torch.ops.aten.cdist.default`"),
+        (lambda a, b: torch.ops.aten._cdist_forward(a, b, 2.0, None) ** 2, "`torch.ops.aten._cdist_forward`"),
+        (lambda a, b: torch.ops.aten._euclidean_dist.default(a, b) ** 2, "`torch.ops.aten._euclidean_dist.default`"),
+        (lambda a, b: torch._decomp.decompositions._euclidean_dist(a, b) ** 2, "`torch._decomp.decompositions._euclidean_dist`"),
+        (_from_pdist, "`torch.pdist`"),
+    ],
+    ids=["_euclidean_dist", "aten.cdist", "aten.cdist.default", "aten._cdist_forward", "aten._euclidean_dist",
+         "decomp._euclidean_dist", "pdist"],
+)
+def test_pairwise_sq_dists_library_distances_are_refused(shortcut, fragment):
+    a, b = torch.randn(4, 3, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64)
+    torch.testing.assert_close(shortcut(a, b), ((a[:, None] - b[None]) ** 2).sum(-1))  # each really computes it
+    assert_rejected("01.pairwise_sq_dists", shortcut, "write the pairwise distances with broadcasting yourself", fragment)
+
+
+def test_pairwise_sq_dists_distance_operator_is_seen_below_a_torch_function():
+    # A function whose code sits in torch's own files and issues aten._cdist_forward: the direct-call
+    # rule lets torch call it, but the operator is seen at dispatch level, reached from the answer.
+    namespace = {"torch": torch}
+    source = "def through_torch(a, b):\n    return torch.ops.aten._cdist_forward(a, b, 2.0, None)\n"
+    exec(compile(source, str(Path(torch.__file__).parent / "functional.py"), "exec"), namespace)
+    assert_rejected("01.pairwise_sq_dists", lambda a, b: namespace["through_torch"](a, b) ** 2,
+                    "`torch.ops.aten._cdist_forward.default`, which your code reached through `torch.functional`")
 
 
 def test_pairwise_sq_dists_first_hint_names_the_case_but_not_the_fix():
@@ -346,11 +398,35 @@ def _columns(labels, num_classes):  # a loop over classes, hidden in a helper
         (lambda labels, k: F.one_hot(labels, k).float(), "`torch.nn.functional.one_hot` does it for you"),
         (lambda labels, k: F.one_hot(labels, num_classes=k).to(torch.float32), "`torch.nn.functional.one_hot`"),
         (lambda labels, k: torch.eye(k)[labels], "`torch.eye` (its rows are one-hot rows, ready-made)"),
+        (lambda labels, k: torch.ops.aten.one_hot(labels, k).float(), "`torch.ops.aten.one_hot` does it for you"),
+        (lambda labels, k: torch.ops.aten.one_hot.default(labels, k).float(), "`torch.ops.aten.one_hot.default`"),
     ],
-    ids=["int64", "width", "transposed", "slice", "in-place", "loop", "hidden-loop", "F.one_hot", "F.one_hot-kw", "eye"],
+    ids=["int64", "width", "transposed", "slice", "in-place", "loop", "hidden-loop", "F.one_hot", "F.one_hot-kw", "eye",
+         "aten.one_hot", "aten.one_hot.default"],
 )
 def test_one_hot_wrong_answers_fail(wrong, fragment):
     assert_rejected("01.one_hot", wrong, fragment)
+
+
+@pytest.mark.parametrize(
+    ("identity_rows", "shape"),
+    [
+        (lambda labels, k: torch.ones(k).diag()[labels], "[5, 5]"),
+        (lambda labels, k: torch.diag_embed(torch.ones(k))[labels], "[5, 5]"),
+        (lambda labels, k: torch.zeros(k, k).fill_diagonal_(1)[labels], "[5, 5]"),
+        (lambda labels, k: (torch.arange(k)[:, None] == torch.arange(k)).float()[labels], "[5, 5]"),
+        (lambda labels, k: torch.ones(k).diag().index_select(0, labels), "[5, 5]"),
+        (lambda labels, k: F.embedding(labels, torch.ones(k).diag()), "[5, 5]"),
+        (lambda labels, k: torch.ones(k).diag()[:, labels].T, "[5, 5]"),
+        (lambda labels, k: torch.ones(k + 1).diag()[labels, :k], "[6, 5]"),  # a slice of a larger identity
+    ],
+    ids=["diag", "diag_embed", "fill_diagonal_", "arange==arange", "index_select", "embedding", "columns", "slice"],
+)
+def test_one_hot_rows_of_any_identity_are_refused(identity_rows, shape):
+    labels = torch.tensor([0, 3, 3, 1])
+    assert torch.equal(identity_rows(labels, 5), torch.eye(5)[labels])  # each really gives the one-hot rows
+    message = assert_rejected("01.one_hot", identity_rows, f"indexes a {shape} identity matrix", "ready-made").message
+    assert "torch.arange" not in message, "the first hint should not give the fix away"
 
 
 def test_one_hot_first_hint_names_the_row_but_not_the_fix():

@@ -98,13 +98,57 @@ def test_softmax_wrong_answers_fail(wrong, fragment):
         lambda x, dim: torch.ops.aten.softmax(x, dim),
         lambda x, dim: torch.ops.aten.softmax.int(x, dim),
         lambda x, dim: torch.ops.aten._log_softmax.default(x, dim, False).exp(),
+        lambda x, dim: F.softmin(-x, dim=dim),
+        lambda x, dim: nn.Softmin(dim=dim)(-x),
+        lambda x, dim: torch._safe_softmax(x, dim),
+        lambda x, dim: torch._refs.softmax(x, dim),
+        lambda x, dim: torch._refs.nn.functional.softmin(-x, dim),
+        lambda x, dim: torch._decomp.decompositions._softmax(x, dim, False),
     ],
     ids=["torch.softmax", "F.softmax", "Tensor.softmax", "nn.Softmax", "torch.special.softmax", "F.log_softmax",
          "Tensor.log_softmax", "nn.LogSoftmax", "torch._softmax", "torch._log_softmax", "aten._softmax",
-         "aten._softmax.default", "aten.softmax", "aten.softmax.int", "aten._log_softmax.default"],
+         "aten._softmax.default", "aten.softmax", "aten.softmax.int", "aten._log_softmax.default", "F.softmin",
+         "nn.Softmin", "torch._safe_softmax", "torch._refs.softmax", "torch._refs.softmin", "torch._decomp._softmax"],
 )
 def test_softmax_library_shortcuts_are_refused(shortcut):
-    assert_rejected("01.softmax", shortcut, "write softmax from amax, exp and sum yourself", "does it for you")
+    assert_rejected("01.softmax", shortcut, "write softmax yourself", "does it for you")
+
+
+def _categorical_probs(x, dim):
+    return torch.distributions.Categorical(logits=x.movedim(dim, -1)).probs.movedim(-1, dim)
+
+
+def _categorical_logits(x, dim):  # the normalised logits are log-softmax, computed with logsumexp
+    return torch.distributions.Categorical(logits=x.movedim(dim, -1)).logits.exp().movedim(-1, dim)
+
+
+def _attention_weights(x, dim):  # one query of ones against keys x: the attention weights are softmax(x)
+    moved = x.movedim(dim, -1)
+    query = torch.ones(*moved.shape[:-1], 1, 1, dtype=x.dtype)
+    weights = F.scaled_dot_product_attention(query, moved[..., None], torch.eye(moved.shape[-1], dtype=x.dtype), scale=1.0)
+    return weights.squeeze(-2).movedim(-1, dim)
+
+
+@pytest.mark.parametrize(
+    ("shortcut", "fragment"),
+    [
+        (_categorical_probs, "a `torch.distributions` distribution"),
+        (_categorical_logits, "a `torch.distributions` distribution"),
+        (lambda x, dim: torch.distributions.OneHotCategorical(logits=x.movedim(dim, -1)).probs.movedim(-1, dim),
+         "a `torch.distributions` distribution"),
+        # no class is constructed here: the operator itself is seen, below the torch function that issued it
+        (lambda x, dim: torch.distributions.utils.logits_to_probs(x.movedim(dim, -1)).movedim(-1, dim),
+         "`torch.ops.aten._softmax.default`, which your code reached through `torch.distributions`"),
+        (lambda x, dim: torch.masked.softmax(x, dim), "`torch.ops.aten._softmax.default`, which your code reached "
+         "through `torch.masked`"),
+        (_attention_weights, "`torch.ops.aten._safe_softmax.default`, which your code reached through another torch function"),
+    ],
+    ids=["Categorical.probs", "Categorical.logits", "OneHotCategorical", "logits_to_probs", "torch.masked", "attention"],
+)
+def test_softmax_reached_through_other_torch_functions_is_refused(shortcut, fragment):
+    x = torch.randn(2, 3, 5, dtype=torch.float64)
+    torch.testing.assert_close(shortcut(x, 1), x.softmax(1))  # each really is a softmax
+    assert_rejected("01.softmax", shortcut, "write softmax yourself", fragment)
 
 
 def test_softmax_refusal_is_undone_afterwards():
@@ -118,19 +162,25 @@ def test_softmax_refusal_is_undone_afterwards():
 
 def test_softmax_first_hint_names_the_failure_but_not_the_fix():
     first = assert_rejected("01.softmax", _no_keepdim, "for x of shape [4, 3], dim=1", "broadcasting failed").message
-    assert "keepdim=True" not in first, first
+    assert "keepdim" not in first and "amax" not in first, first
     assert "keepdim=True" in hint("01.softmax", show=False)
     second = assert_rejected("01.softmax", _no_max_subtracted, "overflowed").message
     assert "x.amax(dim=dim, keepdim=True)" in second, "the second failure should add the fuller hint"
+
+
+def test_softmax_first_overflow_hint_leaves_out_the_fix():
+    first = assert_rejected("01.softmax", _no_max_subtracted, "overflowed", "88.7").message
+    assert "amax" not in first and "keepdim" not in first, first
 
 
 def test_softmax_through_logsumexp_is_accepted():
     assert check("01.softmax", lambda x, dim: (x - torch.logsumexp(x, dim, keepdim=True)).exp(), show=False).passed
 
 
-def test_softmax_task_names_keepdim_and_the_max():
+def test_softmax_task_states_the_goal_but_leaves_the_recipe_to_the_hints():
     message = check("01.softmax", lambda x, dim: (_ for _ in ()).throw(NotImplementedError), show=False).message
-    assert "keepdim=True" in message and "amax" in message
+    assert "as large as 1000" in message and "88.7" in message and "Leave x unchanged" in message, message
+    assert "amax" not in message and "keepdim" not in message, message
 
 
 def test_softmax_hint_before_any_attempt_is_the_general_one():

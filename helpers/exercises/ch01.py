@@ -5,7 +5,13 @@ case, the expected against the actual value or shape, and a nudge; the code that
 only on a second failure or from ``hint("01.name")``.
 
 The first two exercises ask for broadcasting and indexing without Python loops, and their
-checkers test that in two ways (see :func:`_python_loop` and :func:`_ops_issued`).
+checkers test that in two ways (see :func:`_python_loop` and :func:`_ops_issued`). Every checker
+calls the candidate on copies of its inputs and fails an answer that changes them in place.
+
+Library shortcuts are refused through :mod:`helpers.exercises.guards`: by name, and for the ATen
+operators that do the work (``aten._softmax``, ``aten._cdist_forward``, ...) whichever torch function
+the learner's code reaches them through (``Shortcut(..., reached=True)``). One-hot rows read out of an
+identity matrix are found by their values (:class:`_IdentityRows`), however the identity was built.
 """
 
 from __future__ import annotations
@@ -90,6 +96,11 @@ def _expect_tensor(got, what: str) -> None:
                    "Build the result from tensor operations on the inputs and return it, not a list or a number.")
 
 
+def _aten(*ops: str, reached: bool = False, does: str = "") -> tuple[Shortcut, ...]:
+    """Shortcuts for ATen operators by name: ``torch.ops.aten.NAME`` and (by the guard) each of its overloads."""
+    return tuple(Shortcut(f"torch.ops.aten.{op}", reached=reached, does=does) for op in ops)
+
+
 def _same_dtype(got: torch.Tensor, want: torch.dtype) -> None:
     if got.dtype != want:
         raise Hint(
@@ -104,6 +115,22 @@ def _same_dtype(got: torch.Tensor, want: torch.dtype) -> None:
 # --------------------------------------------------------------------------
 
 
+def _run_untouched(fn: Callable, inputs: tuple[torch.Tensor, ...], label: str, names: str = "ab"):
+    """Call ``fn`` on copies of ``inputs``; fail with a hint if it changed one of them in place."""
+    copies = tuple(t.clone() for t in inputs)
+    got = fn(*copies)
+    changed = [name for name, t, c in zip(names, inputs, copies) if not torch.equal(t, c)]
+    if changed:
+        which = " and ".join(changed)
+        raise Hint(
+            f"for {label}, your function changed its input {which} in place; the caller's tensors must stay "
+            "as they were (and a result computed from a changed input is not the one asked for).",
+            "Compute new tensors: a[:, None, :] - b[None, :, :] and ** 2 make new ones, while a.mul_(...), "
+            "a -= ... or a[...] = ... write into the caller's a.",
+        )
+    return got
+
+
 def _pairwise_sq_dists_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Squared Euclidean distances between the rows of ``a`` [N, D] and ``b`` [M, D] -> [N, M].
 
@@ -115,6 +142,17 @@ def _pairwise_sq_dists_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tens
     return (diff**2).sum(dim=-1)
 
 
+#: PyTorch's own pairwise distances: the public functions, the private ``torch._euclidean_dist``
+#: (what ``torch.cdist`` uses for larger inputs), ``pdist`` (all pairs within one tensor: the
+#: ``a``-to-``b`` block of ``pdist(cat([a, b]))`` is the answer), Python decompositions, and the
+#: ATen operators: ``cdist`` by name (it is decomposed before dispatch), and the three operators that
+#: do the work wherever the learner's code reaches them from.
+_LIBRARY_DISTANCES = (
+    "torch.cdist", "torch._euclidean_dist", "torch.pdist", "torch._decomp.decompositions._euclidean_dist",
+    *_aten("cdist", "pdist"),
+    *_aten("_cdist_forward", "_euclidean_dist", "_pdist_forward", reached=True),
+)
+
 _BROADCAST_FIX = (
     "Give a a new axis in the middle and b one in front: a[:, None, :] - b[None, :, :] has shape "
     "[N, M, D]; square it and sum over the last dimension (dim=-1)."
@@ -125,10 +163,10 @@ _BROADCAST_FIX = (
     "01.pairwise_sq_dists",
     "write pairwise_sq_dists(a, b) that takes a [N, D] and b [M, D] and returns the [N, M] tensor "
     "whose entry [i, j] is the squared Euclidean distance between a[i] and b[j], using broadcasting "
-    "(no Python loops, no torch.cdist), with the same dtype as the inputs (float32 in, float32 out; "
-    "float64 in, float64 out).",
+    "(no Python loops, no torch.cdist or other library distances), leaving a and b unchanged, with the "
+    "same dtype as the inputs (float32 in, float32 out; float64 in, float64 out).",
     _pairwise_sq_dists_reference,
-    shortcuts=("torch.cdist",),
+    shortcuts=_LIBRARY_DISTANCES,
     goal="the pairwise distances with broadcasting",
     hint=_BROADCAST_FIX,
 )
@@ -142,7 +180,8 @@ def _test_pairwise_sq_dists(pairwise_sq_dists: Callable) -> None:
     for n, m, d in [(3, 3, 2), (4, 6, 3), (5, 2, 1), (1, 7, 4), (40, 30, 16)]:
         a = torch.randn(n, d, generator=g, dtype=torch.float64)
         b = torch.randn(m, d, generator=g, dtype=torch.float64)
-        got = pairwise_sq_dists(a, b)
+        want = torch.cdist(a, b) ** 2  # from the originals, before the candidate sees any tensor
+        got = _run_untouched(pairwise_sq_dists, (a, b), f"a {(n, d)} and b {(m, d)}")
         _expect_tensor(got, "pairwise_sq_dists(a, b)")
         _same_dtype(got, a.dtype)
         if got.shape != (n, m):
@@ -152,7 +191,6 @@ def _test_pairwise_sq_dists(pairwise_sq_dists: Callable) -> None:
                 "shape [N, M, D]?",
                 _BROADCAST_FIX,
             )
-        want = torch.cdist(a, b) ** 2
         got64 = got.to(torch.float64)
         if torch.allclose(got64, want, rtol=1e-6, atol=1e-8):
             continue
@@ -171,10 +209,11 @@ def _test_pairwise_sq_dists(pairwise_sq_dists: Callable) -> None:
         )
     # float32 in, float32 out: no silent change of dtype either way.
     a32 = torch.randn(4, 3, generator=g)
-    got = pairwise_sq_dists(a32, a32[:2])
+    want32 = torch.cdist(a32, a32[:2]) ** 2
+    got = _run_untouched(pairwise_sq_dists, (a32, a32[:2]), "float32 a (4, 3) and b (2, 3)")
     _expect_tensor(got, "pairwise_sq_dists(a, b)")
     _same_dtype(got, torch.float32)
-    if not torch.allclose(got, torch.cdist(a32, a32[:2]) ** 2, rtol=1e-4, atol=1e-4):
+    if not torch.allclose(got, want32, rtol=1e-4, atol=1e-4):
         raise Hint("for float32 inputs a (4, 3) and b (2, 3) the values are wrong, although float64 inputs worked.",
                    "Compute in the inputs' own dtype, with no .double() or .float() on the way.")
     # No loops anywhere (also in functions it calls): the operator count must not grow with N, M, D.
@@ -203,6 +242,36 @@ def _one_hot_reference(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     return out
 
 
+class _IdentityRows(TorchDispatchMode):
+    """Notes an operator that reads entries of an identity matrix by index (``I[labels]``, ``index_select``, ...).
+
+    The identity's rows are one-hot rows ready-made, however it was built (``torch.eye``,
+    ``torch.ones(C).diag()``, ``diag_embed``, ``fill_diagonal_``, a comparison of two ``arange``): so the
+    test is on the values. "Identity" means 2-D, at least 2 x 2, 1 on the main diagonal and 0 everywhere
+    else (a rectangular slice of an identity counts too). Writing into a tensor by index
+    (``out[rows, labels] = 1.0``, ``scatter_``) is not reading, and is not noted.
+    """
+
+    READS = {torch.ops.aten.index, torch.ops.aten._unsafe_index, torch.ops.aten.index_select,
+             torch.ops.aten.embedding, torch.ops.aten.gather, torch.ops.aten.take, torch.ops.aten.take_along_dim}
+
+    def __init__(self):
+        super().__init__()
+        self.identity_shape: tuple[int, ...] | None = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        source = args[0] if args else None
+        if self.identity_shape is None and func.overloadpacket in self.READS and _is_identity(source):
+            self.identity_shape = tuple(source.shape)
+        return func(*args, **(kwargs or {}))
+
+
+def _is_identity(t) -> bool:
+    if not isinstance(t, torch.Tensor) or t.ndim != 2 or min(t.shape) < 2 or t.is_complex():
+        return False
+    return bool((t.diagonal() == 1).all()) and int(torch.count_nonzero(t)) == min(t.shape)
+
+
 _PAIRED_INDEX_FIX = (
     "Index rows with torch.arange(N) and columns with labels, together: "
     "out[torch.arange(N), labels] = 1.0 pairs row i with column labels[i]."
@@ -214,10 +283,10 @@ _PAIRED_INDEX_FIX = (
     "write one_hot(labels, num_classes) that takes int64 class indices of shape [N] and returns a "
     "float32 tensor of shape [N, num_classes] with 1.0 at [i, labels[i]] and 0.0 everywhere else: "
     "start from torch.zeros and write the ones with one indexing assignment (no Python loops, "
-    "no F.one_hot, no rows of torch.eye).",
+    "no F.one_hot, no rows of an identity matrix such as torch.eye).",
     _one_hot_reference,
     shortcuts=(
-        "torch.nn.functional.one_hot",
+        "torch.nn.functional.one_hot", "torch._decomp.decompositions.one_hot", *_aten("one_hot"),
         Shortcut("torch.eye", does="`torch.eye` (its rows are one-hot rows, ready-made)"),
     ),
     goal="the ones into torch.zeros with an indexing assignment",
@@ -237,8 +306,17 @@ def _test_one_hot(one_hot: Callable) -> None:
     ]
     for labels, num_classes in cases:
         given = labels.clone()
-        got = one_hot(labels, num_classes)
+        with _IdentityRows() as reads:
+            got = one_hot(labels, num_classes)
         n = labels.shape[0]
+        if reads.identity_shape is not None:
+            rows, cols = reads.identity_shape
+            raise Hint(
+                f"for num_classes={num_classes} your function indexes a [{rows}, {cols}] identity matrix (1.0 on "
+                "the diagonal, 0.0 elsewhere): its rows are one-hot rows, ready-made, so picking them skips the "
+                "indexing assignment this exercise practises, however the identity was built.",
+                "Start from out = torch.zeros(N, num_classes) instead; " + _PAIRED_INDEX_FIX,
+            )
         _expect_tensor(got, "one_hot(labels, num_classes)")
         if got.shape != (n, num_classes):
             raise Hint(
@@ -295,23 +373,30 @@ def _softmax_reference(x: torch.Tensor, dim: int) -> torch.Tensor:
     return e / e.sum(dim=dim, keepdim=True)
 
 
-#: PyTorch's own softmax under the names a learner can reach: the public functions
-#: (Tensor.softmax and Tensor.log_softmax come with the torch.* names), the modules
-#: (nn.Softmax calls F.softmax from inside torch, so it is named as a class), the private
-#: torch._softmax / torch._log_softmax, and the ATen operators under torch.ops.aten, each
-#: as its overload packet (torch.ops.aten._softmax(...)) and as every overload
-#: (torch.ops.aten._softmax.default(...)). The guard sees all of these (tests/test_exercises_ch01.py
-#: calls each); a softmax assembled from other operators, such as exp(x - logsumexp(x)), is
-#: the learner's own and is accepted.
+#: PyTorch's own softmax. By name: the public functions (Tensor.softmax and Tensor.log_softmax
+#: come with the torch.* names), softmin (softmax of -x), the modules (nn.Softmax calls F.softmax
+#: from inside torch, so it is named as a class), torch.distributions (a Categorical normalises its
+#: logits: Categorical(logits=x).probs is softmax(x), and .logits its log), the private torch._*
+#: spellings and the Python references in torch._refs and torch._decomp. At dispatch level, whatever
+#: the learner's code reaches them through (torch.masked.softmax, F.gumbel_softmax, attention, ...):
+#: the ATen operators that compute a softmax, each with every overload. Composite ones
+#: (aten.softmax.int) are decomposed before dispatch, so they are named too, for a direct call.
+#: tests/test_exercises_ch01.py calls each route; a softmax assembled from other operators, such
+#: as exp(x - logsumexp(x)), is the learner's own and is accepted.
 _LIBRARY_SOFTMAX = (
     "torch.softmax", "torch.log_softmax", "torch.special.softmax", "torch.special.log_softmax",
-    "torch.nn.functional.softmax", "torch.nn.functional.log_softmax", "torch.nn.Softmax", "torch.nn.LogSoftmax",
-    "torch._softmax", "torch._log_softmax",
-    *(
-        f"torch.ops.aten.{op}{overload}"
-        for op in ("_softmax", "_log_softmax", "softmax", "log_softmax")
-        for overload in ("", *(f".{name}" for name in getattr(torch.ops.aten, op).overloads()))
-    ),
+    "torch.nn.functional.softmax", "torch.nn.functional.log_softmax", "torch.nn.functional.softmin",
+    "torch.nn.Softmax", "torch.nn.LogSoftmax", "torch.nn.Softmin",
+    Shortcut("torch.distributions.Distribution",
+             does="a `torch.distributions` distribution (it turns logits into normalised probabilities)"),
+    "torch._softmax", "torch._log_softmax", "torch._safe_softmax", "torch._masked_softmax",
+    "torch._refs.softmax", "torch._refs.log_softmax", "torch._refs.special.softmax", "torch._refs.special.log_softmax",
+    "torch._refs.nn.functional.softmax", "torch._refs.nn.functional.log_softmax", "torch._refs.nn.functional.softmin",
+    "torch._decomp.decompositions._softmax", "torch._decomp.decompositions._log_softmax",
+    "torch._decomp.decompositions.safe_softmax",
+    *_aten("softmax", "log_softmax"),
+    *_aten("_softmax", "_log_softmax", "_safe_softmax", "_masked_softmax", "_sparse_softmax", "_sparse_log_softmax",
+           reached=True),
 )
 
 
@@ -338,12 +423,12 @@ def _run_softmax(softmax: Callable, x: torch.Tensor, dim: int, label: str):
 @exercise(
     "01.softmax",
     "write softmax(x, dim) that returns exp(x) / exp(x).sum(dim) along dimension dim of a float tensor "
-    "of any shape: same shape and dtype as x, positive values that sum to 1 along dim. Subtract "
-    "x.amax(dim=dim, keepdim=True) first so that exp cannot overflow, use keepdim=True so the sums "
-    "broadcast back, leave x unchanged, and do not call torch.softmax or F.softmax.",
+    "of any shape: same shape and dtype as x, positive values that sum to 1 along dim, and finite "
+    "values even for entries as large as 1000 (float32 exp overflows above about 88.7). Leave x "
+    "unchanged, and build it yourself: no torch.softmax, F.softmax or other library softmax.",
     _softmax_reference,
     shortcuts=_LIBRARY_SOFTMAX,
-    goal="softmax from amax, exp and sum",
+    goal="softmax",
     hint="Take m = x.amax(dim=dim, keepdim=True) and e = (x - m).exp(), then divide e by "
          "e.sum(dim=dim, keepdim=True): keepdim keeps both reductions broadcastable against x.",
 )
