@@ -66,6 +66,7 @@ SINE_LR = 1e-2  # Adam's learning rate
 EVAL_EVERY = 100  # steps between two test-MSE measurements
 MAX_MSE_RATIO = 0.5  # the checks require test MSE < MAX_MSE_RATIO x the last-value baseline
 MAX_CLEAN_RATIO = 1.0  # ... and MSE vs the clean sine < MAX_CLEAN_RATIO x the noisy targets' own distance from it
+MAX_CELL_RATIO = 1.5  # ... and the GRU's and the LSTM's test MSEs within this factor of each other
 ROLLOUT = 60  # forecast horizon: steps of the autoregressive rollout and outputs of the direct forecaster
 # Character-level model on Tiny Shakespeare
 CHAR_EMBED = 32  # embedding size per character
@@ -79,6 +80,7 @@ VAL_BATCHES = 8  # validation batches of 64 sequences (fixed, drawn once)
 SAMPLE_CHARS = 300  # characters to sample at each temperature
 WORD_SAMPLE_CHARS = 1000  # characters sampled per temperature to count real words
 MIN_SPEAKER_LINES = 1  # the checks require this many "NAME:" lines in the temperature-0.5 sample
+MAX_TRAIN_VAL_GAP = 0.15  # ... and validation minus training-text loss of the final model below this (nats/char)
 
 # %% [markdown]
 # ## Setup
@@ -89,6 +91,7 @@ import math
 import re
 import time
 import warnings
+from collections import Counter
 
 import matplotlib.pyplot as plt
 import torch
@@ -98,7 +101,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_se
 
 from helpers.data import tiny_shakespeare
 from helpers.device import pick_device, seed_everything
-from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
+from helpers.exercises import check, hint, solution  # noqa: F401  (hint, solution: for when you are stuck)
 from helpers.models import CharVocab, RNNForecaster, count_parameters
 from helpers.report import ChapterReport
 
@@ -303,13 +306,15 @@ def input_gradient_norms(layer, x):
 
 
 @torch.no_grad()
-def mean_forget_gate(lstm, x):
-    """The forget gate sigmoid(f) averaged over batch, steps and units, as the LSTM reads x."""
+def forget_gate_stats(lstm, x):
+    """(mean, 90th percentile, largest per-unit geometric mean) of the forget gate sigmoid(f) as the LSTM reads x."""
     H = lstm.hidden_size
     out, _ = lstm(x)
     h_prev = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)  # h before each step
     f = x @ lstm.weight_ih_l0[H : 2 * H].T + lstm.bias_ih_l0[H : 2 * H] + h_prev @ lstm.weight_hh_l0[H : 2 * H].T + lstm.bias_hh_l0[H : 2 * H]
-    return torch.sigmoid(f).mean().item()
+    f = torch.sigmoid(f)  # [B, T, H]
+    unit_geo = f.log().mean(dim=(0, 1)).exp()  # per unit: its typical factor per step along the cell state
+    return f.mean().item(), f.flatten().quantile(0.9).item(), unit_geo.max().item()
 
 
 def with_forget_bias(lstm, b_f):
@@ -325,7 +330,7 @@ default_threads = torch.get_num_threads()
 torch.set_num_threads(1)  # tiny operations: see "CPU threads" in the training section below
 grad_names = ["nn.RNN (tanh)", "nn.LSTM", "nn.LSTM, b_f = 1", "nn.LSTM, b_f = 3"]  # b_f: forget-gate bias
 log_grads = {name: [] for name in grad_names}  # per seed: log ‖∂loss/∂x_t‖, [T]
-forget_mean = {name: [] for name in grad_names[1:]}
+forget_stats = {name: [] for name in grad_names[1:]}  # per seed: (mean, 90th percentile, largest unit)
 spectral_radius = []  # of the RNN's W_hh
 for seed in range(GRAD_SEEDS):
     torch.manual_seed(seed)
@@ -337,21 +342,24 @@ for seed in range(GRAD_SEEDS):
               grad_names[2]: with_forget_bias(lstm_default, 1.0), grad_names[3]: with_forget_bias(lstm_default, 3.0)}
     for name, layer in layers.items():
         log_grads[name].append(input_gradient_norms(layer, x_long).log())
-        if name in forget_mean:
-            forget_mean[name].append(mean_forget_gate(layer, x_long))
+        if name in forget_stats:
+            forget_stats[name].append(forget_gate_stats(layer, x_long))
 torch.set_num_threads(default_threads)
 
 LOG10 = math.log(10)
 log_grads = {name: torch.stack(v) for name, v in log_grads.items()}  # [seeds, T]
 ratio_log10 = {name: (v[:, 0] - v[:, -1]) / LOG10 for name, v in log_grads.items()}  # log10 of grad(t=0) / grad(t=T-1)
+per_step_log10 = {name: v / (GRAD_T - 1) for name, v in ratio_log10.items()}  # orders of magnitude per step
 k = GRAD_T - 21  # per-step factor from t = 10 to t = T - 11, away from both ends
 per_step = {name: ((v[:, -11] - v[:, 10]) / k).neg().exp() for name, v in log_grads.items()}
+fgate = {name: torch.tensor(v).mean(0).tolist() for name, v in forget_stats.items()}  # mean over seeds
 print(f"T = {GRAD_T}, hidden size {GRAD_H}, {GRAD_SEEDS} seeds; gradient at t = 0 relative to t = T - 1, as a power of 10")
-print(f"{'layer':18s} {'per seed':32s} {'geo. mean':>9s} {'per-step factor':>16s} {'mean forget gate':>17s}")
+print(f"{'':18s} {'':32s} {'':9s} {'per-step':>9s} {'forget gate f':^23s}")
+print(f"{'layer':18s} {'per seed':32s} {'geo. mean':>9s} {'factor':>9s} {'mean':>7s} {'90th %':>7s} {'top unit':>8s}")
 for name in grad_names:
     seeds = " ".join(f"{v:6.1f}" for v in ratio_log10[name].tolist())
-    fgate = f"{sum(forget_mean[name]) / GRAD_SEEDS:.2f}" if name in forget_mean else "-"
-    print(f"{name:18s} {seeds:32s} {ratio_log10[name].mean():9.1f} {per_step[name].mean():16.2f} {fgate:>17s}")
+    fcols = "".join(f"{v:>{w}.2f}" for v, w in zip(fgate[name], (8, 8, 9))) if name in fgate else f"{'-':>8s}"
+    print(f"{name:18s} {seeds:32s} {ratio_log10[name].mean():9.1f} {per_step[name].mean():9.2f}{fcols}")
 print(f"spectral radius of the RNN's W_hh per seed: {' '.join(f'{r:.2f}' for r in spectral_radius)} (1/sqrt(3) = {1 / math.sqrt(3):.2f})")
 _ = report.record("RNN gradient t=0 vs t=T-1 (log10)", ratio_log10[grad_names[0]].mean().item(), digits=1)
 _ = report.record("LSTM b_f=3 gradient t=0 vs t=T-1 (log10)", ratio_log10[grad_names[3]].mean().item(), digits=1)
@@ -368,29 +376,38 @@ ax.legend(fontsize=8)
 plt.show()
 
 # %%
-rnn_r, lstm_r, lstm1_r, lstm3_r = (ratio_log10[name].mean().item() for name in grad_names)
-assert (ratio_log10[grad_names[0]] < -15).all() and rnn_r < -20, (
-    f"the RNN's gradient at t = 0 should be more than 20 orders of magnitude below t = T - 1, got 10^{rnn_r:.1f}"
+# Thresholds in orders of magnitude PER STEP, so they hold for any GRAD_T (0.13 per step = 20 over 150 steps)
+rnn_s, lstm_s, lstm1_s, lstm3_s = (per_step_log10[name].mean().item() for name in grad_names)
+print("orders of magnitude per step (geo. mean over seeds): "
+      + ", ".join(f"{name} {v:+.3f}" for name, v in zip(grad_names, (rnn_s, lstm_s, lstm1_s, lstm3_s))))
+assert (per_step_log10[grad_names[0]] < -0.1).all() and rnn_s < -0.13, (
+    f"the RNN's gradient should lose more than 0.13 orders of magnitude per step, got {rnn_s:+.3f}"
 )
-assert lstm_r < -20, f"at default initialisation the LSTM's gradient should vanish too, got 10^{lstm_r:.1f}"
-assert 0 < lstm_r - rnn_r < 10, f"the default LSTM should keep only a few orders of magnitude more than the RNN ({lstm_r - rnn_r:.1f})"
+assert lstm_s < -0.13, f"at default initialisation the LSTM's gradient should vanish too, got {lstm_s:+.3f} per step"
+assert 0 < lstm_s - rnn_s < 0.067, f"the default LSTM should keep only a little more per step than the RNN ({lstm_s - rnn_s:+.3f})"
 assert (ratio_log10[grad_names[1]] < ratio_log10[grad_names[0]]).any(), "in some seed the default LSTM should keep less than the RNN"
-assert abs(sum(forget_mean[grad_names[1]]) / GRAD_SEEDS - 0.5) < 0.05, "the default forget gate should sit near 0.5"
-assert lstm_r + 10 < lstm1_r and lstm1_r + 5 < lstm3_r, "a larger forget-gate bias should keep much more of the gradient"
-assert abs(lstm3_r) < 1 and lstm3_r - rnn_r > 20, f"with b_f = 3 the gradient at t = 0 should be within 10x of t = T - 1, got 10^{lstm3_r:.1f}"
-f1, f3 = (sum(forget_mean[name]) / GRAD_SEEDS for name in grad_names[2:])
+assert abs(fgate[grad_names[1]][0] - 0.5) < 0.05, "the default forget gate should sit near 0.5"
+assert lstm_s + 0.067 < lstm1_s and lstm1_s + 0.033 < lstm3_s, "a larger forget-gate bias should keep much more of the gradient"
+assert abs(lstm3_s) < 1 / 150 and lstm3_s - rnn_s > 0.13, (
+    f"with b_f = 3 the gradient should change by less than 10x per 150 steps, got {lstm3_s:+.4f} orders of magnitude per step"
+)
+assert all(per_step[name].mean() > fgate[name][2] for name in grad_names[1:]), (
+    "the LSTM's gradient should decay more slowly per step than even its most open unit's forget gate"
+)
+# sanity checks of the set-up (they hold if the bias was set as intended): sigmoid(1) = 0.73, sigmoid(3) = 0.95
+f1, f3 = (fgate[name][0] for name in grad_names[2:])
 assert abs(f1 - 0.73) < 0.03 and abs(f3 - 0.95) < 0.02, f"mean forget gates {f1:.2f} (b_f = 1) and {f3:.2f} (b_f = 3)"
 assert all(f < r for f, r in zip(per_step[grad_names[0]].tolist(), spectral_radius)), (
     "the RNN's gradient should shrink per step by less than the spectral radius of W_hh"
 )
-print("checked: both default layers lose > 20 orders of magnitude; the forget-gate bias decides the LSTM's decay")
+print("checked: both default layers lose > 0.13 orders of magnitude per step; the forget-gate bias decides the LSTM's decay")
 
 # %% [markdown]
 # Read the table and the figure together:
 #
-# - **The RNN** loses more than 20 orders of magnitude over the sequence (the
-#   first row), about a constant factor per step: a straight line on the log
-#   scale. Each step multiplies the gradient by `diag(1 - h'²) W_hh`. At
+# - **The RNN** loses more than 0.13 orders of magnitude per step (checked;
+#   that is more than 20 over these 150 steps, the first row), about a
+#   constant factor per step: a straight line on the log scale. Each step multiplies the gradient by `diag(1 - h'²) W_hh`. At
 #   PyTorch's default initialisation the entries of `W_hh` are uniform in
 #   `±1/sqrt(H)`, so its eigenvalues fill a disc of radius about
 #   `1/sqrt(3) ≈ 0.58` (the circular law; the largest eigenvalue, printed
@@ -399,19 +416,33 @@ print("checked: both default layers lose > 20 orders of magnitude; the forget-ga
 #   tanh derivative, at most 1, only shrinks it further. The measured
 #   per-step factor is below the spectral radius for every seed (checked).
 # - **The LSTM at default initialisation vanishes too.** Averaged over the
-#   seeds it keeps a few orders of magnitude more than the RNN (fewer than 10,
-#   checked, out of the more than 20 both lose), and not in every seed (see
-#   the first seed, checked). Its forget gate is `sigmoid` of a
-#   pre-activation near 0, so it sits at about 0.5 (last column), and the
-#   cell-state path multiplies the gradient by `f` at every step: roughly
-#   halving it. The LSTM is not a cure by itself.
+#   seeds it keeps a little more per step than the RNN (less than 0.067
+#   orders of magnitude per step more, that is fewer than 10 over 150 steps,
+#   checked, while both lose more than 20), and not in every seed: in at
+#   least one (here the first) it keeps less than the RNN (checked). Its
+#   forget gate is `sigmoid` of a pre-activation near 0, so it averages about
+#   0.5 (the "mean" column), and along the cell state each unit's gradient is
+#   multiplied by its own `f` at every step. The measured per-step factor,
+#   0.64, is larger than that mean: a norm over 64 units is dominated by the
+#   units whose gradient decays slowest, those with the largest forget gate
+#   (the 90th percentile of `f` and the most open unit's typical `f` are
+#   printed beside the mean), and the paths through `h` and the gates add to
+#   the cell path, so the measured factor is above even the most open unit's
+#   `f` in every LSTM row (checked). Still, a factor of about 0.6 per step
+#   loses more than 20 orders of magnitude over 150 steps: the LSTM is not a
+#   cure by itself.
 # - **The forget gate decides.** The direct path along the cell state has
 #   `∂c'/∂c = diag(f)`: no `W_hh` and no tanh derivative on it, only the
 #   forget gate (the gates themselves depend on `h`, which adds the other
 #   paths). Raise its bias and the gate opens: at `b_f = 1` it averages about
-#   0.73 and the gradient decays far more slowly; at `b_f = 3` it is about
-#   0.95 and the gradient at `t = 0` is within a factor of 10 of the last
-#   step's. That is the original LSTM's constant error carousel (`f = 1`)
+#   0.73 (`sigmoid(1)`; this and `sigmoid(3)` are sanity checks of the
+#   set-up) and the gradient decays far more slowly, by a factor of about
+#   0.86 per step; at `b_f = 3` the gate averages about 0.95 and the
+#   measured factor is slightly **above 1** (1.01): the gradient at `t = 0`
+#   is a little *larger* than the last step's (10^+0.4 on average over the
+#   seeds, the table), within a factor of 10 (checked, per step). No single
+#   path grows here (every gate is below 1); it is the sum of the cell path
+#   and the paths through `h` that ends up a little above 1. That is the original LSTM's constant error carousel (`f = 1`)
 #   again, but now a choice the network learns, per unit and per step, and
 #   can undo when it should forget. This is why a positive forget-gate bias
 #   is a common initialisation for LSTMs; PyTorch's default leaves it at
@@ -423,9 +454,15 @@ print("checked: both default layers lose > 20 orders of magnitude; the forget-ga
 # and three gate blocks instead of four: a **reset** gate `r`, an **update**
 # gate `z` and a candidate `n`. The new state is a blend of the old state and
 # the candidate, `h' = (1 - z) * n + z * h`. In PyTorch's formula, `r`
-# multiplies the recurrent term *including its bias*, so for the candidate
+# multiplies the recurrent term *including its bias*,
+# `n = tanh(W_in x + b_in + r * (W_hn h + b_hn))`, so for the candidate
 # `n` a GRU's two bias vectors are not redundant (checked below: folding
-# `b_hh` into `b_ih` leaves the r and z blocks unchanged but not n):
+# `b_hh` into `b_ih` leaves the r and z blocks unchanged but not n). This
+# is a variant: Cho et al. (2014) apply the reset gate *before* the matrix
+# product, `W_hn (r * h)`. PyTorch follows cuDNN, which applies it after
+# (ONNX calls this `linear_before_reset=1`); the two give different
+# numbers for the same weights, which matters when weights move between
+# frameworks.
 
 # %%
 gru = nn.GRU(F_IN, H, batch_first=True)
@@ -501,7 +538,7 @@ _ = report.record("GRU forecaster parameters", param_counts["gru"])
 
 # %% [markdown]
 # The GRU has three quarters of the LSTM's recurrent parameters. Whether it
-# forecasts as well is the next section's question.
+# forecasts as well is measured in the next section.
 #
 # ## Forecasting noisy sine waves
 #
@@ -631,10 +668,12 @@ for cell in ("lstm", "gru"):
 # a few training steps with the default number of threads and with one
 # thread, and keep the default only if it is at least 20 % faster (an
 # apparent win is confirmed by two more rounds, alternating, and the median
-# of each setting decides). The margin matters on a
+# of the three rounds of each setting decides). The margin matters on a
 # shared machine: a thread count that looks as fast for a few steps can
-# turn many times slower later, when the other programs get busy, and one
-# thread never waits for a partner.
+# turn slower later, when the other programs get busy, and one thread never
+# waits for a partner. The count chosen here, on the sine LSTM, is kept for
+# the rest of the notebook, the character model included (a larger model,
+# for which it was not measured).
 
 # %%
 def ms_per_step(threads, cell="lstm", steps=15, warmup=3):
@@ -659,15 +698,16 @@ if device.type == "cpu":
         return sorted(values)[len(values) // 2]
 
     thread_rounds = {n: [ms_per_step(n)] for n in sorted({default_threads, 1}, reverse=True)}
-    # two more rounds only to confirm an apparent win of several threads (a slow round is costly)
-    while len(thread_rounds[1]) < 3 and median(thread_rounds[default_threads]) < 0.8 * median(thread_rounds[1]):
-        for n in thread_rounds:
-            thread_rounds[n].append(ms_per_step(n))
+    # two more rounds only to confirm an apparent win of several threads (a slow round is costly): 1 or 3 rounds
+    if thread_rounds[default_threads][0] < 0.8 * thread_rounds[1][0]:
+        for _ in range(2):
+            for n in thread_rounds:
+                thread_rounds[n].append(ms_per_step(n))
     step_ms = {n: median(v) for n, v in thread_rounds.items()}
     threads = default_threads if step_ms[default_threads] < 0.8 * step_ms[1] else 1
     torch.set_num_threads(threads)
     print(", ".join(f"{n} thread(s): {ms:.1f} ms per step" for n, ms in step_ms.items()),
-          f"({len(thread_rounds[1])} round(s); median) -> using {threads}")
+          f"({len(thread_rounds[1])} round(s){'; median' if len(thread_rounds[1]) > 1 else ''}) -> using {threads}")
 else:
     print(f"training on {device}: the CPU thread count does not matter here")
 
@@ -754,9 +794,58 @@ assert all(v < baseline_mse for v in first_mse.values()), "both models should be
 # then approach the noise floor, which they cannot cross.
 #
 # Look also at the training times printed above. The GRU has a quarter fewer
-# parameters, but that does not make it faster. A fair comparison on a
-# shared machine interleaves the two: three rounds of a few steps each,
-# LSTM then GRU, and the median per model:
+# parameters, but on a CPU it is not faster. The reason is not in the
+# equations but in the kernels. On a CPU with oneDNN (Intel's deep-learning
+# library, called MKL-DNN in PyTorch's sources: `torch.backends.mkldnn`),
+# `nn.LSTM` on a float32 tensor runs the whole layer as **one fused
+# operator**, `aten::mkldnn_rnn_layer`, whose backward is a single autograd
+# node, `MkldnnRnnLayerBackward0`. PyTorch has no such kernel for `nn.GRU`:
+# it runs as a chain of small matrix products and element-wise operations
+# per time step, each a separate node to record and to differentiate. We can
+# see that without a clock, in the autograd graph behind each layer's output:
+
+# %%
+def graph_nodes(tensor):
+    """Counter of the autograd node types in the graph behind ``tensor`` (each node counted once)."""
+    names, seen, stack = Counter(), set(), [tensor.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names[type(node).__name__] += 1
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return names
+
+
+x_graph = X_train[:SINE_BATCH]  # float32 on the CPU, one training batch
+torch.manual_seed(SEED)
+graph_layers = {cell: RNNForecaster(cell, input_size=1, hidden_size=HIDDEN).rnn for cell in ("lstm", "gru")}
+nodes = {cell: graph_nodes(layer(x_graph)[0]) for cell, layer in graph_layers.items()}
+with warnings.catch_warnings(record=True) as caught:  # toggling the flag may warn about TF32 on Intel GPUs
+    warnings.simplefilter("always")
+    with torch.backends.mkldnn.flags(enabled=False):
+        nodes_off = {cell: graph_nodes(layer(x_graph)[0]) for cell, layer in graph_layers.items()}
+for cell in nodes:
+    print(f"{cell.upper():4s} on a CPU tensor: {sum(nodes[cell].values()):4d} autograd nodes, "
+          f"MkldnnRnnLayerBackward0 x {nodes[cell]['MkldnnRnnLayerBackward0']}; with oneDNN off: "
+          f"{sum(nodes_off[cell].values())} nodes, MkldnnRnnLayerBackward0 x {nodes_off[cell]['MkldnnRnnLayerBackward0']}")
+fused_lstm = torch.backends.mkldnn.is_available() and device.type == "cpu"
+if fused_lstm:
+    assert nodes["lstm"]["MkldnnRnnLayerBackward0"] == 1 and nodes["gru"]["MkldnnRnnLayerBackward0"] == 0, (
+        "with oneDNN the LSTM should run as one fused layer and the GRU not"
+    )
+    assert nodes_off["lstm"]["MkldnnRnnLayerBackward0"] == 0, "with oneDNN off the LSTM should run step by step too"
+    assert sum(nodes["gru"].values()) > 10 * sum(nodes["lstm"].values()), "the GRU's graph should be far larger"
+else:
+    print("oneDNN is not available here (or the models run on a GPU): the fused CPU LSTM does not apply")
+
+# %% [markdown]
+# The time per step follows. A fair comparison on a shared machine
+# interleaves the two: three rounds of a few steps each, LSTM then GRU, and
+# the median per model; then one round of each with oneDNN switched off,
+# where both run step by step (a printed figure only; timings are not
+# asserted):
 
 # %%
 if device.type == "cpu":
@@ -764,17 +853,29 @@ if device.type == "cpu":
     for _ in range(3):
         for cell in rounds:
             rounds[cell].append(ms_per_step(threads, cell))
-    step_median = {cell: sorted(v)[1] for cell, v in rounds.items()}
+    step_median = {cell: sorted(v)[1] for cell, v in rounds.items()}  # the middle one of three
     print(", ".join(f"{cell.upper()} {ms:.1f} ms" for cell, ms in step_median.items()), "per step (median of 3 rounds),",
           f"GRU / LSTM = {step_median['gru'] / step_median['lstm']:.1f}")
-    assert step_median["gru"] > step_median["lstm"], "on this CPU the GRU step should take longer than the LSTM step"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.backends.mkldnn.flags(enabled=False):
+            step_off = {cell: ms_per_step(threads, cell) for cell in rounds}
+    print(", ".join(f"{cell.upper()} {ms:.1f} ms" for cell, ms in step_off.items()), "per step with oneDNN off (one round)")
+    for message in sorted({str(w.message) for w in caught}):
+        print(f"(warning while toggling oneDNN: {message})")
 else:
     print(f"training on {device}: the CPU step-time comparison is skipped")
 
 # %% [markdown]
-# On a CPU the GRU's step takes longer than the LSTM's, despite the smaller
-# weights (checked above when the notebook runs on a CPU; on a GPU the answer
-# can differ). Fewer parameters is not the same as less time: measure.
+# The graphs are the deterministic part (checked): with oneDNN the LSTM's
+# whole layer is one node among 6, the GRU's graph has over 400, and with
+# oneDNN off the LSTM's graph grows to the same size. The times are printed
+# only, since a shared machine's timings vary; in the run stored here the
+# fused LSTM step took well under half of the GRU's time, and with oneDNN
+# off the two were within a few percent of each other (the figures above).
+# So the gap comes from the kernel, not from the GRU's design. On a GPU both have
+# fused cuDNN kernels and the answer can differ. Fewer parameters is not the
+# same as less time: measure, and look at which kernel runs.
 
 # %%
 mse = {cell: test_mse(model) for cell, model in forecasters.items()}
@@ -789,6 +890,8 @@ for cell in ("lstm", "gru"):
 print(f"{'noise floor':22s} {noise_floor:9.4f} {noise_floor / baseline_mse:11.2f}")
 target_noise = F.mse_loss(y_test, y_test_clean).item()
 print(f"(the noisy targets themselves are {target_noise:.4f} away from the clean sine)")
+cell_ratio = mse["gru"] / mse["lstm"]
+print(f"GRU / LSTM test MSE = {cell_ratio:.2f}")
 
 # %%
 for cell, value in mse.items():
@@ -801,6 +904,16 @@ for cell, value in mse.items():
         f"{cell.upper()}: MSE against the clean sine {clean_mse[cell]:.4f} should be below "
         f"{MAX_CLEAN_RATIO} x the noisy targets' {target_noise:.4f}"
     )
+assert 1 / MAX_CELL_RATIO < cell_ratio < MAX_CELL_RATIO, (
+    f"the GRU's and the LSTM's test MSEs should be within a factor {MAX_CELL_RATIO} of each other, ratio {cell_ratio:.2f}"
+)
+
+# %% [markdown]
+# So does the smaller GRU forecast as well? Here its test MSE is within a
+# factor of `MAX_CELL_RATIO` = 1.5 of the LSTM's (checked; the ratio is
+# printed above), both far below the baseline. Which of the two is ahead
+# is a different question: that takes several seeds and several training
+# budgets, and one run with one seed cannot separate them.
 
 # %% [markdown]
 # ### Forecasts, and why a rollout goes wrong
@@ -846,11 +959,13 @@ zero_err = horizon_mse(torch.zeros_like(truth))
 last_err = horizon_mse(last_window[:, -1:].expand_as(truth))
 
 # %% [markdown]
-# The rollout feeds the model windows unlike any it was trained on. Every
-# training window was measured data; after a few rollout steps the window
-# holds the model's own predictions, and after `WINDOW` steps nothing else.
-# A small error in phase or amplitude at one step becomes part of the input
-# for the next and is never corrected, so errors **compound**. One remedy is
+# What to expect? The rollout feeds the model windows unlike any it was
+# trained on. Every training window was measured data; after a few rollout
+# steps the window holds the model's own predictions, and after `WINDOW`
+# steps nothing else. A small error in phase or amplitude at one step
+# becomes part of the input for the next and is never corrected, so errors
+# may **compound**. (That is the usual explanation, and a hypothesis here:
+# the measurements below show the error growing, not its cause.) One remedy is
 # not to feed predictions back at all: a **direct** forecaster reads the
 # measured window once and outputs all `ROLLOUT` future values together
 # (`RNNForecaster(horizon=ROLLOUT)`), trained on targets that are the next
@@ -943,8 +1058,9 @@ print("checked: rollouts beat the baselines at first and lose to 'predict 0' lat
 #
 # The rollouts tell a different story. For the first steps they beat both
 # baselines by far. Then their error grows (the table and the lower
-# figure), and over the last third of the horizon **both rollouts
-# do worse than simply predicting 0** (checked). The printed first step
+# figure), and over the last third of the horizon, with this training
+# budget, **both rollouts do worse than simply predicting 0** (checked;
+# longer training or other seeds may move the point where that happens). The printed first step
 # where each one falls behind "predict 0" is where the compounding wins. The
 # plot of series 0 shows why: the rolled-out wave keeps going, but its phase
 # and amplitude drift. Against a sine of amplitude 1, predicting 0 scores
@@ -1017,6 +1133,35 @@ packed = pack_padded_sequence(padded, lengths, batch_first=True, enforce_sorted=
 print(f"packed.data {list(packed.data.shape)} = the {lengths.sum()} real steps, no padding")
 print(f"packed.batch_sizes {packed.batch_sizes.tolist()}: sequences still running at steps 0, 1, 2, ...")
 print(f"packed.sorted_indices {packed.sorted_indices.tolist()}: the batch order by decreasing length")
+
+# %%
+# where each padded position (b, t) lands in packed.data: steps are stored time step by time step
+order = packed.sorted_indices.tolist()
+slot = torch.full(padded.shape[:2], -1)
+offset = 0
+for t, n_running in enumerate(packed.batch_sizes.tolist()):
+    for k in range(n_running):  # the n_running longest sequences are still running at step t
+        slot[order[k], t] = offset + k
+    offset += n_running
+assert offset == len(packed.data) and torch.equal(packed.data[slot[slot >= 0]], padded[slot >= 0])
+fig, ax = plt.subplots(figsize=(6, 2.4))
+ax.imshow((slot >= 0).int(), cmap="Blues", vmin=-0.5, vmax=1.5, aspect="auto")
+for b in range(slot.shape[0]):
+    for t in range(slot.shape[1]):
+        v = slot[b, t].item()
+        ax.text(t, b, str(v) if v >= 0 else "pad", ha="center", va="center", fontsize=9, color="white" if v >= 0 else "gray")
+ax.set_xticks(range(slot.shape[1]), [f"t={t}\n({n})" for t, n in enumerate(packed.batch_sizes.tolist())])
+ax.set_yticks(range(slot.shape[0]), [f"seq {b} (len {n})" for b, n in enumerate(lengths.tolist())])
+ax.set(title="padded batch; number = index in packed.data (batch_sizes in brackets)", xlabel="time step")
+plt.show()
+
+# %% [markdown]
+# Read the figure column by column: `packed.data` holds time step 0 of
+# every sequence, longest first (`sorted_indices`), then step 1 of those
+# still running, and so on; `batch_sizes` is the height of each column of
+# real steps. No padding is stored, and the recurrent layer processes each
+# column as one batch that shrinks as sequences end (the assert above
+# checks that these indices pick exactly the real values).
 
 # %%
 with torch.no_grad():
@@ -1276,7 +1421,10 @@ assert first_below is not None and first_below <= 50, f"the training loss should
 assert char_val < unigram_nats < uniform_nats, (
     f"validation loss {char_val:.3f} should be below the unigram baseline {unigram_nats:.3f}: train longer (CHAR_STEPS)"
 )
-assert abs(char_val - train_end) < 0.1, "training and validation losses should be close: this model does not overfit yet"
+assert abs(char_val - train_end) < MAX_TRAIN_VAL_GAP, (
+    f"training and validation losses should be within {MAX_TRAIN_VAL_GAP} nats/char: this model does not overfit yet"
+)
+assert val_curve[-1][1] < val_curve[-2][1], "the validation loss should still be falling at the last measurement"
 
 # %% [markdown]
 # The loss starts at the uniform baseline (a fresh model spreads its
@@ -1284,9 +1432,14 @@ assert abs(char_val - train_end) < 0.1, "training and validation losses should b
 # dozen steps (the step is printed above: it has learnt the character
 # frequencies), and keeps falling as it learns which characters follow
 # which. Measured the same way (fixed batches, eval mode), the final model's
-# loss on training text and on validation text differ by less than 0.1
-# nats (checked): this small model, trained briefly, shows no sign of
-# overfitting.
+# loss on training text and on validation text differ by less than
+# `MAX_TRAIN_VAL_GAP` = 0.15 nats (checked; the gap is printed above), and
+# the validation loss was still falling at the last measurement (checked):
+# this small model, trained briefly, shows no sign of overfitting. Part of
+# the gap need not be overfitting at all: the validation text is the last
+# tenth of the file, other plays, and its character frequencies alone
+# differ a little from the training text's (the Kullback-Leibler
+# divergence above).
 
 # %% [markdown]
 # ### Sampling text
@@ -1327,8 +1480,9 @@ for temperature in (0.5, 1.0):
 
 # %%
 again = sample(char_model, "ROMEO:\n", 50, 0.5, torch.Generator().manual_seed(SEED))
+# a sanity check: sampling draws only from the generator it is given
 assert again == sample(char_model, "ROMEO:\n", 50, 0.5, torch.Generator().manual_seed(SEED)), "a seeded sample should repeat"
-print("the same seed gives the same sample")
+print("sanity check: the same seed gives the same sample")
 
 # %% [markdown]
 # How many of the sampled "words" are real? Count the runs of letters (and
@@ -1457,25 +1611,42 @@ print(message)
 assert "modified by an inplace operation" in message
 
 # %% [markdown]
-# And even without that second error, every `backward()` would run through
-# *all* earlier chunks, so a step would cost more and more as the stream
-# goes on. **Fix:** keep the state's *values* but cut its history with
+# And even without that second error, the graph behind each loss would
+# reach back through *all* earlier chunks, so it keeps growing as the stream
+# goes on, and with it the memory it holds and the work of every
+# `backward()`. **Fix:** keep the state's *values* but cut its history with
 # `detach()`: gradients then flow within a chunk only, which is exactly what
-# "truncated" means.
+# "truncated" means. The loop below runs all four chunks with the fix, and
+# counts the autograd nodes behind each chunk's loss, with and without
+# `detach()` (the second only builds the graphs, without `backward()`):
 
 # %%
-state = None
+state, fixed_losses, graph_sizes = None, [], {"detach()": [], "no detach()": []}
 for i in range(4):
     x, y = chunk(i)
     if state is not None:
         state = tuple(s.detach() for s in state)  # the fix: same numbers, no graph behind them
+        assert all(s.grad_fn is None and not s.requires_grad for s in state), "a detached state has no history"
     logits, state = tbptt_model(x, state)
     loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+    graph_sizes["detach()"].append(sum(graph_nodes(loss).values()))
     tbptt_opt.zero_grad()
     loss.backward()
     tbptt_opt.step()
-    print(f"chunk {i}: loss {loss.item():.3f}")
-assert state[0].grad_fn is not None, "the returned state is part of this chunk's graph: hence detach()"
+    fixed_losses.append(loss.item())
+state_kept = None
+for i in range(4):  # the same chunks, state carried with its history: graphs only, no backward()
+    x, y = chunk(i)
+    logits, state_kept = tbptt_model(x, state_kept)
+    graph_sizes["no detach()"].append(sum(graph_nodes(F.cross_entropy(logits.flatten(0, 1), y.flatten())).values()))
+print("loss per chunk with detach():", " ".join(f"{v:.3f}" for v in fixed_losses))
+for name, sizes in graph_sizes.items():
+    print(f"autograd nodes behind each chunk's loss, {name:12s}: {sizes}")
+assert len(fixed_losses) == 4, "the fixed loop should run every chunk"
+assert len(set(graph_sizes["detach()"])) == 1, "with detach() every chunk's graph should be the same size"
+assert all(a < b for a, b in zip(graph_sizes["no detach()"], graph_sizes["no detach()"][1:])), (
+    "without detach() the graph should grow with every chunk"
+)
 
 # %% [markdown]
 # ### 3. `pack_padded_sequence` with unsorted lengths
@@ -1573,17 +1744,20 @@ assert drop_diff[2, False] == (0.0, 0.0), "in eval mode dropout is off"
 #
 # Each exercise has a stub for you to fill in, then a checker cell. The
 # checker prints **PASSED**, **NOT YET** with a hint, or **TODO** while the
-# stub still raises `NotImplementedError`; it never stops the notebook. If
-# you are stuck, `solution("08.make_windows")` returns the reference solution
-# (read it with `inspect.getsource`).
+# stub still raises `NotImplementedError`; it never stops the notebook. A
+# first failure says what is wrong; a second one, or `hint("08.make_windows")`,
+# adds how to fix it. If you are stuck, `solution("08.make_windows")` returns
+# the reference solution (read it with `inspect.getsource`).
 #
 # ### Exercise 1: count an LSTM's parameters
 #
 # Write `lstm_param_count(input_size, hidden_size, num_layers)` returning the
-# number of parameters of `nn.LSTM(input_size, hidden_size,
-# num_layers=num_layers)` from the formula, without building the module. The
-# checker compares it with the real module for several sizes. Watch out for
-# the second layer: what does it read?
+# number of parameters (a Python `int`) of `nn.LSTM(input_size,
+# hidden_size, num_layers=num_layers)` from the formula, without building
+# the module: the checker refuses an `nn.LSTM` (or any recurrent layer)
+# built inside your function, and compares your count with the real module
+# for sizes it draws afresh at every check. Watch out for the second layer:
+# what does it read?
 
 
 # %%
@@ -1596,24 +1770,26 @@ def lstm_param_count(input_size, hidden_size, num_layers):
 result = check("08.lstm_param_count", lstm_param_count)
 
 # %% [markdown]
-# ### Exercise 2: windows with a horizon
+# ### Exercise 2: windows with a horizon and a stride
 #
-# Write `make_windows(series, T, horizon)` for a 1-d tensor `series` of
-# length `L`. It returns `X` of shape `[N, T, 1]`, every window of `T`
-# consecutive values, and `y` of shape `[N, horizon]`, the `horizon` values
-# right after each window, with `N = L - T - horizon + 1`. For
-# `series = torch.arange(10.)`, `T = 3`, `horizon = 2`, the first sample is
-# `[0, 1, 2] -> [3, 4]` and the last is `[5, 6, 7] -> [8, 9]`. Hint:
-# `series.unfold(0, T + horizon, 1)` gives all windows of length
-# `T + horizon` at once. These are the targets of the direct forecaster
-# above; the chapter's `windows` builds them for a batch of series with the
-# fixed `WINDOW`, and the checker tests your general version on other
-# lengths and horizons.
+# Write `make_windows(series, T, horizon, stride)` for a 1-d tensor `series`
+# of length `L`. It returns `X` of shape `[N, T, 1]`, windows of `T`
+# consecutive values that start every `stride` steps (at 0, `stride`,
+# `2 * stride`, ...), and `y` of shape `[N, horizon]`, the `horizon` values
+# right after each window, with `N = (L - T - horizon) // stride + 1`. For
+# `series = torch.arange(12.)`, `T = 3`, `horizon = 2`, `stride = 2`, the
+# first sample is `[0, 1, 2] -> [3, 4]` and the last is
+# `[6, 7, 8] -> [9, 10]`. A stride above 1 gives fewer, less overlapping
+# samples: cheaper epochs, at the cost of fewer training windows. Build all
+# windows with **one indexing operation**, without `Tensor.unfold` (which
+# the chapter's `windows` uses) and without a Python loop; the checker
+# refuses both. `random_slices` in the character-model section is a
+# related trick.
 
 
 # %%
-def make_windows(series, T, horizon):
-    """Return (X [N, T, 1], y [N, horizon]) with N = len(series) - T - horizon + 1."""
+def make_windows(series, T, horizon, stride):
+    """Return (X [N, T, 1], y [N, horizon]) with N = (len(series) - T - horizon) // stride + 1."""
     raise NotImplementedError
 
 
@@ -1626,9 +1802,11 @@ result = check("08.make_windows", make_windows)
 # Write `last_valid_output(output, lengths)`: given the batch-first output
 # `[B, T, H]` of a unidirectional RNN on a padded batch and the real
 # `lengths` (an int64 tensor `[B]`), return `[B, H]` whose row `b` is
-# `output[b, lengths[b] - 1]`, without a Python loop. The checker also
-# verifies that on a real LSTM it equals `h_n` of the packed run. Hint:
-# index with two tensors, `output[torch.arange(B), ...]`, or use `gather`.
+# `output[b, lengths[b] - 1]`, without a Python loop (the checker refuses
+# a loop or a comprehension in your function, and one hidden in a helper
+# too: it counts the operations issued for two batch sizes). The checker
+# also verifies that on a real LSTM it equals `h_n` of the packed run.
+# Stuck? `hint("08.last_valid_output")` gives a fuller hint.
 
 
 # %%
@@ -1658,13 +1836,15 @@ if result.passed:
 #   multiplies it by `diag(tanh') W_hh`; at PyTorch's default initialisation
 #   the LSTM's does too, since its forget gate starts near 0.5. Along the
 #   LSTM's additive cell state only the forget gate scales the gradient: a
-#   forget-gate bias of 3 kept it within a factor of 10 over 150 steps. The
+#   forget-gate bias of 3 kept it within a factor of 10 over 150 steps
+#   (slightly growing, in fact). The
 #   forget gate is from Gers, Schmidhuber & Cummins (2000), not the original
 #   1997 LSTM.
 # - On noisy sine waves both beat the last-value baseline by far, one step
-#   ahead (the figures are in the table above). Fed their own predictions,
-#   their errors compound until they are worse than predicting 0; a direct
-#   forecaster that outputs the whole horizon at once is not.
+#   ahead (the figures are in the table above), and the GRU is within a
+#   factor of 1.5 of the LSTM. Fed their own predictions, with this training
+#   budget their errors grow until they are worse than predicting 0; a
+#   direct forecaster that outputs the whole horizon at once is not.
 # - Padding changes `h_n`; `pack_padded_sequence(..., enforce_sorted=False)`
 #   gives exactly the result of running each sequence alone, and
 #   `pad_packed_sequence` turns the output back into a padded tensor.

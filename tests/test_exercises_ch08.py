@@ -1,52 +1,128 @@
-"""Exercises of chapter 08: each reference passes its checker, an untouched stub reads
-"not attempted", and realistic wrong answers fail with a hint."""
+"""Exercises of chapter 08: each reference passes its checker, realistic wrong answers fail with a
+first-tier hint that names the mistake but not the fix (the fix comes in the fuller hint), and the
+shortcuts the exercises forbid (building nn.LSTM, Tensor.unfold, Python loops) are refused.
+
+The generic checks (every reference passes, every stub reads "not attempted") are in
+tests/test_exercises.py.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
+
+import pytest
 import torch
 from torch import nn
 
-from helpers.exercises import check, solution
+import helpers.exercises as exercises
+from helpers.exercises import check, hint, solution
 from tests.exercise_support import assert_rejected
+
+
+@pytest.fixture(autouse=True)
+def _first_attempt(monkeypatch):
+    """Every test starts with no failed attempts, so a hint's words are checked in the first tier."""
+    monkeypatch.setattr(exercises, "_failures", Counter())
+    monkeypatch.setattr(exercises, "_fuller", {})
+
+
+#: Code that gives the fix away: none of it may appear in a first-tier hint.
+FIX_CODE = ("4 * (h", "+ 2 * h", "unsqueeze(-1)", "unfold(", "torch.arange(", "[torch.arange", "gather(", "lengths - 1]")
+
+
+def assert_first_tier_rejected(name: str, candidate, *hint_words: str):
+    result = assert_rejected(name, candidate, *hint_words)
+    for code in FIX_CODE:
+        assert code not in result.message, f"the first-tier hint of {name} gives the fix away ({code!r}): {result.message}"
+    return result
+
 
 # --------------------------------------------------------------------------
 # 08.lstm_param_count
 # --------------------------------------------------------------------------
 
 
-def test_lstm_param_count_with_one_bias_fails():
-    def one_bias(i, h, layers):
-        return sum(4 * (h * ((i if k == 0 else h) + h) + h) for k in range(layers))
-
-    assert_rejected("08.lstm_param_count", one_bias, "two", "bias_hh")
+def one_bias(i, h, layers):
+    return sum(4 * (h * ((i if k == 0 else h) + h) + h) for k in range(layers))
 
 
-def test_lstm_param_count_with_input_size_in_every_layer_fails():
-    def same_input(i, h, layers):
-        return layers * 4 * (h * (i + h) + 2 * h)
-
-    assert_rejected("08.lstm_param_count", same_input, "hidden_size outputs")
+def same_input(i, h, layers):
+    return layers * 4 * (h * (i + h) + 2 * h)
 
 
-def test_lstm_param_count_of_a_gru_fails():
-    def gru(i, h, layers):
-        return sum(3 * (h * ((i if k == 0 else h) + h) + 2 * h) for k in range(layers))
-
-    assert_rejected("08.lstm_param_count", gru, "four")
+def gru(i, h, layers):
+    return sum(3 * (h * ((i if k == 0 else h) + h) + 2 * h) for k in range(layers))
 
 
-def test_lstm_param_count_first_layer_only_fails():
-    def first_only(i, h, layers):
-        return 4 * (h * (i + h) + 2 * h)
-
-    assert_rejected("08.lstm_param_count", first_only, "first layer")
+def first_only(i, h, layers):
+    return 4 * (h * (i + h) + 2 * h)
 
 
-def test_lstm_param_count_by_building_the_module_passes():
+def test_lstm_param_count_with_one_bias_fails_and_the_fuller_hint_has_the_formula():
+    assert_first_tier_rejected("08.lstm_param_count", one_bias, "one bias vector")
+    assert "4 * (h * (i + h) + 2 * h)" in hint("08.lstm_param_count", show=False)
+    second = check("08.lstm_param_count", one_bias, show=False)
+    assert "bias_ih and bias_hh" in second.message, "the second failure should add the fuller hint"
+
+
+@pytest.mark.parametrize(("wrong", "words"), [
+    (same_input, "second layer"), (gru, "GRU"), (first_only, "first layer only"),
+])
+def test_lstm_param_count_wrong_formulas_fail(wrong, words):
+    assert_first_tier_rejected("08.lstm_param_count", wrong, words)
+
+
+def test_lstm_param_count_fallback_does_not_print_the_answer():
+    result = assert_first_tier_rejected("08.lstm_param_count", lambda i, h, layers: 1, "too low")
+    real = [str(n) for n in range(2, 10**6) if str(n) in result.message.split()]
+    assert not real, f"the fallback hint should not print the expected count: {result.message}"
+
+
+def test_lstm_param_count_lookup_table_fails():
+    """The sizes are drawn afresh at every check: answers remembered from one check fail the next."""
+    seen = {}
+
+    def spy(i, h, layers):
+        seen[(i, h, layers)] = sum(p.numel() for p in nn.LSTM(i, h, num_layers=layers).parameters())
+        return seen[(i, h, layers)]
+
+    with torch.random.fork_rng():
+        for _ in range(3):  # record answers outside any check
+            for i, h, layers in exercises.ch08._lstm_configs():
+                spy(i, h, layers)
+
+    def table(i, h, layers):
+        return seen.get((i, h, layers), 0)
+
+    assert not check("08.lstm_param_count", table, show=False).passed
+
+
+def test_lstm_param_count_by_building_the_module_is_refused():
     def build(i, h, layers):
         return sum(p.numel() for p in nn.LSTM(i, h, num_layers=layers).parameters())
 
-    assert check("08.lstm_param_count", build, show=False).passed
+    assert_rejected("08.lstm_param_count", build, "without building an nn.LSTM", "torch.nn.LSTM")
+
+
+def test_lstm_param_count_through_rnnbase_is_refused():
+    def build(i, h, layers):
+        return sum(p.numel() for p in nn.RNNBase("LSTM", i, h, num_layers=layers).parameters())
+
+    assert_rejected("08.lstm_param_count", build, "torch.nn.RNNBase")
+
+
+def test_lstm_param_count_returning_a_tensor_fails():
+    def as_tensor(i, h, layers):
+        return torch.tensor(solution("08.lstm_param_count")(i, h, layers))
+
+    assert_rejected("08.lstm_param_count", as_tensor, "int")
+
+
+def test_lstm_param_count_written_differently_passes():
+    def per_block(i, h, layers):
+        return 4 * sum(h * i + h * h + 2 * h if k == 0 else 2 * h * h + 2 * h for k in range(layers))
+
+    assert check("08.lstm_param_count", per_block, show=False).passed
 
 
 # --------------------------------------------------------------------------
@@ -54,42 +130,71 @@ def test_lstm_param_count_by_building_the_module_passes():
 # --------------------------------------------------------------------------
 
 
-def test_make_windows_dropping_the_last_window_fails():
-    def one_short(series, T, horizon):
-        n = len(series) - T - horizon  # off by one
-        X = torch.stack([series[i : i + T] for i in range(n)]).unsqueeze(-1)
-        y = torch.stack([series[i + T : i + T + horizon] for i in range(n)])
-        return X, y
+def _positions(series, T, horizon, stride, n=None, shift=0):
+    n = (len(series) - T - horizon) // stride + 1 if n is None else n
+    return torch.arange(n)[:, None] * stride + torch.arange(T + horizon) + shift
 
-    assert_rejected("08.make_windows", one_short, "off by one")
+
+def test_make_windows_dropping_the_last_window_fails():
+    def one_short(series, T, horizon, stride):
+        w = series[_positions(series, T, horizon, stride, n=(len(series) - T - horizon) // stride)]
+        return w[:, :T, None], w[:, T:]
+
+    assert_first_tier_rejected("08.make_windows", one_short, "off by one")
+
+
+def test_make_windows_ignoring_the_stride_fails():
+    def every_step(series, T, horizon, stride):
+        w = series[_positions(series, T, horizon, 1)]
+        return w[:, :T, None], w[:, T:]
+
+    assert_first_tier_rejected("08.make_windows", every_step, "every stride steps")
 
 
 def test_make_windows_with_overlapping_target_fails():
-    def overlap(series, T, horizon):
-        n = len(series) - T - horizon + 1
-        X = torch.stack([series[i : i + T] for i in range(n)]).unsqueeze(-1)
-        y = torch.stack([series[i + T - 1 : i + T - 1 + horizon] for i in range(n)])
+    def overlap(series, T, horizon, stride):
+        idx = _positions(series, T, horizon, stride)
+        X = series[idx[:, :T]][..., None]
+        y = series[idx[:, T:] - 1]
         return X, y
 
-    assert_rejected("08.make_windows", overlap, "overlaps")
+    assert_first_tier_rejected("08.make_windows", overlap, "overlaps")
 
 
 def test_make_windows_without_feature_dimension_fails():
-    def flat(series, T, horizon):
-        X, y = solution("08.make_windows")(series, T, horizon)
+    def flat(series, T, horizon, stride):
+        X, y = solution("08.make_windows")(series, T, horizon, stride)
         return X.squeeze(-1), y
 
-    assert_rejected("08.make_windows", flat, "feature dimension")
+    assert_first_tier_rejected("08.make_windows", flat, "[N, T, 1]")
+    assert "unsqueeze(-1)" in hint("08.make_windows", show=False)
 
 
-def test_make_windows_with_a_loop_passes():
-    def loop(series, T, horizon):
-        n = len(series) - T - horizon + 1
-        X = torch.stack([series[i : i + T] for i in range(n)])[..., None]
-        y = torch.stack([series[i + T : i + T + horizon] for i in range(n)])
+def test_make_windows_with_unfold_is_refused():
+    def unfolded(series, T, horizon, stride):
+        w = series.unfold(0, T + horizon, stride)
+        return w[:, :T].unsqueeze(-1), w[:, T:]
+
+    assert_rejected("08.make_windows", unfolded, "torch.Tensor.unfold")
+
+
+def test_make_windows_with_a_loop_is_refused():
+    def loop(series, T, horizon, stride):
+        n = (len(series) - T - horizon) // stride + 1
+        X = torch.stack([series[i * stride : i * stride + T] for i in range(n)])[..., None]
+        y = torch.stack([series[i * stride + T : i * stride + T + horizon] for i in range(n)])
         return X, y
 
-    assert check("08.make_windows", loop, show=False).passed
+    assert_first_tier_rejected("08.make_windows", loop, "list comprehension", "no Python loop")
+
+
+def test_make_windows_with_as_strided_passes():
+    def strided(series, T, horizon, stride):
+        n = (len(series) - T - horizon) // stride + 1
+        w = series.contiguous().as_strided((n, T + horizon), (stride, 1))
+        return w[:, :T, None].clone(), w[:, T:].clone()
+
+    assert check("08.make_windows", strided, show=False).passed
 
 
 # --------------------------------------------------------------------------
@@ -101,14 +206,15 @@ def test_last_valid_output_taking_the_last_step_fails():
     def last_step(output, lengths):
         return output[:, -1]
 
-    assert_rejected("08.last_valid_output", last_step, "padding")
+    assert_first_tier_rejected("08.last_valid_output", last_step, "padding")
 
 
 def test_last_valid_output_off_by_one_fails():
     def off_by_one(output, lengths):
         return output[torch.arange(output.shape[0]), lengths.clamp(max=output.shape[1] - 1)]
 
-    assert_rejected("08.last_valid_output", off_by_one, "n - 1")
+    assert_first_tier_rejected("08.last_valid_output", off_by_one, "n - 1")
+    assert "lengths - 1" in hint("08.last_valid_output", show=False)
 
 
 def test_last_valid_output_with_gather_passes():
@@ -119,8 +225,19 @@ def test_last_valid_output_with_gather_passes():
     assert check("08.last_valid_output", gathered, show=False).passed
 
 
-def test_last_valid_output_with_a_loop_passes():
+def test_last_valid_output_with_a_loop_is_refused():
     def loop(output, lengths):
         return torch.stack([output[b, n - 1] for b, n in enumerate(lengths.tolist())])
 
-    assert check("08.last_valid_output", loop, show=False).passed
+    assert_first_tier_rejected("08.last_valid_output", loop, "list comprehension", "no Python loop")
+
+
+def _row(output, b, n):
+    return output[b, n - 1]
+
+
+def test_last_valid_output_with_a_loop_in_a_helper_is_refused():
+    def via_map(output, lengths):
+        return torch.stack(list(map(_row, [output] * len(lengths), range(len(lengths)), lengths.tolist())))
+
+    assert_first_tier_rejected("08.last_valid_output", via_map, "grows with the batch")

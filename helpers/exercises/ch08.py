@@ -4,15 +4,21 @@ Exercises:
 
 - ``08.lstm_param_count``: ``lstm_param_count(input_size, hidden_size, num_layers) -> int``,
   the number of parameters of ``nn.LSTM(input_size, hidden_size, num_layers)``
-  by formula.
-- ``08.make_windows``: ``make_windows(series, T, horizon) -> (X [N, T, 1], y [N, horizon])``,
-  every window of ``T`` values and the ``horizon`` values that follow it.
+  by formula, without building the module (constructing ``nn.LSTM`` or any
+  ``nn.RNNBase`` is refused); the sizes are drawn afresh at every check.
+- ``08.make_windows``: ``make_windows(series, T, horizon, stride) -> (X [N, T, 1], y [N, horizon])``,
+  windows of ``T`` values starting every ``stride`` steps and the ``horizon`` values that
+  follow each, built with one indexing operation (no ``Tensor.unfold``, no Python loop).
 - ``08.last_valid_output``: ``last_valid_output(output, lengths) -> [B, H]``, the
-  output of each padded sequence at its last real (non-padding) time step.
+  output of each padded sequence at its last real (non-padding) time step, without a
+  Python loop.
 
-Each checker raises ``AssertionError("hint")`` for a wrong answer (see
-:func:`helpers.exercises.check`); the hints name the usual mistakes (one bias
-vector instead of two, an off-by-one window count, the padded last step).
+Every failure is a two-tier :class:`~helpers.exercises.Hint`: the first wrong answer
+hears the case and what is wrong (one bias vector instead of two, an off-by-one window
+count, the padded last step); the formula or the call that fixes it comes only on a
+second failure or from ``hint("08.name")``. "No Python loop" is checked in the answer's
+source (:func:`helpers.exercises.ch01._python_loop`) and by counting the operators it
+issues for two batch sizes (:func:`helpers.exercises.ch01._ops_issued`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import exercise
+from . import Hint, exercise, expect_type
+from .ch01 import _ops_issued, _python_loop
 
 __all__ = ["last_valid_output", "lstm_param_count", "make_windows"]
 
@@ -48,21 +55,24 @@ def lstm_param_count(input_size: int, hidden_size: int, num_layers: int = 1) -> 
     return total
 
 
-def make_windows(series: torch.Tensor, T: int, horizon: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every window of ``T`` consecutive values of ``series`` and the ``horizon`` values after it.
+def make_windows(series: torch.Tensor, T: int, horizon: int = 1, stride: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Windows of ``T`` consecutive values of ``series``, one every ``stride`` steps, and the ``horizon`` values after each.
 
     Args:
         series: float ``[L]``.
         T: window length (inputs per sample).
         horizon: values to predict after each window.
+        stride: steps between the starts of two consecutive windows (1: every window).
 
     Returns:
         ``X`` float ``[N, T, 1]`` and ``y`` float ``[N, horizon]`` with
-        ``N = L - T - horizon + 1``: ``X[i, :, 0] = series[i : i + T]`` and
-        ``y[i] = series[i + T : i + T + horizon]``.
+        ``N = (L - T - horizon) // stride + 1``: ``X[i, :, 0] = series[s : s + T]`` and
+        ``y[i] = series[s + T : s + T + horizon]`` for ``s = i * stride``.
     """
-    w = series.unfold(0, T + horizon, 1)  # [N, T + horizon], a view with stride 1 between windows
-    return w[:, :T].unsqueeze(-1).clone(), w[:, T:].clone()
+    n = (len(series) - T - horizon) // stride + 1
+    starts = torch.arange(n, device=series.device) * stride  # [N]
+    w = series[starts[:, None] + torch.arange(T + horizon, device=series.device)]  # [N, T + horizon], one gather
+    return w[:, :T].unsqueeze(-1), w[:, T:]
 
 
 def last_valid_output(output: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -83,7 +93,27 @@ def last_valid_output(output: torch.Tensor, lengths: torch.Tensor) -> torch.Tens
 # 08.lstm_param_count
 # --------------------------------------------------------------------------
 
-_LSTM_CONFIGS = [(1, 32, 1), (10, 20, 1), (3, 1, 1), (7, 5, 3), (64, 128, 2), (128, 64, 2), (16, 16, 4)]
+
+def _lstm_configs() -> list[tuple[int, int, int]]:
+    """Sizes (input_size, hidden_size, num_layers) drawn afresh at every check, so no table of answers passes.
+
+    One layer with input_size != hidden_size, a layer of hidden size 1, and stacks of 2 to 4
+    layers whose input size differs from the hidden size (so that every usual mistake shows).
+    """
+    g = torch.Generator()
+    g.seed()  # a fresh, unpredictable seed; check() runs inside fork_rng, so no stream moves
+
+    def draw(low: int, high: int) -> int:
+        return int(torch.randint(low, high + 1, (1,), generator=g))
+
+    configs = []
+    for layers in (1, 1, 2, 3, draw(2, 4)):
+        i, h = draw(1, 64), draw(2, 48)
+        if i == h:
+            i += 1
+        configs.append((i, h, layers))
+    configs.append((draw(1, 16), 1, 1))
+    return configs
 
 
 def _real_lstm_count(i: int, h: int, layers: int) -> int:
@@ -98,40 +128,49 @@ def _formula(i: int, h: int, layers: int, gates: int = 4, biases: int = 2, later
     return total
 
 
+_SHAPES_NUDGE = (
+    "Build a small nn.LSTM in a separate cell (outside your function) and print the shape of every "
+    "entry of named_parameters(): weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0, then _l1 for the next layer."
+)
+
+
 @exercise(
     "08.lstm_param_count",
-    "return the number of parameters of nn.LSTM(input_size, hidden_size, num_layers) by formula "
-    "(four gates, each with an input weight, a recurrent weight and PyTorch's two bias vectors).",
+    "return the number of parameters of nn.LSTM(input_size, hidden_size, num_layers) by formula, without "
+    "building the module (four gates, each with an input weight, a recurrent weight and PyTorch's two bias vectors).",
     reference=lstm_param_count,
+    shortcuts=("torch.nn.LSTM", "torch.nn.RNNBase"),
+    goal="the parameter count (from the formula, without building an nn.LSTM)",
+    hint="Count per gate block: an input weight, a recurrent weight and the biases; an LSTM has four blocks. "
+         + _SHAPES_NUDGE,
 )
 def _test_lstm_param_count(candidate) -> None:
-    for i, h, layers in _LSTM_CONFIGS:
+    for i, h, layers in _lstm_configs():
         want = _real_lstm_count(i, h, layers)
         got = candidate(i, h, layers)
-        try:
-            got = int(got)
-        except (TypeError, ValueError) as exc:
-            raise AssertionError(f"return an int, got {type(got).__name__}") from exc
+        expect_type(got, int, f"lstm_param_count({i}, {h}, {layers})")
         if got == want:
             continue
-        where = f"for nn.LSTM({i}, {h}, num_layers={layers}) "
+        where = f"for nn.LSTM({i}, {h}, num_layers={layers}) you returned {got}, "
         if got == _formula(i, h, layers, biases=1):
-            raise AssertionError(
-                where + f"you counted one bias vector per gate ({got}); PyTorch keeps two, "
-                "bias_ih and bias_hh, so the count is 4 * (h * (i + h) + 2 * h) per layer"
-            )
+            raise Hint(where + "the count with one bias vector per gate block; look at the names of an LSTM's biases.",
+                       "PyTorch keeps two bias vectors per layer, bias_ih and bias_hh (4 * h each), so one layer "
+                       "has 4 * (h * (i + h) + 2 * h) parameters.")
         if got == _formula(i, h, layers, biases=0):
-            raise AssertionError(where + f"you left out the biases ({got}): each layer has bias_ih and bias_hh, 4 * h each")
+            raise Hint(where + "the count without any biases.",
+                       "Each layer also has bias_ih and bias_hh, 4 * h values each: 4 * (h * (i + h) + 2 * h) per layer.")
         if got == _formula(i, h, layers, gates=3):
-            raise AssertionError(where + f"{got} is a GRU's count (three gates); an LSTM has four")
+            raise Hint(where + "a GRU's count: how many gate blocks does an LSTM have?",
+                       "An LSTM has four gate blocks (i, f, g, o), a GRU three: 4 * (h * (i + h) + 2 * h) per layer.")
         if got == _formula(i, h, 1):
-            raise AssertionError(where + f"you counted only the first layer ({got}); add the other {layers - 1} layer(s)")
+            raise Hint(where + f"the count of the first layer only; there are {layers}.",
+                       "Add one term per layer; every layer after the first reads h features: "
+                       "4 * (h * (h + h) + 2 * h).")
         if got == _formula(i, h, layers, later_input="i"):
-            raise AssertionError(
-                where + f"{got}: layers after the first read the hidden_size outputs of the layer below, "
-                "not input_size features"
-            )
-        raise AssertionError(where + f"the count is {want}, you returned {got}; list lstm.named_parameters() to see the shapes")
+            raise Hint(where + "as if every layer read input_size features: what does the second layer read?",
+                       "Layers after the first read the hidden_size outputs of the layer below, so their "
+                       "input weight is [4h, h], not [4h, i].")
+        raise Hint(where + f"which is too {'high' if got > want else 'low'}.", _SHAPES_NUDGE)
 
 
 # --------------------------------------------------------------------------
@@ -143,65 +182,101 @@ def _as_pair(result) -> tuple[torch.Tensor, torch.Tensor]:
     try:
         X, y = result
     except (TypeError, ValueError) as exc:
-        raise AssertionError("return a pair (X, y) of tensors") from exc
+        raise Hint("return a pair (X, y) of tensors.", "End with `return X, y`.") from exc
     if not (isinstance(X, torch.Tensor) and isinstance(y, torch.Tensor)):
-        raise AssertionError(f"X and y must be tensors, got {type(X).__name__} and {type(y).__name__}")
+        raise Hint(f"X and y must be tensors, got {type(X).__name__} and {type(y).__name__}.",
+                   "Index the series with a tensor of positions: the result is a tensor.")
     return X, y
+
+
+_GATHER_FIX = (
+    "Make a [N, T + horizon] tensor of positions, starts[:, None] + torch.arange(T + horizon) with "
+    "starts = torch.arange(N) * stride, index the series with it once, and split the columns: "
+    "w[:, :T].unsqueeze(-1) and w[:, T:]."
+)
 
 
 @exercise(
     "08.make_windows",
-    "return (X, y) for a 1-d series: X [N, T, 1] holds every window of T consecutive values and "
-    "y [N, horizon] the horizon values right after each window, N = len(series) - T - horizon + 1.",
+    "return (X, y) for a 1-d series: X [N, T, 1] holds windows of T consecutive values starting every stride "
+    "steps and y [N, horizon] the horizon values right after each window, N = (len(series) - T - horizon) // stride + 1; "
+    "one indexing operation, no Tensor.unfold and no Python loop.",
     reference=make_windows,
+    shortcuts=("torch.Tensor.unfold",),
+    goal="the windows (with one indexing operation)",
+    hint=_GATHER_FIX,
 )
 def _test_make_windows(candidate) -> None:
-    series = torch.arange(10, dtype=torch.float32)
-    X, y = _as_pair(candidate(series.clone(), 3, 2))
-    n = 10 - 3 - 2 + 1
+    loop = _python_loop(candidate)
+    if loop is not None:
+        raise Hint(f"your function has {loop}; this exercise asks for one indexing operation that picks every "
+                   "window at once, with no Python loop.", _GATHER_FIX)
+    series = torch.arange(12, dtype=torch.float32)
+    X, y = _as_pair(candidate(series.clone(), 3, 2, 2))
+    n = (12 - 3 - 2) // 2 + 1  # 4 windows: starts 0, 2, 4, 6
+    case = "for the series 0., 1., ..., 11. with T=3, horizon=2, stride=2"
     if X.ndim == 2 and tuple(X.shape) == (n, 3):
-        raise AssertionError(f"X has shape {tuple(X.shape)}; add a feature dimension of size 1 (X.unsqueeze(-1)) to get [N, T, 1]")
+        raise Hint(f"{case} X has shape {tuple(X.shape)}, but it should be [N, T, 1]: one feature per step.",
+                   "Add a feature dimension of size 1 at the end: X.unsqueeze(-1).")
+    if X.shape[0] == 12 - 3 - 2 + 1:
+        raise Hint(f"{case} you made {X.shape[0]} windows, one per step: the windows should start every stride steps.",
+                   "The i-th window starts at i * stride, so there are (L - T - horizon) // stride + 1 of them.")
     if X.shape[0] in (n - 1, n + 1):
-        raise AssertionError(
-            f"off by one: series of length 10 with T=3 and horizon=2 gives {n} windows "
-            f"(N = L - T - horizon + 1), you made {X.shape[0]}; the last window's target ends exactly at the series' end"
-        )
-    assert tuple(X.shape) == (n, 3, 1), f"X should have shape [N, T, 1] = {[n, 3, 1]}, got {list(X.shape)}"
-    assert tuple(y.shape) == (n, 2), f"y should have shape [N, horizon] = {[n, 2]}, got {list(y.shape)}"
-    assert X.is_floating_point() and y.is_floating_point(), f"keep the series' float dtype, got {X.dtype} and {y.dtype}"
+        raise Hint(f"off by one: {case} there are {n} windows, you made {X.shape[0]}.",
+                   "N = (L - T - horizon) // stride + 1: the last window's target may end exactly at the series' end.")
+    if tuple(X.shape) != (n, 3, 1) or tuple(y.shape) != (n, 2):
+        raise Hint(f"{case} X should be {[n, 3, 1]} and y {[n, 2]}, got {list(X.shape)} and {list(y.shape)}.",
+                   "N = (L - T - horizon) // stride + 1 windows; X holds T values each, y horizon values each.")
+    if not (X.is_floating_point() and y.is_floating_point()):
+        raise Hint(f"keep the series' float dtype, got {X.dtype} and {y.dtype}.",
+                   "Index the float series itself; the positions are int64, the values stay float.")
     if torch.equal(X[0, :, 0], series[:3]) and torch.equal(y[0], series[2:4]):
-        raise AssertionError("y overlaps the window: y[0] must start right after X[0], at series[T] (here [3., 4.], not [2., 3.])")
-    assert torch.equal(X[0, :, 0], series[:3]), f"X[0] should be series[0:3] = [0, 1, 2], got {X[0, :, 0].tolist()}"
-    assert torch.equal(y[0], series[3:5]), f"y[0] should be series[3:5] = [3, 4], got {y[0].tolist()}"
-    assert torch.equal(X[-1, :, 0], series[5:8]) and torch.equal(y[-1], series[8:10]), (
-        f"the last window should be [5, 6, 7] -> [8, 9], got {X[-1, :, 0].tolist()} -> {y[-1].tolist()}"
-    )
-    want_X = torch.stack([series[i : i + 3] for i in range(n)]).unsqueeze(-1)
-    assert torch.equal(X, want_X), "window i must be series[i : i + T]: consecutive windows move by one step"
-    # another length, horizon 1 and random values
+        raise Hint(f"{case} y overlaps the window: y[0] is {y[0].tolist()}, it should start right after X[0].",
+                   "y[i] starts at position start + T, not start + T - 1.")
+    want_X, want_y = make_windows(series, 3, 2, 2)
+    if not torch.equal(X, want_X):
+        raise Hint(f"{case} the windows should be {want_X[:, :, 0].tolist()}, got {X[:, :, 0].tolist()}.",
+                   "Window i holds series[i * stride : i * stride + T].")
+    if not torch.equal(y, want_y):
+        raise Hint(f"{case} the targets should be {want_y.tolist()}, got {y.tolist()}.",
+                   "y[i] holds series[i * stride + T : i * stride + T + horizon].")
+    # another length, stride 1 (the chapter's case), horizon 1, random values; and a stride that does not divide
     g = torch.Generator().manual_seed(8)
     series = torch.randn(25, generator=g)
-    X, y = _as_pair(candidate(series.clone(), 5, 1))
-    want_X, want_y = make_windows(series, 5, 1)
-    assert X.shape == want_X.shape and y.shape == want_y.shape, (
-        f"for L=25, T=5, horizon=1 expected X {list(want_X.shape)} and y {list(want_y.shape)}, "
-        f"got {list(X.shape)} and {list(y.shape)}"
-    )
-    assert torch.equal(X, want_X) and torch.equal(y, want_y), "wrong values for L=25, T=5, horizon=1"
+    for T, horizon, stride in ((5, 1, 1), (4, 3, 5)):
+        X, y = _as_pair(candidate(series.clone(), T, horizon, stride))
+        want_X, want_y = make_windows(series, T, horizon, stride)
+        case = f"for a random series of length 25, T={T}, horizon={horizon}, stride={stride}"
+        if X.shape != want_X.shape or y.shape != want_y.shape:
+            raise Hint(f"{case} expected X {list(want_X.shape)} and y {list(want_y.shape)}, "
+                       f"got {list(X.shape)} and {list(y.shape)}.",
+                       "N = (L - T - horizon) // stride + 1, rounded down: a last window without its full target is dropped.")
+        if not (torch.equal(X, want_X) and torch.equal(y, want_y)):
+            raise Hint(f"{case} the values are wrong.", "Window i starts at i * stride; check the columns you split.")
 
 
 # --------------------------------------------------------------------------
 # 08.last_valid_output
 # --------------------------------------------------------------------------
 
+_PAIRED_INDEX_FIX = (
+    "Index with two tensors of the same length, one for the rows and one for the time steps: "
+    "output[torch.arange(B), lengths - 1]; or output.gather(1, index) with index of shape [B, 1, H]."
+)
+
 
 @exercise(
     "08.last_valid_output",
     "return output[b, lengths[b] - 1] for every sequence b of a padded batch-first output "
-    "[B, T, H], as a tensor [B, H] (lengths is an int64 tensor [B]).",
+    "[B, T, H], as a tensor [B, H] (lengths is an int64 tensor [B]), without a Python loop.",
     reference=last_valid_output,
+    hint=_PAIRED_INDEX_FIX,
 )
 def _test_last_valid_output(candidate) -> None:
+    loop = _python_loop(candidate)
+    if loop is not None:
+        raise Hint(f"your function has {loop}; this exercise asks for one indexing operation that picks every "
+                   "row's step at once, with no Python loop.", _PAIRED_INDEX_FIX)
     B, T, H = 3, 5, 2
     # output[b, t] = [10 * b + t, -(10 * b + t)]: every value tells where it came from
     code = (10 * torch.arange(B)[:, None] + torch.arange(T)[None, :]).float()
@@ -210,13 +285,26 @@ def _test_last_valid_output(candidate) -> None:
     got = candidate(output.clone(), lengths.clone())
     want = output[torch.arange(B), lengths - 1]
     if not isinstance(got, torch.Tensor):
-        raise AssertionError(f"return a tensor [B, H], got {type(got).__name__}")
-    assert tuple(got.shape) == (B, H), f"the result should have shape [B, H] = {[B, H]}, got {list(got.shape)}"
+        raise Hint(f"return a tensor [B, H], got {type(got).__name__}.", "Index the output tensor: the result is a tensor.")
+    case = f"for output [3, 5, 2] whose entry [b, t] is (10 * b + t, -(10 * b + t)) and lengths {lengths.tolist()}"
+    if tuple(got.shape) != (B, H):
+        raise Hint(f"{case} the result should have shape [B, H] = {[B, H]}, got {list(got.shape)}.",
+                   "One index per row picks one time step per row: " + _PAIRED_INDEX_FIX)
     if torch.equal(got, output[:, -1]):
-        raise AssertionError("output[:, -1] is the last time step of the padded batch, which is padding for the shorter sequences")
-    if torch.equal(got, output[torch.arange(B), lengths]):
-        raise AssertionError("off by one: a sequence of length n has its last real step at index n - 1")
-    assert torch.equal(got, want), f"for lengths {lengths.tolist()} expected rows {want[:, 0].tolist()} (as 10 * b + t), got {got[:, 0].tolist()}"
+        raise Hint(f"{case} you returned output[:, -1], the last padded step, which is padding for the shorter sequences.",
+                   _PAIRED_INDEX_FIX)
+    if torch.equal(got, output[torch.arange(B), lengths.clamp(max=T - 1)]):
+        raise Hint(f"off by one: {case} a sequence of length n has its last real step at index n - 1.",
+                   "Use lengths - 1 as the time index.")
+    if not torch.equal(got, want):
+        raise Hint(f"{case} expected first columns {want[:, 0].tolist()} (as 10 * b + t), got {got[:, 0].tolist()}.",
+                   _PAIRED_INDEX_FIX)
+    # no loop hidden in a helper: the number of operators must not grow with B
+    small = _ops_issued(candidate, torch.zeros(2, 6, 3), torch.tensor([1, 6]))
+    large = _ops_issued(candidate, torch.zeros(12, 6, 3), torch.arange(12) % 6 + 1)
+    if large != small:
+        raise Hint(f"your function issues {small} tensor operations for B=2 and {large} for B=12: the count grows "
+                   "with the batch, so something loops over the rows.", _PAIRED_INDEX_FIX)
     # the real use: equals h_n of a packed run of an LSTM
     g = torch.Generator().manual_seed(8)
     lengths = torch.tensor([6, 2, 4, 6, 1])
@@ -228,9 +316,9 @@ def _test_last_valid_output(candidate) -> None:
         _, (h_n, _) = lstm(packed)
         out, _ = lstm(x)
         got = candidate(out, lengths.clone())
-    assert isinstance(got, torch.Tensor) and got.shape == h_n[-1].shape, (
-        f"for an LSTM output [5, 6, 4] the result should be [5, 4], got {getattr(got, 'shape', type(got).__name__)}"
-    )
-    assert torch.allclose(got, h_n[-1], atol=1e-6), (
-        "on a real LSTM output with lengths [6, 2, 4, 6, 1] the result should equal h_n of the packed run"
-    )
+    if not (isinstance(got, torch.Tensor) and got.shape == h_n[-1].shape):
+        raise Hint(f"for an LSTM output [5, 6, 4] the result should be [5, 4], got {getattr(got, 'shape', type(got).__name__)}.",
+                   _PAIRED_INDEX_FIX)
+    if not torch.allclose(got, h_n[-1], atol=1e-6):
+        raise Hint("on a real LSTM output with lengths [6, 2, 4, 6, 1] the result should equal h_n of the packed run.",
+                   _PAIRED_INDEX_FIX)
