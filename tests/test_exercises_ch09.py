@@ -1,15 +1,42 @@
 """Exercises of chapter 09: each reference passes its checker, an untouched stub
-reads "not attempted", and realistic wrong answers fail with a hint."""
+reads "not attempted", realistic wrong answers fail with a two-tier hint whose
+first tier names the mistake but not the fix, and the library's attention
+(F.scaled_dot_product_attention, nn.MultiheadAttention) is refused as a shortcut."""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 
+import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from helpers.exercises import check, solution
+import helpers.exercises as exercises
+from helpers.exercises import check, hint, solution
 from tests.exercise_support import assert_rejected
+
+
+@pytest.fixture(autouse=True)
+def _first_attempt(monkeypatch):
+    """Every test starts with no failed attempts, so a hint's words are checked in the first tier."""
+    monkeypatch.setattr(exercises, "_failures", Counter())
+    monkeypatch.setattr(exercises, "_fuller", {})
+
+
+#: Code that gives the fix away: none of it may appear in a first-tier hint.
+FIX_CODE = ("repeat_interleave", "arange", "unsqueeze", "masked_fill", "dim=-1", ".bool()", ".tril()", "~", "& (")
+
+
+def assert_two_tier(name, candidate, first, fuller):
+    """Rejected with ``first`` words in the first tier (and no fix code), ``fuller`` words in hint(name)."""
+    message = assert_rejected(name, candidate, *first).message
+    leaked = [code for code in FIX_CODE if code in message]
+    assert not leaked, f"the first-tier hint gives the fix away ({leaked}): {message}"
+    more = hint(name, show=False)
+    for word in fuller:
+        assert word in more, f"the fuller hint for {name} should mention {word!r}: {more}"
 
 # --------------------------------------------------------------------------
 # 09.local_causal_mask
@@ -20,14 +47,14 @@ def test_local_causal_mask_in_multihead_attention_convention_fails():
     def blocked(T, window):  # True = masked out, as nn.MultiheadAttention wants
         return ~solution("09.local_causal_mask")(T, window)
 
-    assert_rejected("09.local_causal_mask", blocked, "complement")
+    assert_two_tier("09.local_causal_mask", blocked, ["complement"], ["~"])
 
 
 def test_local_causal_mask_plain_causal_fails():
     def causal(T, window):  # ignores the window
         return torch.ones(T, T, dtype=torch.bool).tril()
 
-    assert_rejected("09.local_causal_mask", causal, "keys")
+    assert_two_tier("09.local_causal_mask", causal, ["keys"], ["torch.arange(T) as a column", "(j <= i) & (i - j < window)"])
 
 
 def test_local_causal_mask_upper_triangle_fails():
@@ -35,7 +62,7 @@ def test_local_causal_mask_upper_triangle_fails():
         i, j = torch.arange(T).unsqueeze(1), torch.arange(T).unsqueeze(0)
         return (i <= j) & (j - i < window)
 
-    assert_rejected("09.local_causal_mask", future, "FUTURE")
+    assert_two_tier("09.local_causal_mask", future, ["FUTURE"], ["swap the roles"])
 
 
 def test_local_causal_mask_off_by_one_fails():
@@ -43,7 +70,7 @@ def test_local_causal_mask_off_by_one_fails():
         i, j = torch.arange(T).unsqueeze(1), torch.arange(T).unsqueeze(0)
         return (j <= i) & (i - j <= window)
 
-    assert_rejected("09.local_causal_mask", one_too_many, "itself included")
+    assert_two_tier("09.local_causal_mask", one_too_many, ["itself included"], ["i - j < window"])
 
 
 def test_local_causal_mask_symmetric_band_fails():
@@ -51,14 +78,14 @@ def test_local_causal_mask_symmetric_band_fails():
         i, j = torch.arange(T).unsqueeze(1), torch.arange(T).unsqueeze(0)
         return (i - j).abs() < window
 
-    assert_rejected("09.local_causal_mask", band, "later key")
+    assert_two_tier("09.local_causal_mask", band, ["later key"], ["j <= i"])
 
 
 def test_local_causal_mask_float_fails():
     def as_float(T, window):
         return solution("09.local_causal_mask")(T, window).float()
 
-    assert_rejected("09.local_causal_mask", as_float, "bool")
+    assert_two_tier("09.local_causal_mask", as_float, ["bool"], [".bool()"])
 
 
 def test_local_causal_mask_with_triu_and_tril_is_accepted():
@@ -94,21 +121,21 @@ def test_grouped_query_attention_with_repeat_fails():
     def tiled(q, k, v, causal=False):
         return _written_out(q, k, v, causal, lambda t, group: t.repeat(1, group, 1, 1))
 
-    assert_rejected("09.grouped_query_attention", tiled, "repeat_interleave")
+    assert_two_tier("09.grouped_query_attention", tiled, ["wrong key/value heads", "0, 1, 0, 1"], ["repeat_interleave(g, dim=1)"])
 
 
 def test_grouped_query_attention_without_scaling_fails():
     def unscaled(q, k, v, causal=False):
         return _written_out(q, k, v, causal, _interleave, scale=False)
 
-    assert_rejected("09.grouped_query_attention", unscaled, "sqrt(d)")
+    assert_two_tier("09.grouped_query_attention", unscaled, ["too large", "sqrt(d)"], ["divide the scores"])
 
 
 def test_grouped_query_attention_ignoring_causal_fails():
     def no_mask(q, k, v, causal=False):
         return _written_out(q, k, v, False, _interleave)
 
-    assert_rejected("09.grouped_query_attention", no_mask, "j <= i")
+    assert_two_tier("09.grouped_query_attention", no_mask, ["j <= i"], ["-inf"])
 
 
 def test_grouped_query_attention_softmax_over_queries_fails():
@@ -121,7 +148,7 @@ def test_grouped_query_attention_softmax_over_queries_fails():
             scores = scores.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(), float("-inf"))
         return scores.softmax(dim=-2) @ v
 
-    assert_rejected("09.grouped_query_attention", wrong_axis, "dim=-1")
+    assert_two_tier("09.grouped_query_attention", wrong_axis, ["differs"], ["dim=-1"])
 
 
 def test_grouped_query_attention_returning_weights_fails():
@@ -129,15 +156,57 @@ def test_grouped_query_attention_returning_weights_fails():
         out = _written_out(q, k, v, causal, _interleave)
         return out, None
 
-    assert_rejected("09.grouped_query_attention", with_weights, "tuple")
+    assert_two_tier("09.grouped_query_attention", with_weights, ["tuple"], ["out, _ = attention"])
 
 
-def test_grouped_query_attention_via_expand_and_sdpa_is_accepted():
+def _expand(t, group):
+    B, Hkv, S, d = t.shape
+    return t[:, :, None].expand(B, Hkv, group, S, d).reshape(B, Hkv * group, S, d)
+
+
+def test_grouped_query_attention_via_expand_written_out_is_accepted():
     def via_expand(q, k, v, causal=False):
-        B, Hkv, S, d = k.shape
-        group = q.shape[1] // Hkv
-        k = k[:, :, None].expand(B, Hkv, group, S, d).reshape(B, Hkv * group, S, d)
-        v = v[:, :, None].expand(B, Hkv, group, S, d).reshape(B, Hkv * group, S, d)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return _written_out(q, k, v, causal, _expand)
 
     assert check("09.grouped_query_attention", via_expand, show=False).passed
+
+
+def _sdpa_gqa(q, k, v, causal=False):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+
+def _sdpa_after_repeat_interleave(q, k, v, causal=False):
+    group = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(q, _interleave(k, group), _interleave(v, group), is_causal=causal)
+
+
+def _sdpa_after_expand(q, k, v, causal=False):
+    group = q.shape[1] // k.shape[1]
+    return torch.nn.functional.scaled_dot_product_attention(q, _expand(k, group), _expand(v, group), is_causal=causal)
+
+
+def _sdpa_swallowed(q, k, v, causal=False):  # catches the refusal, then answers anyway
+    try:
+        return _sdpa_gqa(q, k, v, causal)
+    except AssertionError:
+        return _written_out(q, k, v, causal, _interleave)
+
+
+def _multihead_attention_forward(q, k, v, causal=False):
+    F.multi_head_attention_forward(q, k, v, q.shape[-1], 1, None, None, None, None, False, 0.0, None, None)
+    return _written_out(q, k, v, causal, _interleave)
+
+
+def _multihead_attention_module(q, k, v, causal=False):
+    nn.MultiheadAttention(q.shape[-1], 1, batch_first=True)
+    return _written_out(q, k, v, causal, _interleave)
+
+
+@pytest.mark.parametrize("shortcut", [
+    _sdpa_gqa, _sdpa_after_repeat_interleave, _sdpa_after_expand, _sdpa_swallowed,
+    _multihead_attention_forward, _multihead_attention_module,
+])
+def test_grouped_query_attention_library_attention_is_refused(shortcut):
+    result = assert_rejected("09.grouped_query_attention", shortcut, "yourself")
+    assert "scaled_dot_product_attention" in result.message or "ultihead" in result.message or \
+        "multi_head_attention_forward" in result.message, result.message

@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import exercise
+from . import Hint, Shortcut, exercise
 
 # --------------------------------------------------------------------------
 # 09.local_causal_mask
@@ -15,7 +15,7 @@ from . import exercise
 
 
 def _local_causal_mask(T: int, window: int) -> torch.Tensor:
-    """The mask of causal attention over a sliding window (as in Longformer or Mistral).
+    """The mask of causal attention over a sliding window (Mistral's sliding-window attention).
 
     Args:
         T: sequence length (queries and keys).
@@ -34,13 +34,16 @@ def _local_causal_mask(T: int, window: int) -> torch.Tensor:
 
 def _as_bool_mask(result, T: int) -> torch.Tensor:
     if not isinstance(result, torch.Tensor):
-        raise AssertionError(f"return a torch.Tensor of shape [{T}, {T}], got {type(result).__name__}")
+        raise Hint(f"return a torch.Tensor of shape [{T}, {T}], got {type(result).__name__}",
+                   "build the mask with torch operations on position tensors, not a Python list")
     if tuple(result.shape) != (T, T):
-        raise AssertionError(f"the mask for T={T} must have shape [{T}, {T}] (queries x keys), got {list(result.shape)}")
+        raise Hint(f"the mask for T={T} must have shape [{T}, {T}] (queries x keys), got {list(result.shape)}",
+                   "one row per query position i and one column per key position j, both 0 .. T - 1")
     if result.dtype != torch.bool:
-        raise AssertionError(
+        raise Hint(
             f"the mask must be a bool tensor (got {result.dtype}): scaled_dot_product_attention reads a float "
-            "mask as numbers to ADD to the scores, not as allowed/forbidden; use .bool() or a comparison"
+            "mask as numbers to ADD to the scores, not as allowed/forbidden",
+            "a comparison such as a <= b gives a bool tensor directly; or convert with .bool()",
         )
     return result
 
@@ -57,29 +60,34 @@ def _test_local_causal_mask(candidate) -> None:
         want = _local_causal_mask(T, window)
         got = _as_bool_mask(candidate(T, window), T)
         if torch.equal(got, ~want):
-            raise AssertionError(
+            raise Hint(
                 f"for T={T}, window={window} you returned the complement of the answer: True must mean "
                 "'may attend' (scaled_dot_product_attention's convention), not 'masked out' "
-                "(nn.MultiheadAttention's convention)"
+                "(nn.MultiheadAttention's convention)",
+                "invert your mask with ~, or flip the comparisons that build it",
             )
         if torch.equal(got, want.T) and not torch.equal(got, want):
-            raise AssertionError(
+            raise Hint(
                 f"for T={T}, window={window} your mask lets queries attend to FUTURE keys: rows are queries "
-                "and columns are keys, so query i may see keys j <= i (the lower triangle)"
+                "and columns are keys, so query i may see keys j <= i (the lower triangle)",
+                "swap the roles of i and j: i is the row (query) index, j the column (key) index",
             )
         if (got & ~torch.ones(T, T, dtype=torch.bool).tril()).any():
-            raise AssertionError(f"for T={T}, window={window} some query may attend to a later key; a causal mask keeps j <= i")
+            raise Hint(f"for T={T}, window={window} some query may attend to a later key; a causal mask keeps j <= i",
+                       "combine the window condition with j <= i using &")
         per_row = got.sum(dim=1)
         want_row = want.sum(dim=1)
         if not torch.equal(got, want):
-            raise AssertionError(
+            raise Hint(
                 f"for T={T}, window={window} each query should see min(i + 1, window) keys "
-                f"{want_row.tolist()} (itself included), yours see {per_row.tolist()}"
+                f"{want_row.tolist()} (itself included), yours see {per_row.tolist()}",
+                "take i = torch.arange(T) as a column ([T, 1]) and j = torch.arange(T) as a row ([1, T]); "
+                "broadcasting gives every (i, j) pair, and (j <= i) & (i - j < window) is the mask",
             )
     # the plain causal mask is the special case window >= T
-    assert torch.equal(_as_bool_mask(candidate(5, 5), 5), torch.ones(5, 5).tril().bool()), (
-        "with window >= T the answer is the plain causal mask torch.ones(T, T).tril().bool()"
-    )
+    if not torch.equal(_as_bool_mask(candidate(5, 5), 5), torch.ones(5, 5).tril().bool()):
+        raise Hint("with window >= T the answer should be the plain causal mask",
+                   "the plain causal mask is torch.ones(T, T).tril().bool()")
 
 
 # --------------------------------------------------------------------------
@@ -118,6 +126,13 @@ def _grouped_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     "(Hq a multiple of Hkv): query heads h*g .. h*g+g-1 (g = Hq // Hkv) share key/value head h. "
     "Write out softmax(q k^T / sqrt(d)) v yourself (no enable_gqa); causal=True lets query i see keys j <= i.",
     reference=_grouped_query_attention,
+    shortcuts=(
+        # every SDPA call, with or without enable_gqa: the task is to write the attention out
+        Shortcut("torch.nn.functional.scaled_dot_product_attention", does="F.scaled_dot_product_attention"),
+        Shortcut("torch.nn.functional.multi_head_attention_forward", does="F.multi_head_attention_forward"),
+        Shortcut("torch.nn.MultiheadAttention", does="nn.MultiheadAttention"),
+    ),
+    goal="softmax(q k^T / sqrt(d)) v and the head grouping",
 )
 def _test_grouped_query_attention(candidate) -> None:
     g = torch.Generator().manual_seed(9)
@@ -136,26 +151,34 @@ def _test_grouped_query_attention(candidate) -> None:
         got = candidate(q.clone(), k.clone(), v.clone(), causal=causal)
         where = f"(Hq={Hq}, Hkv={Hkv}, T={T}, S={S}, d={d}, causal={causal})"
         if isinstance(got, tuple):
-            raise AssertionError("return only the output tensor, not a tuple such as (output, weights)")
+            raise Hint("return only the output tensor, not a tuple such as (output, weights)",
+                       "if you call this chapter's attention(), keep its first result: out, _ = attention(...)")
         if not isinstance(got, torch.Tensor):
-            raise AssertionError(f"return the output tensor [B, Hq, T, d], got {type(got).__name__} {where}")
+            raise Hint(f"return the output tensor [B, Hq, T, d], got {type(got).__name__} {where}",
+                       "the result of weights @ v is that tensor")
         if tuple(got.shape) != tuple(want.shape):
-            raise AssertionError(f"the output must have shape {list(want.shape)} = [B, Hq, T, d], got {list(got.shape)} {where}")
+            raise Hint(f"the output must have shape {list(want.shape)} = [B, Hq, T, d], got {list(got.shape)} {where}",
+                       "k and v need Hq heads (one per query head) before q @ k^T; leave B, T and d as they are")
         if torch.allclose(got, want, atol=1e-5, rtol=1e-4):
             continue
         group = Hq // Hkv
         tiled = F.scaled_dot_product_attention(q, k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1), is_causal=causal)
         if torch.allclose(got, tiled, atol=1e-5, rtol=1e-4):
-            raise AssertionError(
-                f"query heads are paired with the wrong key/value heads {where}: heads 0..{group - 1} share kv head 0, "
-                "so use k.repeat_interleave(g, dim=1), not k.repeat(...), which cycles 0, 1, 0, 1, ..."
+            raise Hint(
+                f"query heads are paired with the wrong key/value heads {where}: query heads 0..{group - 1} must "
+                "all use kv head 0, but yours cycle through the kv heads 0, 1, 0, 1, ...",
+                "k.repeat(1, g, 1, 1) tiles the whole head axis; k.repeat_interleave(g, dim=1) repeats each head "
+                "g times in place, which is the pairing asked for",
             )
         unscaled = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True, scale=1.0)
         if torch.allclose(got, unscaled, atol=1e-5, rtol=1e-4):
-            raise AssertionError(f"divide the scores q @ k^T by sqrt(d) = {math.sqrt(d):g} before the softmax {where}")
+            raise Hint(f"your scores are too large: the output matches attention without the 1/sqrt(d) factor {where}",
+                       f"divide the scores q @ k^T by sqrt(d) = {math.sqrt(d):g} before the softmax")
         if causal and torch.allclose(got, F.scaled_dot_product_attention(q, k, v, enable_gqa=True), atol=1e-5, rtol=1e-4):
-            raise AssertionError(f"with causal=True query i may only attend to keys j <= i; your output ignores the mask {where}")
-        raise AssertionError(
+            raise Hint(f"with causal=True query i may only attend to keys j <= i; your output ignores the mask {where}",
+                       "set the scores of pairs with j > i to -inf (masked_fill with ~tril) before the softmax")
+        raise Hint(
             f"the output differs from F.scaled_dot_product_attention(q, k, v, is_causal={causal}, enable_gqa=True) "
-            f"by up to {(got - want).abs().max().item():.3g} {where}; is the softmax over the keys (dim=-1)?"
+            f"by up to {(got - want).abs().max().item():.3g} {where}",
+            "the softmax is over the keys, dim=-1: each query's weights must sum to 1",
         )
