@@ -4,6 +4,7 @@ Modules, each named for its job:
 
 - :mod:`helpers.paths`     where data/ and build/ live
 - :mod:`helpers.data`      offline-first, md5-checked datasets (``make data``)
+- :mod:`helpers.loading`   what chapter 06's DataLoader workers run (importable under ``spawn``)
 - :mod:`helpers.device`    device choice, seeding, the doctor report (``make doctor``)
 - :mod:`helpers.models`    models that later chapters reuse
 - :mod:`helpers.training`  fit / evaluate / predict loops

@@ -25,6 +25,8 @@
 # - map-style datasets (`__getitem__`) vs `IterableDataset` (`__iter__`), and
 #   why an `IterableDataset` must split its work between workers itself, with
 #   `torch.utils.data.get_worker_info`;
+# - how worker processes start (`fork`, `spawn`), and why the code they run
+#   must be importable, with the real error when it is not;
 # - a real off-by-a-remainder bug in that split, and the fix, proven with a
 #   count of every sample;
 # - rebalancing an imbalanced dataset with `WeightedRandomSampler` and with a
@@ -39,7 +41,7 @@
 # **Prerequisites:** chapters 01 to 05 (chapter 05 for MNIST and
 # `transforms.v2`).
 #
-# **Estimated time:** 50 minutes.
+# **Estimated time:** 55 minutes.
 
 # %% tags=["parameters"]
 STREAM_SAMPLES = 1001  # MNIST images streamed through the IterableDataset (odd on purpose)
@@ -49,23 +51,29 @@ REBALANCED_DRAWS = 20000  # samples drawn by each rebalancing sampler
 BALANCE_TOLERANCE = 0.01  # allowed |class frequency - 1/10| after rebalancing
 THROUGHPUT_SAMPLES = 1024  # MNIST images per timed epoch in the loader benchmark
 TIMED_EPOCHS = 2  # epochs timed per loader setting
+TIMED_SETTINGS = None  # rows of the loader table to time (a list of their labels); None: all six
 BATCH_SIZE = 128
+START_METHOD = None  # how worker processes start: "spawn", "fork" or "forkserver"; None: the platform's default
 SEED = 0
 
 # %% [markdown]
 # ## Setup
 #
-# Worker processes are started with `fork` where the operating system has
-# it (Linux); the section on workers explains why. `FORK` says whether this
-# machine can.
+# Everything that runs inside a worker process comes from the course module
+# `helpers.loading`; the section on workers shows why, and prints each piece
+# of its code where we use it. Worker processes start with the method
+# `START_METHOD` names, by default this platform's own: `fork` on Linux
+# (up to Python 3.13), `spawn` on macOS and Windows.
 
 # %%
 import codecs
 import contextlib
+import inspect
 import io
 import math
 import multiprocessing
 import os
+import re
 import sys
 import time
 import warnings
@@ -81,7 +89,6 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import (
     DataLoader,
     Dataset,
-    IterableDataset,
     Sampler,
     Subset,
     TensorDataset,
@@ -93,6 +100,16 @@ from torchvision.transforms import v2
 from helpers.data import mnist
 from helpers.device import pick_device, seed_everything
 from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
+from helpers.loading import (
+    ImageStream,
+    IndexedImages,
+    PrecomputedShards,
+    RandomShift,
+    naive_shard,
+    seed_worker,
+    strided_shard,
+    worker_stderr,
+)
 from helpers.report import ChapterReport
 
 generator = seed_everything(SEED)
@@ -100,15 +117,13 @@ device = pick_device()
 report = ChapterReport("06_data_loading")
 notebook_start = time.perf_counter()
 
-FORK = sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
-WORKERS = 2 if FORK else 0  # worker processes for the demonstrations
-CONTEXT = "fork" if FORK else None  # DataLoader(multiprocessing_context=...)
+if START_METHOD is not None:
+    torch.multiprocessing.set_start_method(START_METHOD, force=True)
+START = torch.multiprocessing.get_start_method()  # what DataLoader workers use unless told otherwise
+WORKERS = 2  # worker processes for the demonstrations
 print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} CPU threads")
-if FORK:
-    print("worker processes: started with 'fork' (Linux)")
-else:
-    print(f"worker processes: 'fork' is not available on {sys.platform}; "
-          "the demonstrations load in the main process (num_workers=0)")
+print(f"Python {sys.version_info.major}.{sys.version_info.minor} on {sys.platform}: worker processes start with "
+      f"{START!r} (available here: {', '.join(multiprocessing.get_all_start_methods())})")
 
 # %% [markdown]
 # ## Map-style datasets and iterable datasets
@@ -150,23 +165,102 @@ i, image, label = map_set[7]
 print(f"len(map_set) = {len(map_set)}; map_set[7] = ({i}, image {tuple(image.shape)}, label {label.item()})")
 
 # %% [markdown]
-# ## Worker processes and `get_worker_info`
+# ## Worker processes, and where their code must live
 #
-# With `num_workers=2`, the `DataLoader` starts two worker processes. Each
-# gets its **own copy** of the dataset object. For a map-style dataset that
-# is harmless: the sampler in the main process hands out the batches of
-# indices, batch 0 to worker 0, batch 1 to worker 1, batch 2 to worker 0,
-# and so on, so every index is fetched exactly once:
+# With `num_workers=2`, the `DataLoader` starts two worker processes, and
+# each gets its **own copy** of the dataset object. A copy travels to a new
+# process in one of three ways (the *start method*):
+#
+# - `fork` (the default on Linux up to Python 3.13) copies the whole running
+#   main process, the notebook's classes, functions and variables included;
+# - `spawn` (the default on macOS and Windows) starts a fresh Python and
+#   sends it the dataset **pickled**. Pickle stores an object's class by its
+#   module and name, and the fresh process must **import** it. A class
+#   defined in a notebook lives in the module `__main__`, which the fresh
+#   process cannot import;
+# - `forkserver` (the Linux default from Python 3.14) forks workers from a
+#   fresh server process, and needs importable code just like `spawn`.
+#
+# `DataLoader(multiprocessing_context=...)` picks the start method for one
+# loader. Here is `MnistMap`, defined above in this notebook, sent to a
+# worker started with `spawn`. The worker dies while unpickling it; the
+# main process only learns that the worker "exited unexpectedly", and the
+# worker's own traceback goes to the stderr it inherited from the kernel
+# (the terminal that runs Jupyter, or with a recent `ipykernel` the cell's
+# stderr). `helpers.loading.worker_stderr` catches that stderr, so that we
+# can print both messages (the process id is replaced by `<pid>`):
+
+# %%
+failed = None
+with worker_stderr() as worker_said:
+    try:
+        next(iter(DataLoader(map_set, batch_size=32, num_workers=1, multiprocessing_context="spawn")))
+    except RuntimeError as err:
+        failed = f"{type(err).__name__}: {re.sub(r'[0-9]{2,}', '<pid>', str(err))}"
+print("main process:", failed)
+print("the worker:  ", worker_said.last_line() or "(its traceback went to the terminal that runs Jupyter)")
+assert failed is not None, "a notebook-defined dataset should not reach a spawned worker"
+assert not worker_said.text or "MnistMap" in worker_said.last_line(), worker_said.last_line()
+
+# %% [markdown]
+# The fix is to put what the workers run into a module that a fresh Python
+# can import: a `.py` file next to your notebook, or a package such as this
+# course's `helpers`. `helpers.loading` holds the same dataset, except
+# that it keeps the tensors it serves as attributes (a module cannot see the
+# notebook's variables, and attributes are pickled along with the object):
 
 # %%
 # NBVAL_CHECK_OUTPUT
-map_loader = DataLoader(map_set, batch_size=32, num_workers=WORKERS, multiprocessing_context=CONTEXT)
-seen = Counter(i for ids, _, _ in map_loader for i in ids.tolist())
-print(f"map-style, {WORKERS} workers: {len(seen)} distinct ids, "
+print(inspect.getsource(IndexedImages))
+
+# %% [markdown]
+# The same `spawn` loader now works. The `DataLoader` hands out the batches
+# of indices from the sampler in the main process, batch 0 to worker 0,
+# batch 1 to worker 1, batch 2 to worker 0, and so on, so for a map-style
+# dataset every index is fetched exactly once (the seeding section below
+# shows which worker made which batch):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+spawn_loader = DataLoader(IndexedImages(images, labels), batch_size=32, num_workers=WORKERS,
+                          multiprocessing_context="spawn")
+start = time.perf_counter()
+batches = iter(spawn_loader)
+seen = Counter(next(batches)[0].tolist())
+spawn_first = time.perf_counter() - start  # start the workers, then wait for the first batch
+seen.update(i for ids, _, _ in batches for i in ids.tolist())
+print(f"map-style, {WORKERS} workers started with spawn: {len(seen)} distinct ids, "
       f"each seen {set(seen.values())} time(s), {sum(seen.values())} in all")
 assert sorted(seen) == list(range(STREAM_SAMPLES)) and set(seen.values()) == {1}
 
 # %% [markdown]
+# Starting a spawned worker costs more than forking one: the new Python must
+# import torch and your modules before it can make a batch, while a forked
+# worker already has them. Here is the time to the first batch, from
+# creating the iterator, for both (`fork` exists on Linux and macOS, not on
+# Windows). The forked workers get the notebook's own `MnistMap`: they find
+# it in their copy of the main process.
+
+# %%
+timings = {"spawn": spawn_first}
+if "fork" in multiprocessing.get_all_start_methods():
+    start = time.perf_counter()
+    ids, _, _ = next(iter(DataLoader(map_set, batch_size=32, num_workers=WORKERS, multiprocessing_context="fork")))
+    timings["fork"] = time.perf_counter() - start
+    print(f"fork, with the notebook's MnistMap: first batch holds ids {ids[0].item()} to {ids[-1].item()}")
+for method, seconds in timings.items():
+    print(f"first batch with {WORKERS} workers started by {method!r}: {1000 * seconds:5.0f} ms")
+if "fork" in timings:
+    assert timings["spawn"] > 2 * timings["fork"], f"spawning should cost more than forking: {timings}"
+
+# %% [markdown]
+# So from here on, everything that goes to a worker (datasets, shard
+# functions, a `worker_init_fn`) is imported from `helpers.loading`, the cells
+# print its code, and the loaders use this platform's start method, `START`.
+# The checks and the printed results are the same with every start method
+# (the course's test `tests/test_ch06_spawn.py` runs the chapter with
+# `START_METHOD="spawn"` and compares them with the stored ones).
+#
 # An `IterableDataset` has no indices to hand out. Each worker simply calls
 # `iter()` on its copy of the dataset, so a stream that ignores the workers
 # is read once **per worker**. Inside a worker,
@@ -174,38 +268,30 @@ assert sorted(seen) == list(range(STREAM_SAMPLES)) and set(seen.values()) == {1}
 # `num_workers`, its `seed` and its copy of the `dataset`; in the main
 # process it returns `None`. The stream below uses it to split (**shard**) the
 # indices with a `shard` function that we pass in, and yields the worker's id
-# with each sample so that we can see who produced what.
+# with each sample so that we can see who produced what. What a worker did
+# comes back as data, through the loader, and the main process prints it.
+# A worker's own `print` is a poor report: depending on the start method
+# and the Jupyter version it lands in the notebook or in the terminal that
+# runs Jupyter, interleaved in whatever order the processes happen to run.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(inspect.getsource(ImageStream))
 
 
 # %%
-class MnistStream(IterableDataset):
-    """Streams (index, worker id, image, label) for the images in order, like reading one file.
+def stream(n, shard, num_workers, batch_size=4, batch_sizes=None):
+    """Run the first n images through ImageStream and a DataLoader; return {sample id: [worker ids that yielded it]}.
 
-    ``shard(n, worker_id, num_workers)`` returns the indices one worker reads;
-    ``None`` means every worker reads everything (no sharding at all).
+    A dict passed as `batch_sizes` receives {worker id: [size of each batch it made]}.
     """
-
-    def __init__(self, n, shard=None):
-        self.n, self.shard = n, shard
-
-    def __iter__(self):
-        info = get_worker_info()  # None in the main process
-        if info is None or self.shard is None:
-            indices, worker = range(self.n), (-1 if info is None else info.id)
-        else:
-            indices, worker = self.shard(self.n, info.id, info.num_workers), info.id
-        for i in indices:
-            yield i, worker, images[i], labels[i]
-
-
-def stream(n, shard, num_workers, batch_size=4):
-    """Run an MnistStream through a DataLoader; return {sample id: [worker ids that yielded it]}."""
-    loader = DataLoader(MnistStream(n, shard), batch_size=batch_size, num_workers=num_workers,
-                        multiprocessing_context=CONTEXT if num_workers else None)
+    loader = DataLoader(ImageStream(images[:n], labels[:n], shard), batch_size=batch_size, num_workers=num_workers)
     yielded = {}
     for ids, workers, _, _ in loader:
         for i, w in zip(ids.tolist(), workers.tolist()):
             yielded.setdefault(i, []).append(w)
+        if batch_sizes is not None:
+            batch_sizes.setdefault(workers[0].item(), []).append(len(ids))
     return yielded
 
 
@@ -221,8 +307,7 @@ print("get_worker_info() in the main process:", get_worker_info())
 no_shard = stream(12, shard=None, num_workers=WORKERS)
 print({i: ws for i, ws in no_shard.items()})
 print("yielded", sum(len(ws) for ws in no_shard.values()), "samples for a dataset of 12")
-if FORK:
-    assert all(len(ws) == 2 for ws in no_shard.values()), "without sharding every worker yields everything"
+assert all(sorted(ws) == [0, 1] for ws in no_shard.values()), "without sharding every worker yields everything"
 
 # %% [markdown]
 # ### The remainder bug
@@ -231,19 +316,16 @@ if FORK:
 # block of `n // num_workers` samples:
 
 # %%
-def naive_shard(n, worker_id, num_workers):
-    """Contiguous blocks of n // num_workers samples. BUG: drops the last n % num_workers samples."""
-    per_worker = n // num_workers
-    start = worker_id * per_worker
-    return range(start, start + per_worker)
-
+# NBVAL_CHECK_OUTPUT
+print(inspect.getsource(naive_shard))
 
 # %% [markdown]
 # It looks right and it is right whenever `n` divides evenly. But `//`
-# rounds down: 10 samples for 3 workers makes blocks of 3, and sample 9
+# rounds down: 11 samples for 2 workers makes blocks of 5, and sample 10
 # belongs to nobody. Nothing fails, no warning appears: the epoch is just
 # one sample short, and the samples at the end of the stream are never
-# trained on. Here are two cases, run through real `DataLoader` workers:
+# trained on (with `num_workers=k`, up to `k - 1` of them). Here it is, run
+# through two real `DataLoader` workers:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -252,17 +334,11 @@ def missing_and_repeated(yielded, n):
     return [i for i in range(n) if counts[i] == 0], [i for i in range(n) if counts[i] > 1]
 
 
-naive_cases = {}
-for n, k in [(10, 3), (11, 2)]:
-    workers = k if FORK else 0
-    with warnings.catch_warnings(record=True) as too_many_workers:  # shown below the figure
-        warnings.simplefilter("always")
-        naive_cases[n, k] = stream(n, naive_shard, num_workers=workers)
-    missing, repeated = missing_and_repeated(naive_cases[n, k], n)
-    print(f"{n} samples, {workers} workers: yielded {sum(map(len, naive_cases[n, k].values()))}, "
-          f"missing {missing}, repeated {repeated}")
-    if FORK:
-        assert missing == list(range(n - n % k, n)), "the naive split drops the last n % num_workers samples"
+naive_small = stream(11, naive_shard, num_workers=WORKERS)
+missing, repeated = missing_and_repeated(naive_small, 11)
+print(f"11 samples, {WORKERS} workers: yielded {sum(map(len, naive_small.values()))}, "
+      f"missing {missing}, repeated {repeated}")
+assert missing == [10] and repeated == [], "the naive split drops the last 11 % 2 samples"
 
 # %% [markdown]
 # ### The fix
@@ -276,39 +352,30 @@ for n, k in [(10, 3), (11, 2)]:
 # a fairer version of it).
 
 # %%
-def strided_shard(n, worker_id, num_workers):
-    """Worker w reads w, w + num_workers, w + 2 * num_workers, ...: every index exactly once."""
-    return range(worker_id, n, num_workers)
-
+# NBVAL_CHECK_OUTPUT
+print(inspect.getsource(strided_shard))
 
 # %% [markdown]
-# The figure shows who yielded each sample for 10 samples and 3 workers:
-# one colour per worker, and white for a sample nobody yielded. (On a
-# machine with fewer than 3 cores, PyTorch also warns that 3 workers are
-# more than it suggests; we print that warning below the figure. It is
-# right, but 3 workers are the point of this small example.)
+# The figure shows who yielded each of the 11 samples, for both splits:
+# one colour per worker, and white for a sample nobody yielded.
 
 # %%
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    fixed_10_3 = stream(10, strided_shard, num_workers=3 if FORK else 0)
+fixed_small = stream(11, strided_shard, num_workers=WORKERS)
 fig, axes = plt.subplots(2, 1, figsize=(7, 2.8))
-for ax, (name, yielded) in zip(axes, [("n // num_workers (bug)", naive_cases[10, 3]),
-                                      ("strided (fix)", fixed_10_3)]):
-    owner = np.full((1, 10), np.nan)
+for ax, (name, yielded) in zip(axes, [("n // num_workers (bug)", naive_small), ("strided (fix)", fixed_small)]):
+    owner = np.full((1, 11), np.nan)
     for i, ws in yielded.items():
         owner[0, i] = ws[0]
-    ax.imshow(owner, cmap=ListedColormap(["tab:blue", "tab:orange", "tab:green"]), vmin=-0.5, vmax=2.5)
-    for i in range(10):
+    ax.imshow(owner, cmap=ListedColormap(["tab:blue", "tab:orange"]), vmin=-0.5, vmax=1.5)
+    for i in range(11):
         ax.text(i, 0, "?" if np.isnan(owner[0, i]) else f"w{int(owner[0, i])}",
                 ha="center", va="center", fontsize=8, color="black" if np.isnan(owner[0, i]) else "white")
-    ax.set_xticks(range(10))
+    ax.set_xticks(range(11))
     ax.set_yticks([])
     ax.set_title(name, fontsize=9)
-axes[1].set_xlabel("sample id (w0, w1, w2: the worker that yielded it; ?: nobody did)")
+axes[1].set_xlabel("sample id (w0, w1: the worker that yielded it; ?: nobody did)")
 plt.show()
-for message in sorted({str(w.message) for w in too_many_workers + caught}):
-    print(f"warning: {message}")
+assert missing_and_repeated(fixed_small, 11) == ([], []), "the strided split must yield each of the 11 samples once"
 
 # %% [markdown]
 # Now the proof on the real stream: all `STREAM_SAMPLES` images (an odd
@@ -320,13 +387,16 @@ for message in sorted({str(w.message) for w in too_many_workers + caught}):
 # %%
 # NBVAL_CHECK_OUTPUT
 naive_stream = stream(STREAM_SAMPLES, naive_shard, num_workers=WORKERS, batch_size=32)
-fixed_stream = stream(STREAM_SAMPLES, strided_shard, num_workers=WORKERS, batch_size=32)
+fixed_sizes = {}
+fixed_stream = stream(STREAM_SAMPLES, strided_shard, num_workers=WORKERS, batch_size=32, batch_sizes=fixed_sizes)
 for name, yielded in [("naive", naive_stream), ("strided", fixed_stream)]:
     counts = Counter({i: len(ws) for i, ws in yielded.items()})
     missing, repeated = missing_and_repeated(yielded, STREAM_SAMPLES)
     per_worker = Counter(w for ws in yielded.values() for w in ws)
     print(f"{name:8s} {WORKERS} workers: {sum(counts.values())} of {STREAM_SAMPLES} samples yielded, "
           f"per worker {dict(sorted(per_worker.items()))}, missing {missing}, repeated {repeated}")
+assert missing_and_repeated(naive_stream, STREAM_SAMPLES)[0] == list(range(STREAM_SAMPLES - STREAM_SAMPLES % WORKERS,
+                                                                          STREAM_SAMPLES)), "the naive split drops the remainder"
 
 # %%
 counts = Counter({i: len(ws) for i, ws in fixed_stream.items()})
@@ -337,37 +407,26 @@ report.record("samples yielded exactly once (2 workers)", exactly_once)
 print(f"{exactly_once} of {STREAM_SAMPLES} samples yielded exactly once with num_workers={WORKERS}")
 
 # %% [markdown]
-# Two more things to know about iterable datasets with workers:
-#
-# - each worker makes its **own batches** from its own shard, so the last
-#   batch of *each* worker may be short (with `drop_last=True`, each worker
-#   may drop one);
-# - by default the `DataLoader` returns batches in a fixed round-robin order
-#   of the workers, so a slow worker holds the others up. `in_order=False`
-#   lets whichever batch is ready first through, at the price of a
-#   non-deterministic order.
-#
-# ### Why the classes are defined in the notebook, and `fork`
-#
-# A worker process must get the dataset object from the main process. There
-# are three ways to start one (the *start method*):
-#
-# - `fork` (the default on Linux up to Python 3.13) copies the whole running
-#   main process, the notebook's classes and functions included. That is why
-#   `MnistStream` above works although it lives in the notebook;
-# - `spawn` (the default on macOS and Windows) starts a fresh Python that
-#   must **import** the dataset's class by name. A class defined in a
-#   notebook lives in `__main__`, which the fresh process cannot import, and
-#   the worker dies with an error like
-#   `AttributeError: Can't get attribute 'MnistStream' on <module '__main__'>`;
-# - `forkserver` (the Linux default from Python 3.14) behaves like `spawn`
-#   here.
-#
-# So code that runs in worker processes belongs in an importable module (a
-# `.py` file next to your notebook, or a package such as this course's
-# `helpers`). This notebook keeps its small classes in view on purpose, asks
-# for `multiprocessing_context="fork"` where it exists, and falls back to
-# `num_workers=0` elsewhere, printing a line that says so.
+# Two more things to know about iterable datasets with workers. First,
+# each worker makes its **own batches** from its own shard, so the last
+# batch of *each* worker may be short (with `drop_last=True`, each worker
+# may drop one). In the strided run above, with batches of 32:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for w, sizes in sorted(fixed_sizes.items()):
+    print(f"worker {w}: {len(sizes)} batches, sizes {dict(sorted(Counter(sizes).items(), reverse=True))}")
+for w, sizes in fixed_sizes.items():
+    shard_size = len(strided_shard(STREAM_SAMPLES, w, WORKERS))
+    assert sizes == [32] * (shard_size // 32) + ([shard_size % 32] if shard_size % 32 else []), (
+        f"worker {w} should batch its own {shard_size} samples: {sizes}"
+    )
+
+# %% [markdown]
+# Second, by default the `DataLoader` returns batches in a fixed
+# round-robin order of the workers, so a slow worker holds the others up.
+# `in_order=False` lets whichever batch is ready first through, at the
+# price of a non-deterministic order.
 #
 # ## Samplers: rebalancing an imbalanced dataset
 #
@@ -408,7 +467,9 @@ print(f"most common / rarest class: {class_counts.max().item() / class_counts.mi
 # *stratified*: each epoch it takes exactly `num_samples / 10` indices from
 # every class, cycling through a fresh random permutation of the class, so
 # that a rare image is repeated as evenly as possible rather than at random,
-# and then shuffles them all together.
+# and then shuffles them all together. A sampler runs in the main process
+# (the workers receive only the indices it yields), so unlike a dataset it
+# may live in the notebook whatever the start method.
 
 
 # %%
@@ -475,7 +536,8 @@ for name in ("WeightedRandomSampler", "ClassBalancedSampler"):
         f"more than the tolerance of {100 * BALANCE_TOLERANCE:.1f}"
     )
 assert deviation["shuffle=True (no rebalancing)"] > BALANCE_TOLERANCE, "the original set should be imbalanced"
-report.record("rebalanced max deviation from uniform", 100 * deviation["WeightedRandomSampler"], "points", digits=2)
+assert deviation["ClassBalancedSampler"] < 1e-9, "the stratified sampler should be balanced exactly"
+_ = report.record("rebalanced max deviation from uniform", 100 * deviation["WeightedRandomSampler"], "points", digits=2)
 
 # %% [markdown]
 # `WeightedRandomSampler` is balanced only **on average**: each draw is an
@@ -541,7 +603,9 @@ except RuntimeError as err:
 # padding (a recurrent network through `pack_padded_sequence` in chapter 08,
 # a transformer through a padding mask in chapter 09). Note `batch_first=True`:
 # the default, `False`, returns `[max_len, batch]`, the layout of old RNN
-# code.
+# code. With `num_workers > 0` the `collate_fn` runs in the workers, so it
+# too must come from a module under `spawn`; the loaders here use the main
+# process.
 
 
 # %%
@@ -591,8 +655,10 @@ by_length = sorted(range(len(line_ids)), key=lambda i: len(line_ids[i]))
 buckets = [by_length[i: i + 4] for i in range(0, len(by_length), 4)]
 buckets = [buckets[i] for i in torch.randperm(len(buckets), generator=generator).tolist()]
 bucketed_loader = DataLoader(line_ids, batch_sampler=buckets, collate_fn=pad_collate)
-print(f"padding with random batches:   {padding_share(text_loader):.0%} of the positions")
-print(f"padding with length buckets:   {padding_share(bucketed_loader):.0%} of the positions")
+random_padding, bucketed_padding = padding_share(text_loader), padding_share(bucketed_loader)
+print(f"padding with random batches:   {random_padding:.0%} of the positions")
+print(f"padding with length buckets:   {bucketed_padding:.0%} of the positions")
+assert bucketed_padding < random_padding, "batches of similar lengths should need less padding"
 
 # %% [markdown]
 # ## Loader settings, measured
@@ -664,8 +730,7 @@ def synchronize():
 
 def measure(settings, with_training):
     """Samples per second over TIMED_EPOCHS epochs, and the first-batch wait of each epoch (s)."""
-    loader = DataLoader(timing_set, batch_size=BATCH_SIZE, shuffle=True, generator=generator,
-                        multiprocessing_context=CONTEXT if settings.get("num_workers") else None, **settings)
+    loader = DataLoader(timing_set, batch_size=BATCH_SIZE, shuffle=True, generator=generator, **settings)
     n, first_batch = 0, []
     start = time.perf_counter()
     for _ in range(TIMED_EPOCHS):
@@ -703,9 +768,11 @@ settings_table = [  # (label, DataLoader keyword arguments, also time it with a 
     ("2 + persistent_workers", dict(num_workers=2, persistent_workers=True), False),
     ("2 + prefetch_factor=4", dict(num_workers=2, prefetch_factor=4), False),
 ]
-if not FORK:
-    print(f"no 'fork' on {sys.platform}: timing num_workers=0 only")
-    settings_table = settings_table[:1]
+if TIMED_SETTINGS is not None:
+    unknown = set(TIMED_SETTINGS) - {label for label, _, _ in settings_table}
+    assert not unknown and "num_workers=0" in TIMED_SETTINGS, f"TIMED_SETTINGS: unknown {unknown}, or no num_workers=0"
+    settings_table = [row for row in settings_table if row[0] in TIMED_SETTINGS]
+print(f"worker processes start with {START!r}")
 load_note = ""
 if hasattr(os, "getloadavg"):  # Unix: how many processes wanted a core, averaged over the last minute
     load_note = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
@@ -738,6 +805,12 @@ if "num_workers=1" in results:
     print(f"a worker that loads while the main process trains could make the '+ training step' column up to "
           f"{overlap_bound:.2f}x faster, if a core is free for it; measured: "
           f"{results['num_workers=1'][1] / base_training:.2f}x with num_workers=1")
+restarted = {k: first[-1] for k, (_, _, first) in results.items() if k.startswith("2 + p") or k == "num_workers=2"}
+if TIMED_EPOCHS >= 2 and "2 + persistent_workers" in restarted and len(restarted) > 1:
+    persistent_ms = 1000 * restarted.pop("2 + persistent_workers")
+    print(f"first batch of epoch 2: {persistent_ms:.0f} ms with persistent workers; "
+          f"{1000 * min(restarted.values()):.0f} to {1000 * max(restarted.values()):.0f} ms "
+          f"in the other two-worker rows, which start new workers")
 
 # %%
 labels_order = list(results)
@@ -787,117 +860,142 @@ print(f"best setting for loading only: {best_label}, {loader_speedup:.2f}x the s
 # - **Worker start-up** shows in the first-batch column. Creating an
 #   iterator starts the workers, and the first batch must wait until a worker
 #   has produced it; without `persistent_workers` that happens every epoch.
-#   With `fork` the start itself is quick; with `spawn` (macOS, Windows) each
-#   new worker re-imports torch and your modules, which takes seconds, and
-#   `persistent_workers=True` saves that on every epoch after the first (its
-#   epoch-2 first batch should be the quickest of the two-worker rows).
-# - **`pin_memory`** only matters with a CUDA device. On this CPU the
+#   How much it costs depends on the start method printed above the table.
+#   A forked worker starts quickly; a spawned one is a fresh Python that
+#   imports torch and your modules first (the section on workers measured
+#   both). With `spawn`, and epochs as short as these, the start-up can cost
+#   more than the epoch's loading, and every worker row except
+#   `persistent_workers` pays it again each epoch. `persistent_workers=True`
+#   pays it once: the last line under the table compares its epoch-2 first
+#   batch with the other two-worker rows. (With `fork` the gap is small and
+#   can drown in noise.)
+# - **`pin_memory`** only matters with a CUDA device. Without one the
 #   `DataLoader` warns (printed above the table) and ignores it, so that row
 #   differs from plain `num_workers=2` only by noise. On a GPU, pin and use
 #   `.to(device, non_blocking=True)`, as `measure` does.
 # - **`prefetch_factor`** helps when the time per batch varies (a slow disk,
-#   images of very different sizes): a deeper queue absorbs the bumps. With
-#   MNIST every batch costs the same, so the default of 2 batches per worker
-#   is already enough, and a deeper queue just holds more memory.
+#   images of very different sizes): a deeper queue absorbs the bumps. MNIST
+#   batches all cost about the same, so here a deeper queue has little to
+#   absorb and mostly holds more memory; compare its row with plain
+#   `num_workers=2`.
 #
 # ## Seeding workers
 #
 # Random augmentations need random numbers in the workers, and there is a
-# classic trap. Each worker starts as a copy of the main process, **random
-# number generator states included**. The `DataLoader` therefore re-seeds
-# the generators it knows about in every worker: `torch`'s and Python's
+# classic trap: a worker's random number generators start from whatever
+# state came along with it. A forked worker is a copy of the main process,
+# **generator states included**; a spawned one is a fresh Python whose
+# generators seed themselves at start-up, except those that travel inside the
+# pickled dataset. So the `DataLoader` re-seeds the generators it knows
+# about in every worker, with every start method: `torch`'s and Python's
 # `random` with `base_seed + worker_id`, and, since PyTorch 1.9, NumPy's
-# global generator (`np.random.seed`) too. `base_seed` is drawn afresh from
-# the main process's generator (or the loader's `generator=`) every time an
-# iterator is created, so it changes every epoch. (Before 1.9, NumPy's global
-# generator was *not* re-seeded, so every worker produced the same "random"
-# augmentations; many old blog posts describe that bug.)
+# global generator (`np.random.seed`, from `base_seed` and `worker_id`).
+# `base_seed` is drawn from the loader's `generator=` (or the global torch
+# generator) every time an iterator is created, so workers started for a new
+# epoch get new seeds. (Before 1.9, NumPy's global generator was *not*
+# re-seeded: under `fork` every worker inherited the same state and produced
+# the same "random" augmentations, the bug many old blog posts describe;
+# under `spawn` each worker's NumPy seeded itself from the operating system,
+# so the draws differed but could not be reproduced.)
 #
 # A generator that **your dataset owns**, such as
-# `np.random.default_rng(seed)` created in `__init__`, is copied into every
-# worker as it is, and nobody re-seeds it. The dataset below draws a random
-# shift for each image from such a generator:
+# `np.random.default_rng(seed)` created in `__init__`, travels into every
+# worker inside the dataset (copied by `fork`, pickled with its state by
+# `spawn`), and nobody re-seeds it. `RandomShift` draws a random shift for
+# each image from such a generator and, for comparison, a second one from
+# NumPy's global generator; each item also says which worker made it, and
+# that worker's torch seed:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(inspect.getsource(RandomShift))
 
 
 # %%
-class RandomShift(Dataset):
-    """MNIST images rolled by a random (dy, dx) in -3..3, drawn from the dataset's own NumPy generator."""
-
-    def __init__(self, n, seed=0):
-        self.n = n
-        self.rng = np.random.default_rng(seed)
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        dy, dx = (int(v) for v in self.rng.integers(-3, 4, size=2))
-        return torch.roll(images[i], shifts=(dy, dx), dims=(1, 2)), torch.tensor([dy, dx])
-
-
-def shifts_per_batch(dataset, epochs=2, **loader_args):
-    """[epoch][batch] -> list of (dy, dx) shifts, for batches of 4 from 2 workers (or the main process)."""
-    loader = DataLoader(dataset, batch_size=4, num_workers=WORKERS, multiprocessing_context=CONTEXT, **loader_args)
-    return [[[tuple(s) for s in shifts.tolist()] for _, shifts in loader] for _ in range(epochs)]
+# NBVAL_CHECK_OUTPUT
+def draws_per_batch(dataset, epochs=2, **loader_args):
+    """[epoch][batch] -> {"worker", "torch_seed", "shift", "global_shift"} for batches of 4 from WORKERS workers."""
+    loader = DataLoader(dataset, batch_size=4, num_workers=WORKERS, **loader_args)
+    draws = []
+    for _ in range(epochs):
+        draws.append([])
+        for batch in loader:
+            (worker,) = set(batch["worker"].tolist())  # the 4 items of a batch come from one worker
+            draws[-1].append({"worker": worker, "torch_seed": batch["torch_seed"][0].item(),
+                              "shift": [tuple(s) for s in batch["shift"].tolist()],
+                              "global_shift": [tuple(s) for s in batch["global_shift"].tolist()]})
+    return draws
 
 
-buggy = shifts_per_batch(RandomShift(16))
+buggy = draws_per_batch(RandomShift(images[:16]), generator=torch.Generator().manual_seed(SEED))
 for epoch, batches in enumerate(buggy, start=1):
-    for b, shifts in enumerate(batches):
-        print(f"epoch {epoch}, batch {b} (worker {b % 2 if FORK else 'main'}): shifts {shifts}")
+    for b, d in enumerate(batches):
+        print(f"epoch {epoch}, batch {b} (worker {d['worker']}): own {d['shift']}  np.random {d['global_shift']}")
 
 # %% [markdown]
 # Batch 0 comes from worker 0 and batch 1 from worker 1, and they got the
-# **same** shifts; so did batches 2 and 3. Worse, epoch 2 repeats epoch 1
-# exactly, because each epoch's new workers copy the main process's
-# generator again, still in its initial state. Half of the "random"
-# augmentations are duplicates, and none changes between epochs.
+# **same** shifts from the dataset's own generator; so did batches 2 and 3.
+# Worse, epoch 2 repeats epoch 1 exactly: each epoch's new workers get a
+# fresh copy of the main process's dataset, whose generator is still in its
+# initial state. Half of the "random" augmentations are duplicates, and none
+# changes between epochs. The `np.random` column, drawn in the same workers
+# from NumPy's global generator, differs between the workers and between
+# the epochs: the `DataLoader` re-seeded that one.
 
 # %%
-if FORK:
-    assert buggy[0][0] == buggy[0][1] and buggy[0][2] == buggy[0][3], "both workers draw the same shifts"
-    assert buggy[0] == buggy[1], "epoch 2 repeats epoch 1"
-else:
-    print("no worker processes here: the duplicated-generator bug needs them to show")
+own = [[d["shift"] for d in batches] for batches in buggy]
+global_draws = [[d["global_shift"] for d in batches] for batches in buggy]
+assert [d["worker"] for d in buggy[0]] == [0, 1, 0, 1], "the batches should come from the two workers in turn"
+assert own[0][0] == own[0][1] and own[0][2] == own[0][3], "both workers draw the same shifts from the dataset's generator"
+assert own[0] == own[1], "epoch 2 repeats epoch 1"
+assert global_draws[0][0] != global_draws[0][1], "NumPy's global generator should differ between the workers"
+assert global_draws[0] != global_draws[1], "NumPy's global generator should be re-seeded for every epoch's workers"
 
 # %% [markdown]
 # The fix is a `worker_init_fn`, which the `DataLoader` calls in each worker
 # as it starts, after seeding torch. There, `torch.initial_seed()` returns
 # that worker's torch seed, `base_seed + worker_id`: different for each
-# worker, different each epoch, and derived from the loader's `generator`,
-# so reproducible. We re-create the dataset's generator from it (the worker's
-# copy of the dataset is `get_worker_info().dataset`). PyTorch's
-# reproducibility notes show the same pattern for the global NumPy and
-# `random` generators, with `torch.initial_seed() % 2**32`, which older
-# versions needed.
-
+# worker, and derived from the loader's `generator`, so reproducible. We
+# re-create the dataset's generator from it (the worker's copy of the
+# dataset is `get_worker_info().dataset`). PyTorch's reproducibility notes
+# show the same pattern for the global NumPy and `random` generators, with
+# `torch.initial_seed() % 2**32`, which older versions needed.
 
 # %%
-def seed_worker(worker_id):
-    """worker_init_fn: give this worker's copy of the dataset its own generator."""
-    dataset = get_worker_info().dataset
-    dataset.rng = np.random.default_rng(torch.initial_seed())
+# NBVAL_CHECK_OUTPUT
+print(inspect.getsource(seed_worker))
 
+# %% [markdown]
+# This time the loader keeps its workers for both epochs
+# (`persistent_workers=True`, one start-up per run instead of one per
+# epoch, which matters with `spawn`). Then `seed_worker` runs once per
+# worker, and epoch 2 continues each worker's generator. Without persistent
+# workers, epoch 2's new workers would get a new `base_seed` and be seeded
+# afresh. Either way the epochs differ.
 
+# %%
+# NBVAL_CHECK_OUTPUT
 def run_seeded(seed):
-    """Two epochs of shuffled batches of shifts, from a loader whose generator is seeded with `seed`."""
-    return shifts_per_batch(RandomShift(16), shuffle=True, worker_init_fn=seed_worker,
-                            generator=torch.Generator().manual_seed(seed))
+    """Two epochs of shuffled batches of draws, from a loader whose generator is seeded with `seed`."""
+    return draws_per_batch(RandomShift(images[:16]), shuffle=True, worker_init_fn=seed_worker,
+                           persistent_workers=True, generator=torch.Generator().manual_seed(seed))
 
 
 fixed_a, fixed_b, other_seed = run_seeded(SEED), run_seeded(SEED), run_seeded(SEED + 1)
-for b, shifts in enumerate(fixed_a[0]):
-    print(f"epoch 1, batch {b}: shifts {shifts}")
-print("epoch 2, batch 0:", fixed_a[1][0])
+for b, d in enumerate(fixed_a[0]):
+    print(f"epoch 1, batch {b} (worker {d['worker']}, torch seed {d['torch_seed']}): shifts {d['shift']}")
+print("epoch 2, batch 0:", fixed_a[1][0]["shift"])
 print("two runs with generator seed", SEED, "give identical batches:", fixed_a == fixed_b)
 print("a run with seed", SEED + 1, "gives different batches:", fixed_a != other_seed)
 
 # %%
+own = [[d["shift"] for d in batches] for batches in fixed_a]
+seeds = {d["worker"]: d["torch_seed"] for d in fixed_a[0]}
 assert fixed_a == fixed_b, "two runs with the same generator seed must give identical batches"
 assert fixed_a != other_seed, "a different generator seed should give different batches"
-if FORK:
-    assert fixed_a[0][0] != fixed_a[0][1], "with seed_worker the two workers must draw different shifts"
-    assert fixed_a[0] != fixed_a[1], "with seed_worker each epoch must draw new shifts"
+assert seeds[1] - seeds[0] == 1, f"the workers' torch seeds should be base_seed + worker_id, got {seeds}"
+assert own[0][0] != own[0][1], "with seed_worker the two workers must draw different shifts"
+assert own[0] != own[1], "with seed_worker each epoch must draw new shifts"
 
 # %% [markdown]
 # The `generator=` argument matters twice: it seeds the shuffling (the
@@ -918,10 +1016,19 @@ if FORK:
 #    `collate_fn` that pads and returns the lengths.
 # 3. **Per-class weights passed to `WeightedRandomSampler`**: it wants one
 #    weight per *sample*.
-# 4. **Notebook classes with `spawn`** (macOS, Windows, and Linux from Python
-#    3.14): move code that workers run into an importable module.
+# 4. **A dataset, `collate_fn` or `worker_init_fn` defined in the notebook,
+#    with `spawn` or `forkserver`** (macOS, Windows, and Linux from Python
+#    3.14): the worker dies with `AttributeError: Can't get attribute ...`
+#    and the loader reports only `RuntimeError: DataLoader worker ... exited
+#    unexpectedly`. Move the code that workers run into an importable
+#    module, and send data rather than notebook functions (as
+#    `PrecomputedShards` does in exercise 1). In a script, `spawn` also
+#    re-imports your main file in every worker: keep the code that iterates
+#    over loaders under `if __name__ == "__main__":` (Python's
+#    `multiprocessing` guide, "Safe importing of main module").
 # 5. **A generator owned by the dataset** repeats in every worker and every
-#    epoch; re-seed it in a `worker_init_fn` from `torch.initial_seed()`.
+#    epoch, with every start method; re-seed it in a `worker_init_fn` from
+#    `torch.initial_seed()`.
 #
 # And one more: **`shuffle=True` on an `IterableDataset`** is refused,
 # because there are no indices to shuffle. Shuffle inside the stream (for
@@ -930,11 +1037,10 @@ if FORK:
 # %%
 # NBVAL_CHECK_OUTPUT
 try:
-    DataLoader(MnistStream(10, strided_shard), shuffle=True)
+    DataLoader(ImageStream(images[:10], labels[:10], strided_shard), shuffle=True)
 except ValueError as err:
     print(f"{type(err).__name__}: {err}")
 
-# %% [markdown]
 # ## Exercises
 #
 # Each exercise has a stub for you to fill in, then a checker cell. The
@@ -956,7 +1062,10 @@ except ValueError as err:
 # The checker tries many combinations of `n` and `num_workers`, including
 # more workers than samples. The `n // num_workers` split from this chapter
 # fails it. When it passes, the cell streams `STREAM_SAMPLES` images through
-# two workers with your function.
+# two workers with your shards. Your function lives in the notebook, so a
+# spawned worker could not import it: `helpers.loading.PrecomputedShards`
+# calls it here, in the main process, for each worker id, and the workers
+# receive the resulting ranges, which are plain data.
 
 
 # %%
@@ -968,7 +1077,8 @@ def shard_range(n, worker_id, num_workers):
 # %%
 result = check("06.shard_range", shard_range)
 if result.passed:
-    yours = stream(STREAM_SAMPLES, shard_range, num_workers=WORKERS, batch_size=32)
+    yours = stream(STREAM_SAMPLES, PrecomputedShards(shard_range, STREAM_SAMPLES, WORKERS), num_workers=WORKERS,
+                   batch_size=32)
     print("your shards with 2 workers, (missing, repeated):", missing_and_repeated(yours, STREAM_SAMPLES))
 
 # %% [markdown]
@@ -1005,6 +1115,11 @@ if result.passed:
 #   `IterableDataset` must shard itself with `get_worker_info()`. Count the
 #   ids: `range(worker_id, n, num_workers)` yields each exactly once, while
 #   `n // num_workers` blocks drop the remainder.
+# - Workers get their dataset by `fork` (a copy of the process) or `spawn`
+#   (a fresh Python that unpickles it, so its class must be importable).
+#   Keep what workers run in a module, send data rather than notebook
+#   functions, and return what a worker did through the loader instead of
+#   printing it there.
 # - `WeightedRandomSampler` with per-sample weights `1 / class size`
 #   rebalances classes on average; a custom `Sampler` can make it exact.
 #   Both repeat rare samples.
@@ -1012,13 +1127,13 @@ if result.passed:
 #   variable-length sequences; return the lengths too, and bucket by length
 #   to waste less on padding.
 # - Workers help when there are free cores and the main process has its own
-#   work; `pin_memory` is for CUDA; `persistent_workers` saves start-up per
-#   epoch (a lot with `spawn`); `prefetch_factor` absorbs uneven batch times.
-#   Measure on your machine.
+#   work; `pin_memory` is for CUDA; `persistent_workers` saves a start-up per
+#   epoch (a spawned worker starts much more slowly than a forked one);
+#   `prefetch_factor` absorbs uneven batch times. Measure on your machine.
 # - Worker RNGs: torch, `random` and NumPy's global generator are seeded per
-#   worker; re-seed your own generators in a `worker_init_fn` from
-#   `torch.initial_seed()`, and pass `generator=` to the `DataLoader` for
-#   reproducible runs.
+#   worker with every start method; a generator your dataset owns is not,
+#   so re-seed it in a `worker_init_fn` from `torch.initial_seed()`, and pass
+#   `generator=` to the `DataLoader` for reproducible runs.
 #
 # **Next:** chapter 07 trains a convolutional network on CIFAR-10, with
 # random augmentations running in exactly this kind of pipeline.
