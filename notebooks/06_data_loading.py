@@ -1041,6 +1041,7 @@ try:
 except ValueError as err:
     print(f"{type(err).__name__}: {err}")
 
+# %% [markdown]
 # ## Exercises
 #
 # Each exercise has a stub for you to fill in, then a checker cell. The

@@ -290,8 +290,8 @@ assert folded < 1e-6, "an LSTM's two bias vectors should be interchangeable: onl
 # Jozefowicz, Zaremba & Sutskever (2015) recommend, and `b_f = 3`. The
 # computation is in float64, because in float32 the smallest of these
 # gradients underflow to exactly 0. It runs on one CPU thread: these are
-# many tiny operations, and the training section below measures why one
-# thread can be much faster for them.
+# many tiny operations, and on a shared machine one thread is steadier for
+# them (the training section below times both thread counts).
 
 # %%
 GRAD_F, GRAD_H = 8, 64  # input features and hidden size of the measured layers
@@ -861,19 +861,19 @@ if device.type == "cpu":
         with torch.backends.mkldnn.flags(enabled=False):
             step_off = {cell: ms_per_step(threads, cell) for cell in rounds}
     print(", ".join(f"{cell.upper()} {ms:.1f} ms" for cell, ms in step_off.items()), "per step with oneDNN off (one round)")
-    for message in sorted({str(w.message) for w in caught}):
-        print(f"(warning while toggling oneDNN: {message})")
+    for message in sorted({str(w.message).split(" (Triggered internally")[0] for w in caught}):
+        print(f"(warning while toggling oneDNN: {message})")  # without torch's C++ source path
 else:
     print(f"training on {device}: the CPU step-time comparison is skipped")
 
 # %% [markdown]
 # The graphs are the deterministic part (checked): with oneDNN the LSTM's
 # whole layer is one node among 6, the GRU's graph has over 400, and with
-# oneDNN off the LSTM's graph grows to the same size. The times are printed
-# only, since a shared machine's timings vary; in the run stored here the
-# fused LSTM step took well under half of the GRU's time, and with oneDNN
-# off the two were within a few percent of each other (the figures above).
-# So the gap comes from the kernel, not from the GRU's design. On a GPU both have
+# oneDNN off the LSTM's graph grows to about the same size (the counts
+# above). The times are printed only, since a shared machine's timings vary;
+# compare the two printed lines: with the fused kernel the LSTM step is the
+# quicker one, and with oneDNN off the LSTM loses that lead. So the gap
+# comes from the kernel, not from the GRU's design. On a GPU both have
 # fused cuDNN kernels and the answer can differ. Fewer parameters is not the
 # same as less time: measure, and look at which kernel runs.
 
