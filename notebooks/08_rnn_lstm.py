@@ -1782,8 +1782,8 @@ result = check("08.lstm_param_count", lstm_param_count)
 # `[6, 7, 8] -> [9, 10]`. A stride above 1 gives fewer, less overlapping
 # samples: cheaper epochs, at the cost of fewer training windows. Build all
 # windows with **one indexing operation**, without `Tensor.unfold` (which
-# the chapter's `windows` uses) and without a Python loop; the checker
-# refuses both. `random_slices` in the character-model section is a
+# the chapter's `windows` uses) or `as_strided`, and without a Python loop;
+# the checker refuses all three. `random_slices` in the character-model section is a
 # related trick.
 
 

@@ -185,3 +185,10 @@ def test_softmax_task_states_the_goal_but_leaves_the_recipe_to_the_hints():
 
 def test_softmax_hint_before_any_attempt_is_the_general_one():
     assert "e.sum(dim=dim, keepdim=True)" in hint("01.softmax", show=False)
+
+
+def test_pairwise_distance_library_is_refused():
+    from tests.exercise_support import assert_rejected as rejected
+
+    rejected("01.pairwise_sq_dists", lambda a, b: F.pairwise_distance(a[:, None], b[None], eps=0) ** 2, "does it for you")
+    rejected("01.pairwise_sq_dists", lambda a, b: nn.PairwiseDistance(eps=0)(a[:, None], b[None]) ** 2, "does it for you")

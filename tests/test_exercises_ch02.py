@@ -751,3 +751,18 @@ RIGHT = [
 def test_right_answer_passes(name, right):
     result = check(name, right, show=False)
     assert result.passed, result.message
+
+
+def test_sgd_step_private_functional_alias_is_refused():
+    import torch.optim._functional as optim_functional
+
+    def private_alias(params, lr):
+        with torch.no_grad():
+            grads = [p.grad for p in params if p.grad is not None]
+            live = [p for p in params if p.grad is not None]
+            optim_functional.sgd(live, grads, [None] * len(live), weight_decay=0.0, momentum=0.0, lr=lr,
+                                 dampening=0.0, nesterov=False, maximize=False)
+        for p in params:
+            p.grad = None
+
+    assert_rejected("02.sgd_step", private_alias, "does it for you")

@@ -188,13 +188,13 @@ def test_make_windows_with_a_loop_is_refused():
     assert_first_tier_rejected("08.make_windows", loop, "list comprehension", "no Python loop")
 
 
-def test_make_windows_with_as_strided_passes():
+def test_make_windows_with_as_strided_is_refused_like_unfold():
     def strided(series, T, horizon, stride):
         n = (len(series) - T - horizon) // stride + 1
         w = series.contiguous().as_strided((n, T + horizon), (stride, 1))
         return w[:, :T, None].clone(), w[:, T:].clone()
 
-    assert check("08.make_windows", strided, show=False).passed
+    assert_rejected("08.make_windows", strided, "as_strided", "does it for you")
 
 
 # --------------------------------------------------------------------------
@@ -241,3 +241,20 @@ def test_last_valid_output_with_a_loop_in_a_helper_is_refused():
         return torch.stack(list(map(_row, [output] * len(lengths), range(len(lengths)), lengths.tolist())))
 
     assert_first_tier_rejected("08.last_valid_output", via_map, "grows with the batch")
+
+
+def test_lstm_cell_and_as_strided_shortcuts_are_refused():
+    from torch import nn
+
+    def by_cells(input_size, hidden_size, num_layers):
+        return sum(p.numel() for k in range(num_layers)
+                   for p in nn.LSTMCell(input_size if k == 0 else hidden_size, hidden_size).parameters())
+
+    assert_rejected("08.lstm_param_count", by_cells, "does it for you")
+
+    def strided(series, T, horizon, stride):
+        n = (len(series) - T - horizon) // stride + 1
+        w = series.as_strided((n, T + horizon), (stride, 1))
+        return w[:, :T].unsqueeze(-1), w[:, T:]
+
+    assert_rejected("08.make_windows", strided, "does it for you")

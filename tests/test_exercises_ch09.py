@@ -210,3 +210,23 @@ def test_grouped_query_attention_library_attention_is_refused(shortcut):
     result = assert_rejected("09.grouped_query_attention", shortcut, "yourself")
     assert "scaled_dot_product_attention" in result.message or "ultihead" in result.message or \
         "multi_head_attention_forward" in result.message, result.message
+
+
+def test_flex_attention_and_the_math_kernel_are_refused():
+    import sys
+
+    import torch
+    import torch.nn.attention.flex_attention  # noqa: F401  (the module the learner reaches it through)
+
+    def flex(q, k, v, causal=False):
+        module = sys.modules["torch.nn.attention.flex_attention"]
+        return module.flex_attention(q, k, v, enable_gqa=True)
+
+    assert_rejected("09.grouped_query_attention", flex, "does it for you")
+
+    def math_kernel(q, k, v, causal=False):
+        g = q.shape[1] // k.shape[1]
+        return torch.ops.aten._scaled_dot_product_attention_math(
+            q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), is_causal=causal)[0]
+
+    assert_rejected("09.grouped_query_attention", math_kernel, "does it for you")

@@ -149,7 +149,9 @@ def _pairwise_sq_dists_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tens
 #: do the work wherever the learner's code reaches them from.
 _LIBRARY_DISTANCES = (
     "torch.cdist", "torch._euclidean_dist", "torch.pdist", "torch._decomp.decompositions._euclidean_dist",
+    "torch.nn.functional.pairwise_distance", "torch.nn.PairwiseDistance",
     *_aten("cdist", "pdist"),
+    *_aten("pairwise_distance", reached=True),
     *_aten("_cdist_forward", "_euclidean_dist", "_pdist_forward", reached=True),
 )
 

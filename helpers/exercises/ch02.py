@@ -514,6 +514,7 @@ def _values(t: torch.Tensor):
     shortcuts=(
         Shortcut("torch.optim.Optimizer", does="a `torch.optim` optimizer (`torch.optim.SGD`, Adam, ...)"),
         Shortcut("torch.optim.sgd.sgd", does="`torch.optim.sgd.sgd`, the function behind `torch.optim.SGD`,"),
+        Shortcut("torch.optim._functional.sgd", does="`torch.optim._functional.sgd`, the function behind `torch.optim.SGD`,"),
     ),
     goal="the SGD update",
     hint=_NO_GRAD_UPDATE + " Then: " + _RESET_GRAD,

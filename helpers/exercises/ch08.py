@@ -139,7 +139,7 @@ _SHAPES_NUDGE = (
     "return the number of parameters of nn.LSTM(input_size, hidden_size, num_layers) by formula, without "
     "building the module (four gates, each with an input weight, a recurrent weight and PyTorch's two bias vectors).",
     reference=lstm_param_count,
-    shortcuts=("torch.nn.LSTM", "torch.nn.RNNBase"),
+    shortcuts=("torch.nn.LSTM", "torch.nn.RNNBase", "torch.nn.RNNCellBase"),
     goal="the parameter count (from the formula, without building an nn.LSTM)",
     hint="Count per gate block: an input weight, a recurrent weight and the biases; an LSTM has four blocks. "
          + _SHAPES_NUDGE,
@@ -200,9 +200,9 @@ _GATHER_FIX = (
     "08.make_windows",
     "return (X, y) for a 1-d series: X [N, T, 1] holds windows of T consecutive values starting every stride "
     "steps and y [N, horizon] the horizon values right after each window, N = (len(series) - T - horizon) // stride + 1; "
-    "one indexing operation, no Tensor.unfold and no Python loop.",
+    "one indexing operation, no Tensor.unfold or as_strided and no Python loop.",
     reference=make_windows,
-    shortcuts=("torch.Tensor.unfold",),
+    shortcuts=("torch.Tensor.unfold", "torch.Tensor.as_strided", "torch.as_strided"),
     goal="the windows (with one indexing operation)",
     hint=_GATHER_FIX,
 )
