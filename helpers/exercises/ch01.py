@@ -5,7 +5,7 @@ case, the expected against the actual value or shape, and a nudge; the code that
 only on a second failure or from ``hint("01.name")``.
 
 The first two exercises ask for broadcasting and indexing without Python loops, and their
-checkers test that in two ways (see :func:`_python_loop` and :func:`_ops_issued`). Every checker
+checkers test that in two ways (see :mod:`helpers.exercises.loops`). Every checker
 calls the candidate on copies of its inputs and fails an answer that changes them in place.
 
 Library shortcuts are refused through :mod:`helpers.exercises.guards`: by name, and for the ATen
@@ -16,79 +16,17 @@ identity matrix are found by their values (:class:`_IdentityRows`), however the 
 
 from __future__ import annotations
 
-import ast
-import inspect
-import textwrap
 from collections.abc import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import Hint, Shortcut, exercise
+from .loops import ops_issued, python_loop
 
 # --------------------------------------------------------------------------
-# What the checkers share: "no Python loops", a tensor result, the same dtype
+# What the checkers share: a tensor result, the same dtype, untouched inputs (loops: .loops)
 # --------------------------------------------------------------------------
-
-_LOOP_NODES = {
-    ast.For: "a `for` loop", ast.AsyncFor: "a `for` loop", ast.While: "a `while` loop",
-    ast.ListComp: "a list comprehension", ast.SetComp: "a set comprehension",
-    ast.DictComp: "a dict comprehension", ast.GeneratorExp: "a generator expression",
-}
-
-
-def _python_loop(fn: Callable) -> str | None:
-    """Describe the first Python loop in ``fn``'s own source, e.g. "a `for` loop (line 3 of pairwise_sq_dists)".
-
-    Looks at ``for``/``while`` statements and comprehensions, in ``fn`` and the functions
-    nested in it (not in functions it calls: :func:`_ops_issued` covers those). For a lambda
-    only the lambda's own expression counts. Returns None when there is no loop, and also
-    when the source cannot be read or parsed (a function built with ``exec``, a lambda cut
-    out of a longer statement), so that the check never fails an answer for lack of source.
-    """
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError):
-        return None
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    roots = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)] if fn.__name__ == "<lambda>" else [tree]
-    for root in roots:
-        for node in ast.walk(root):
-            if type(node) in _LOOP_NODES:
-                return f"{_LOOP_NODES[type(node)]} (line {node.lineno} of {fn.__name__})"
-    return None
-
-
-class _OpCounter(TorchDispatchMode):
-    """Counts the ATen operators (PyTorch's basic operations) issued while it is active.
-
-    A dispatch mode sees each operator once, at the level below Python: the operators one
-    operator calls internally are not counted again, and the shortcut guard of
-    :mod:`helpers.exercises.guards` (a torch-function mode, one level up) is not disturbed.
-    """
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
-def _ops_issued(fn: Callable, *args) -> int:
-    """The number of ATen operators ``fn(*args)`` issues.
-
-    A vectorised answer issues the same number whatever the sizes of its inputs; a Python
-    loop over rows (in ``fn`` or in anything it calls) issues more for more rows.
-    """
-    with _OpCounter() as counter:
-        fn(*args)
-    return counter.count
-
 
 def _expect_tensor(got, what: str) -> None:
     if not isinstance(got, torch.Tensor):
@@ -173,7 +111,7 @@ _BROADCAST_FIX = (
     hint=_BROADCAST_FIX,
 )
 def _test_pairwise_sq_dists(pairwise_sq_dists: Callable) -> None:
-    loop = _python_loop(pairwise_sq_dists)
+    loop = python_loop(pairwise_sq_dists)
     if loop is not None:
         raise Hint(f"your function has {loop}; this exercise asks for broadcasting, which handles every "
                    "pair (i, j) at once, with no Python loops.", _BROADCAST_FIX)
@@ -219,8 +157,8 @@ def _test_pairwise_sq_dists(pairwise_sq_dists: Callable) -> None:
         raise Hint("for float32 inputs a (4, 3) and b (2, 3) the values are wrong, although float64 inputs worked.",
                    "Compute in the inputs' own dtype, with no .double() or .float() on the way.")
     # No loops anywhere (also in functions it calls): the operator count must not grow with N, M, D.
-    small = _ops_issued(pairwise_sq_dists, torch.randn(4, 2, generator=g), torch.randn(3, 2, generator=g))
-    large = _ops_issued(pairwise_sq_dists, torch.randn(12, 5, generator=g), torch.randn(9, 5, generator=g))
+    small = ops_issued(pairwise_sq_dists, torch.randn(4, 2, generator=g), torch.randn(3, 2, generator=g))
+    large = ops_issued(pairwise_sq_dists, torch.randn(12, 5, generator=g), torch.randn(9, 5, generator=g))
     if large != small:
         raise Hint(
             f"your function issued {small} tensor operations for N=4, M=3, D=2 and {large} for N=12, M=9, "
@@ -295,7 +233,7 @@ _PAIRED_INDEX_FIX = (
     hint="Start from out = torch.zeros(N, num_classes); " + _PAIRED_INDEX_FIX,
 )
 def _test_one_hot(one_hot: Callable) -> None:
-    loop = _python_loop(one_hot)
+    loop = python_loop(one_hot)
     if loop is not None:
         raise Hint(f"your function has {loop}; this exercise asks for one indexing assignment that writes "
                    "every row's 1.0 at once, with no Python loops.", _PAIRED_INDEX_FIX)
@@ -346,8 +284,8 @@ def _test_one_hot(one_hot: Callable) -> None:
             )
     # No loops anywhere (also in functions it calls): the operator count must not grow with N or num_classes.
     g = torch.Generator().manual_seed(1)
-    small = _ops_issued(one_hot, torch.randint(0, 5, (4,), generator=g), 5)
-    large = _ops_issued(one_hot, torch.randint(0, 12, (40,), generator=g), 12)
+    small = ops_issued(one_hot, torch.randint(0, 5, (4,), generator=g), 5)
+    large = ops_issued(one_hot, torch.randint(0, 12, (40,), generator=g), 12)
     if large != small:
         raise Hint(
             f"your function issued {small} tensor operations for 4 labels and 5 classes, and {large} for 40 "

@@ -17,8 +17,8 @@ Every failure is a two-tier :class:`~helpers.exercises.Hint`: the first wrong an
 hears the case and what is wrong (one bias vector instead of two, an off-by-one window
 count, the padded last step); the formula or the call that fixes it comes only on a
 second failure or from ``hint("08.name")``. "No Python loop" is checked in the answer's
-source (:func:`helpers.exercises.ch01._python_loop`) and by counting the operators it
-issues for two batch sizes (:func:`helpers.exercises.ch01._ops_issued`).
+source (:func:`helpers.exercises.loops.python_loop`) and by counting the operators it
+issues for two batch sizes (:func:`helpers.exercises.loops.ops_issued`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from . import Hint, exercise, expect_type
-from .ch01 import _ops_issued, _python_loop
+from .loops import ops_issued, python_loop
 
 __all__ = ["last_valid_output", "lstm_param_count", "make_windows"]
 
@@ -207,7 +207,7 @@ _GATHER_FIX = (
     hint=_GATHER_FIX,
 )
 def _test_make_windows(candidate) -> None:
-    loop = _python_loop(candidate)
+    loop = python_loop(candidate)
     if loop is not None:
         raise Hint(f"your function has {loop}; this exercise asks for one indexing operation that picks every "
                    "window at once, with no Python loop.", _GATHER_FIX)
@@ -273,7 +273,7 @@ _PAIRED_INDEX_FIX = (
     hint=_PAIRED_INDEX_FIX,
 )
 def _test_last_valid_output(candidate) -> None:
-    loop = _python_loop(candidate)
+    loop = python_loop(candidate)
     if loop is not None:
         raise Hint(f"your function has {loop}; this exercise asks for one indexing operation that picks every "
                    "row's step at once, with no Python loop.", _PAIRED_INDEX_FIX)
@@ -300,8 +300,8 @@ def _test_last_valid_output(candidate) -> None:
         raise Hint(f"{case} expected first columns {want[:, 0].tolist()} (as 10 * b + t), got {got[:, 0].tolist()}.",
                    _PAIRED_INDEX_FIX)
     # no loop hidden in a helper: the number of operators must not grow with B
-    small = _ops_issued(candidate, torch.zeros(2, 6, 3), torch.tensor([1, 6]))
-    large = _ops_issued(candidate, torch.zeros(12, 6, 3), torch.arange(12) % 6 + 1)
+    small = ops_issued(candidate, torch.zeros(2, 6, 3), torch.tensor([1, 6]))
+    large = ops_issued(candidate, torch.zeros(12, 6, 3), torch.arange(12) % 6 + 1)
     if large != small:
         raise Hint(f"your function issues {small} tensor operations for B=2 and {large} for B=12: the count grows "
                    "with the batch, so something loops over the rows.", _PAIRED_INDEX_FIX)
