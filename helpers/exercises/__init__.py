@@ -302,13 +302,12 @@ def _shortcut_passed_as_answer(ex: Exercise, candidate) -> str | None:
     from .guards import _as_shortcut, _expand
 
     target = candidate
-    while True:
-        if isinstance(target, functools.partial):
-            target = target.func
-        elif hasattr(target, "__wrapped__"):
-            target = target.__wrapped__
-        else:
-            break
+    while isinstance(target, functools.partial):
+        target = target.func
+    try:
+        target = inspect.unwrap(target)  # functools.wraps wrappers, with a guard against cycles
+    except ValueError:
+        return None
     for item in ex.shortcuts:
         for shortcut, _owner, _attr, obj in _expand(_as_shortcut(item)):
             if target is obj or (isinstance(obj, type) and isinstance(target, type) and issubclass(target, obj)

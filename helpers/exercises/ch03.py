@@ -22,8 +22,6 @@ answer to ``03.count_parameters``. Checkers that need random numbers run inside
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -31,16 +29,9 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-import helpers.models
-
 from . import Hint, exercise
-from .guards import ShortcutUsed
 
 __all__ = ["Standardize", "build_mlp", "count_parameters", "init_for_relu"]
-
-# The original function object: while a check runs the guard rebinds the name
-# helpers.models.count_parameters to a wrapper (see helpers.exercises.guards).
-_LIBRARY_COUNT = helpers.models.count_parameters
 
 
 # --------------------------------------------------------------------------
@@ -171,22 +162,6 @@ def _is_integer(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _is_library_count(candidate) -> bool:
-    """Is ``candidate`` ``helpers.models.count_parameters`` itself (possibly wrapped or partially applied)?
-
-    Passed as the answer, the library function is called by the checker, not by
-    the learner's code, so the guard (which refuses direct calls from the
-    learner's code) cannot see it.
-    """
-    while isinstance(candidate, functools.partial):
-        candidate = candidate.func
-    try:
-        candidate = inspect.unwrap(candidate)
-    except ValueError:  # a cycle of __wrapped__
-        return False
-    return candidate is inspect.unwrap(_LIBRARY_COUNT)  # the guard may have wrapped the name here too
-
-
 _COUNT_GOAL = "count_parameters"
 
 
@@ -200,11 +175,6 @@ _COUNT_GOAL = "count_parameters"
     goal=_COUNT_GOAL,
 )
 def _check_count_parameters(candidate: Callable) -> None:
-    if _is_library_count(candidate):
-        raise ShortcutUsed(
-            f"this exercise asks you to write {_COUNT_GOAL} yourself; "
-            "`helpers.models.count_parameters` does it for you."
-        )
     with torch.random.fork_rng(devices=[]):  # the models' initial weights use the global generator
         cases = _count_cases()
     for label, model, total, trainable in cases:
