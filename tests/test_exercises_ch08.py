@@ -72,6 +72,20 @@ def test_lstm_param_count_wrong_formulas_fail(wrong, words):
     assert_first_tier_rejected("08.lstm_param_count", wrong, words)
 
 
+def no_biases(i, h, layers):
+    return sum(4 * h * ((i if k == 0 else h) + h) for k in range(layers))
+
+
+def test_lstm_param_count_draws_tell_every_mistake_apart():
+    """Every drawn size gives each wrong formula its own count, so a hint never names another mistake."""
+    for _ in range(300):
+        for i, h, layers in exercises.ch08._lstm_configs():
+            wrong = (one_bias, no_biases, gru) + ((first_only, same_input) if layers > 1 else ())
+            counts = [f(i, h, layers) for f in wrong]
+            right = sum(p.numel() for p in nn.LSTM(i, h, num_layers=layers).parameters())
+            assert len(set(counts + [right])) == len(counts) + 1, (i, h, layers, counts, right)
+
+
 def test_lstm_param_count_fallback_does_not_print_the_answer():
     result = assert_first_tier_rejected("08.lstm_param_count", lambda i, h, layers: 1, "too low")
     real = [str(n) for n in range(2, 10**6) if str(n) in result.message.split()]

@@ -98,7 +98,8 @@ def _lstm_configs() -> list[tuple[int, int, int]]:
     """Sizes (input_size, hidden_size, num_layers) drawn afresh at every check, so no table of answers passes.
 
     One layer with input_size != hidden_size, a layer of hidden size 1, and stacks of 2 to 4
-    layers whose input size differs from the hidden size (so that every usual mistake shows).
+    layers whose input size differs from the hidden size. A draw is kept only if every usual mistake
+    gives a count of its own, so the hint names the mistake that was made.
     """
     g = torch.Generator()
     g.seed()  # a fresh, unpredictable seed; check() runs inside fork_rng, so no stream moves
@@ -106,13 +107,22 @@ def _lstm_configs() -> list[tuple[int, int, int]]:
     def draw(low: int, high: int) -> int:
         return int(torch.randint(low, high + 1, (1,), generator=g))
 
-    configs = []
-    for layers in (1, 1, 2, 3, draw(2, 4)):
-        i, h = draw(1, 64), draw(2, 48)
-        if i == h:
-            i += 1
-        configs.append((i, h, layers))
-    configs.append((draw(1, 16), 1, 1))
+    def telling(i: int, h: int, layers: int) -> bool:
+        # Every known wrong formula must give its own count, so the hint names the mistake made.
+        counts = [_formula(i, h, layers), _formula(i, h, layers, biases=1), _formula(i, h, layers, biases=0),
+                  _formula(i, h, layers, gates=3)]
+        if layers > 1:
+            counts += [_formula(i, h, 1), _formula(i, h, layers, later_input="i")]
+        return len(set(counts)) == len(counts)
+
+    def fresh(layers: int, i_range: tuple[int, int], h_range: tuple[int, int]) -> tuple[int, int, int]:
+        while True:
+            i, h = draw(*i_range), draw(*h_range)
+            if i != h and telling(i, h, layers):
+                return i, h, layers
+
+    configs = [fresh(layers, (1, 64), (2, 48)) for layers in (1, 1, 2, 3, draw(2, 4))]
+    configs.append(fresh(1, (2, 16), (1, 1)))  # a layer of hidden size 1
     return configs
 
 
