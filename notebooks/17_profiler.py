@@ -182,7 +182,7 @@ if torch.cuda.is_available():
     print("CUDA device present: profiling CPU operators and GPU kernels")
 else:
     print("no CUDA device: profiling the CPU only (ProfilerActivity.CUDA skipped)")
-SORT_KEY = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+SORT_KEY = "self_device_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
 
 with profile(activities=activities, record_shapes=True) as prof:
     for _ in range(PROFILE_STEPS):
@@ -409,7 +409,7 @@ assert len(tb_files) == REPEAT and all(p.name.endswith(".pt.trace.json") for p i
 # by self memory, the table shows which operators allocate the most:
 
 # %%
-MEM_KEY = "self_cuda_memory_usage" if torch.cuda.is_available() else "self_cpu_memory_usage"
+MEM_KEY = "self_device_memory_usage" if torch.cuda.is_available() else "self_cpu_memory_usage"
 with profile(activities=activities, profile_memory=True, record_shapes=True) as prof:
     train_step(x0, y0)
 memory = prof.key_averages()
@@ -791,8 +791,9 @@ print(memory.table(sort_by="self_cpu_time_total", row_limit=1, max_name_column_w
 
 # %% [markdown]
 # **Fix:** use `self_cpu_time_total`, `cpu_time_total`,
-# `self_cpu_memory_usage`, ... (on a GPU: `self_cuda_time_total`,
-# `self_cuda_memory_usage`).
+# `self_cpu_memory_usage`, ... (on a GPU: `self_device_time_total`,
+# `self_device_memory_usage`; the older `self_cuda_*` names are deprecated,
+# and the averaged events of torch 2.14 no longer have them).
 #
 # ## Exercises
 #
