@@ -90,8 +90,10 @@ print(torch.linspace(0, 1, steps=5))
 #   `torch.Tensor(3)` is three uninitialised floats (whatever the memory held), not the number 3.
 #   It takes no `dtype=` and raises no warning, so it is easy to miss. Use `torch.tensor(data)`
 #   for data, and `torch.zeros(size)` (or `torch.empty(size)`, if you will overwrite every element) for a shape.
-# - `torch.range(start, end)` *includes* `end` and returns floats. It is deprecated; `torch.arange`
-#   leaves `end` out, like Python's `range`, and keeps whole numbers as `int64`.
+# - `torch.range(start, end)` *includes* `end`, and without `dtype=` it returns the default float dtype
+#   (float32 unless you change it), even for whole-number arguments. It is deprecated, and warns that it
+#   "will be removed in a future release". `torch.arange` leaves `end` out, like Python's `range`, and
+#   infers `int64` from whole numbers.
 # - `torch.set_default_tensor_type(torch.DoubleTensor)` set the default dtype (and, with
 #   `torch.cuda.FloatTensor`, the device) by naming a tensor type. It is deprecated since PyTorch 2.1;
 #   `torch.set_default_dtype` (section 2) and `torch.set_default_device` each set one of the two.
@@ -102,7 +104,9 @@ print(torch.linspace(0, 1, steps=5))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-legacy_data, legacy_size = torch.Tensor([1, 2]), torch.Tensor(3)
+with warnings.catch_warnings(record=True) as legacy_caught:
+    warnings.simplefilter("always")
+    legacy_data, legacy_size = torch.Tensor([1, 2]), torch.Tensor(3)
 print(f"torch.Tensor([1, 2]) -> {legacy_data.tolist()} {legacy_data.dtype}   torch.tensor([1, 2]) -> {torch.tensor([1, 2]).dtype}")
 print(f"torch.Tensor(3)      -> shape {tuple(legacy_size.shape)}, uninitialised   torch.tensor(3) -> shape {tuple(torch.tensor(3).shape)}, value {torch.tensor(3).item()}")
 try:
@@ -128,9 +132,12 @@ for w, message in zip(caught, old_form_warnings):
     print(f"{w.category.__name__}: {message}")
 assert legacy_data.dtype == torch.float32 and torch.tensor([1, 2]).dtype == torch.int64, "torch.Tensor should make floats, torch.tensor int64"
 assert legacy_size.shape == (3,) and torch.tensor(3).shape == (), "torch.Tensor(3) is a size, torch.tensor(3) a value"
+assert not legacy_caught, f"the legacy constructor should not warn, it gave {[str(w.message) for w in legacy_caught]}"
 assert old_range.tolist() == [0.0, 1.0, 2.0, 3.0] and torch.arange(0, 3).tolist() == [0, 1, 2], "range includes the end, arange does not"
-assert any("torch.range is deprecated" in m for m in old_form_warnings), old_form_warnings
-assert any("set_default_tensor_type() is deprecated" in m and "set_default_dtype" in m for m in old_form_warnings), old_form_warnings
+assert old_range.dtype == torch.get_default_dtype() and torch.arange(0, 3).dtype == torch.int64, "range makes the default float dtype from ints, arange int64"
+assert any("torch.range is deprecated and will be removed in a future release" in m for m in old_form_warnings), old_form_warnings
+assert any("set_default_tensor_type() is deprecated as of PyTorch 2.1" in m and "set_default_dtype" in m and "set_default_device" in m
+           for m in old_form_warnings), old_form_warnings
 assert any(w.category is UserWarning and "To copy construct from a tensor" in m and "sourceTensor.detach().clone()" in m
            for w, m in zip(caught, old_form_warnings)), old_form_warnings
 assert torch.equal(copy_constructed, source_tensor) and copy_constructed.data_ptr() != source_tensor.data_ptr(), "torch.tensor(t) should copy"
@@ -349,8 +356,9 @@ assert (i64 // i64).dtype == torch.int64, "// should stay integer"
 # %% [markdown]
 # **Device.** A tensor's `device` says where its memory is. Create tensors directly
 # on the device you picked (`device=`) rather than on the CPU and then moving them:
-# the second way builds the tensor twice, once on the CPU and once as a copy on the device.
-# `.to(device)` returns the tensor itself when it is already there.
+# on a GPU the second way builds the tensor twice, once on the CPU and once as a copy on the device.
+# `.to(device)` returns the tensor itself when it is already there, so when `device` is the CPU
+# the two ways cost the same.
 
 # %%
 on_device = torch.zeros(2, 3, device=device)
@@ -967,7 +975,8 @@ assert torch.equal(torch.stack([top, bottom]), torch.cat([top.unsqueeze(0), bott
 assert sizes["chunk(3)"] == [4, 4, 2] and sizes["split(3)"] == [3, 3, 3, 1], "chunk takes a count, split a size"
 assert sizes["arange(6).chunk(4)"] == [2, 2, 2], "chunk(4) of 6 rows gives only 3 pieces"
 assert sizes["tensor_split(arange(6), 4)"] == [2, 2, 1, 1], "tensor_split(x, 4) of 6 rows should give exactly 4 pieces"
-assert same_storage(rows10, rows10.chunk(3)[1]) and same_storage(rows10, rows10.split(4)[2]), "pieces should be views"
+assert all(same_storage(rows10, piece) for piece in (rows10.chunk(3)[1], rows10.split(4)[2], torch.tensor_split(rows10, 4)[3])), \
+    "pieces of chunk, split and tensor_split should be views"
 
 # %% [markdown]
 # Note the last rows. `chunk(n)` uses pieces of `ceil(size / n)` rows, so on 10 rows
@@ -1303,17 +1312,14 @@ print(f"fix: torch.rand_like(labels, dtype=torch.float32).shape -> {tuple(torch.
 # was expected and what came back; a second one, or `hint("01.pairwise_sq_dists")`, adds a fuller
 # hint. Stuck? `solution("01.pairwise_sq_dists")` returns the reference solution
 # (`import inspect; print(inspect.getsource(solution("01.pairwise_sq_dists")))` shows it).
+# The checkers refuse the library functions that would do an exercise for you, and Python loops
+# where an exercise asks for whole-tensor operations.
 #
 # **Exercise 1: `pairwise_sq_dists`.** Given `a` of shape `[N, D]` (N points in D
 # dimensions) and `b` of shape `[M, D]`, return the `[N, M]` tensor whose entry
 # `[i, j]` is the squared Euclidean distance `((a[i] - b[j]) ** 2).sum()`, in
-# the same dtype as the inputs. Use broadcasting, no Python loops and no `torch.cdist`. Hint: which shapes must
-# `a` and `b` take so that their difference has shape `[N, M, D]`? (This is the core of k-nearest-neighbours
-# and k-means.) Leave `a` and `b` unchanged. The checker refuses PyTorch's own distances (`torch.cdist`,
-# `torch.pdist`, and the private operators behind them, however your code reaches them), and it looks for
-# loops in two ways: it reads your function's source for `for`, `while` and comprehensions, and it counts
-# the tensor operations your function issues for two sizes of input, which must be the same count (a loop
-# over rows issues more for more rows).
+# the same dtype as the inputs, and leave `a` and `b` unchanged. Use broadcasting: no Python loops,
+# no `torch.cdist`. (This is the core of k-nearest-neighbours and k-means.)
 
 # %%
 def pairwise_sq_dists(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -1327,15 +1333,12 @@ result = check("01.pairwise_sq_dists", pairwise_sq_dists)
 # %% [markdown]
 # **Exercise 2: `one_hot`.** Classification labels are class indices, `int64` of
 # shape `[N]`. Return their *one-hot* encoding: a `float32` tensor of shape
-# `[N, num_classes]` that is 1.0 at `[i, labels[i]]` and 0.0 everywhere else. Start
-# from `torch.zeros` and write the ones with a single indexing assignment
-# (section 6 shows how two index tensors pair up). `num_classes` sets the width,
-# even if the largest class does not occur in `labels`. The checker refuses `F.one_hot` (under any
-# of its names) and Python loops, found as in exercise 1. It also refuses picking rows of an identity
-# matrix, `torch.eye(num_classes)[labels]`: a neat trick, but the identity's rows are ready-made one-hot
-# rows, so it skips the indexing this exercise practises. It recognises the identity by its values (1 on
-# the diagonal, 0 elsewhere), so `torch.ones(num_classes).diag()[labels]` and other ways of building it
-# are refused too. Section 7's `scatter_` writes one entry per row as well, and the checker accepts it.
+# `[N, num_classes]` that is 1.0 at `[i, labels[i]]` and 0.0 everywhere else; `num_classes`
+# sets the width, even if the largest class does not occur in `labels`. No Python loops, no
+# `F.one_hot`, and no rows picked from an identity matrix (`torch.eye(num_classes)[labels]`: its
+# rows are one-hot rows already). One way: start from `torch.zeros` and write all N ones with a single
+# indexing assignment (section 6 shows how two index tensors pair up); section 7's `scatter_`, or a
+# broadcast comparison of the labels with the class indices (section 5), works too.
 
 # %%
 def one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
@@ -1350,19 +1353,10 @@ result = check("01.one_hot", one_hot)
 # **Exercise 3: `softmax`.** Write `softmax(x, dim)` for a float tensor `x` of any shape:
 # `exp(x)` divided by the sum of `exp(x)` along `dim`, so that the values along `dim` are
 # positive and sum to 1 (the probabilities of section 7 came from `logits.softmax(dim=1)`).
-# Return the same shape and dtype as `x`, and build it from section 7's tools. The checker refuses
-# PyTorch's own softmax: `torch.softmax`, `F.softmax`, `nn.Softmax`, `F.softmin`, their `log_softmax`
-# relatives, `torch.distributions` (a `Categorical` normalises its logits), the private spellings, and
-# the softmax operators themselves whichever torch function your code reaches them through. Two things matter:
-#
-# - each entry is divided by the sum over its own slice along `dim`: think about the shape a
-#   reduction along `dim` leaves, and how it must line up with `x` (section 7);
-# - `exp` overflows for large inputs (the cell below shows where, in float32), and the checker
-#   passes entries as large as 1000. Softmax does not change when the same number is subtracted
-#   from every entry along `dim`: numerator and denominator are both multiplied by `exp(-c)`, which
-#   cancels. Choose that number so that no exponent is positive.
-#
-# Leave `x` unchanged: compute new tensors, do not write into `x`.
+# Return the same shape and dtype as `x`, finite even for entries as large as 1000, and leave `x`
+# unchanged; use no library softmax. Two facts you need: float32 `exp` overflows to `inf` between 88
+# and 89 (the cell below shows it), and softmax does not change when the same number `c` is subtracted
+# from every entry along `dim` (numerator and denominator are both multiplied by `exp(-c)`).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1384,8 +1378,10 @@ result = check("01.softmax", softmax)
 # ## Summary
 #
 # - A tensor is a storage (a flat block of memory) read through a shape and strides, with one dtype and one device.
-# - Create with `torch.tensor` (data) and the factories; `torch.Tensor(...)`, `torch.range` and
-#   `set_default_tensor_type` are older forms (floats only and a size from an int; an inclusive end; deprecated since 2.1).
+# - Create with `torch.tensor` (data) and the factories. Older forms: `torch.Tensor(...)` always makes the
+#   default float dtype and reads a single int as a size; `torch.range` (deprecated) includes `end` and makes
+#   the default float dtype even from ints, where `torch.arange` leaves `end` out and gives `int64`;
+#   `set_default_tensor_type` is deprecated since 2.1 in favour of `set_default_dtype` and `set_default_device`.
 # - Type promotion ranks operands as dimensioned tensors > 0-dim tensors > Python numbers, and categories as
 #   bool < integer < floating point < complex. A lower-ranked operand matters only when its category is higher:
 #   a 0-dim tensor then brings its own dtype (`int64` + 0-dim `float64` → `float64`), a Python float the default

@@ -1,16 +1,18 @@
-"""Wrong answers that the checker of exercise 01.softmax must reject.
+"""Wrong answers that the checkers of exercises 01.softmax and 01.one_hot must reject.
 
-(The other chapter 01 exercises are tested in tests/test_exercises_ch00_ch01.py.)
+(The first tests of 01.pairwise_sq_dists and 01.one_hot are in tests/test_exercises_ch00_ch01.py.)
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributions import OneHotCategorical
 
 import helpers.exercises as exercises
 from helpers.exercises import check, hint
@@ -165,7 +167,7 @@ def test_softmax_first_hint_names_the_failure_but_not_the_fix():
     assert "keepdim" not in first and "amax" not in first, first
     assert "keepdim=True" in hint("01.softmax", show=False)
     second = assert_rejected("01.softmax", _no_max_subtracted, "overflowed").message
-    assert "x.amax(dim=dim, keepdim=True)" in second, "the second failure should add the fuller hint"
+    assert "maximum along dim" in second and "keepdim=True" in second, "the second failure should add the fuller hint"
 
 
 def test_softmax_first_overflow_hint_leaves_out_the_fix():
@@ -184,7 +186,8 @@ def test_softmax_task_states_the_goal_but_leaves_the_recipe_to_the_hints():
 
 
 def test_softmax_hint_before_any_attempt_is_the_general_one():
-    assert "e.sum(dim=dim, keepdim=True)" in hint("01.softmax", show=False)
+    general = hint("01.softmax", show=False)
+    assert "maximum along dim" in general and "keepdim=True" in general, general
 
 
 def test_pairwise_distance_library_is_refused():
@@ -192,3 +195,168 @@ def test_pairwise_distance_library_is_refused():
 
     rejected("01.pairwise_sq_dists", lambda a, b: F.pairwise_distance(a[:, None], b[None], eps=0) ** 2, "does it for you")
     rejected("01.pairwise_sq_dists", lambda a, b: nn.PairwiseDistance(eps=0)(a[:, None], b[None]) ** 2, "does it for you")
+
+
+# ---------------------------------------------------------------- 01.one_hot: ready-made one-hot rows
+
+
+def _scaled_identity(labels, k):  # the route a reviewer found: rows of 2 * I, scaled back
+    return (torch.ones(k).diag() * 2)[labels] / 2
+
+
+def _expanded_identity(labels, k):
+    n = labels.shape[0]
+    return torch.ones(k).diag().expand(n, k, k).gather(1, labels[:, None, None].expand(n, 1, k)).squeeze(1)
+
+
+@pytest.mark.parametrize(
+    ("identity_rows", "table"),
+    [
+        (_scaled_identity, "[5, 5]"),
+        (lambda labels, k: (torch.diag_embed(torch.ones(k)) * 3)[labels] / 3, "[5, 5]"),
+        (lambda labels, k: 1 - (1 - torch.ones(k).diag())[labels], "[5, 5]"),  # complemented
+        (lambda labels, k: ((torch.ones(k).diag() * 2 + 1)[labels] - 1) / 2, "[5, 5]"),  # scaled and shifted
+        (lambda labels, k: torch.ones(k).diag().flip(1)[labels].flip(1), "[5, 5]"),  # columns reversed
+        (lambda labels, k: torch.ones(k).diag().roll(1, 0)[(labels + 1) % k], "[5, 5]"),  # rows reordered
+        (lambda labels, k: (torch.diag(torch.arange(1.0, k + 1))[labels] != 0).float(), "[5, 5]"),
+        (lambda labels, k: torch.diagflat(torch.ones(k))[labels], "[5, 5]"),
+        (lambda labels, k: torch.block_diag(*[torch.ones(1, 1)] * k)[labels], "[5, 5]"),
+        (lambda labels, k: torch.linalg.matrix_power(torch.ones(k, k), 0)[labels], "[5, 5]"),
+        (lambda labels, k: torch.from_numpy(np.eye(k, dtype=np.float32))[labels], "[5, 5]"),
+        (lambda labels, k: (torch.ones(k).diag() * 2)[:, labels].T / 2, "[5, 5]"),  # columns, transposed
+        (lambda labels, k: F.embedding_bag(labels[:, None], torch.ones(k).diag(), mode="sum"), "[5, 5]"),
+        (lambda labels, k: torch.ones(k).diag().take(labels[:, None] * k + torch.arange(k)), "[5, 5]"),
+        (lambda labels, k: torch.ones(k).diag().flatten()[labels[:, None] * k + torch.arange(k)], "[25] (flattened)"),
+        (_expanded_identity, "[5, 5] (expanded to [4, 5, 5])"),
+    ],
+    ids=["scaled-diag", "scaled-diag_embed", "1-I", "affine", "flip", "roll", "diag-nonzero", "diagflat",
+         "block_diag", "matrix_power", "numpy-eye", "columns", "embedding_bag", "take", "flattened", "expanded"],
+)
+def test_one_hot_rows_of_a_transformed_identity_are_refused(identity_rows, table):
+    labels = torch.tensor([0, 3, 3, 1])
+    assert torch.equal(identity_rows(labels, 5), torch.eye(5)[labels])  # each really gives the one-hot rows
+    message = assert_rejected("01.one_hot", identity_rows, f"indexes a {table} identity matrix", "ready-made").message
+    assert "torch.arange" not in message, "the first hint should not give the fix away"
+
+
+@pytest.mark.parametrize(
+    "through_a_distribution",
+    [
+        lambda labels, k: OneHotCategorical(logits=-(labels[:, None] - torch.arange(k)).abs().float()).mode,
+        lambda labels, k: OneHotCategorical(probs=torch.ones(k)).enumerate_support()[labels],
+    ],
+    ids=["OneHotCategorical.mode", "enumerate_support"],
+)
+def test_one_hot_through_torch_distributions_is_refused(through_a_distribution):
+    labels = torch.tensor([0, 3, 3, 1])
+    assert torch.equal(through_a_distribution(labels, 5), torch.eye(5)[labels])
+    assert_rejected("01.one_hot", through_a_distribution, "a `torch.distributions` distribution", "does it for you")
+
+
+def _comparison_left_as_bool(labels, num_classes):
+    return labels[:, None] == torch.arange(num_classes)
+
+
+def _zeros_in_float64(labels, num_classes):
+    out = torch.zeros(labels.shape[0], num_classes, dtype=torch.float64)
+    out[torch.arange(labels.shape[0]), labels] = 1.0
+    return out
+
+
+def _width_from_the_largest_label(labels, num_classes):
+    return (labels[:, None] == torch.arange(int(labels.max()) + 1)).float()
+
+
+def _labels_made_float(labels, num_classes):
+    out = torch.zeros(labels.shape[0], num_classes)
+    out[torch.arange(labels.shape[0]), labels.float()] = 1.0
+    return out
+
+
+def _scatter_with_float_labels(labels, num_classes):
+    return torch.zeros(labels.shape[0], num_classes).scatter_(1, labels.float().unsqueeze(1), 1.0)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "fragments"),
+    [
+        (_comparison_left_as_bool, ("should be float32", "got torch.bool")),
+        (_zeros_in_float64, ("should be float32", "got torch.float64")),
+        (_width_from_the_largest_label, ("num_classes=5", "should have shape (4, 5), got (4, 4)")),
+        (_labels_made_float, ("floating-point tensor as an index", "IndexError")),
+        (_scatter_with_float_labels, ("floating-point tensor as an index", "scatter")),
+    ],
+    ids=["bool", "float64", "width-from-max", "float-labels-index", "float-labels-scatter"],
+)
+def test_one_hot_realistic_mistakes_are_named(wrong, fragments):
+    assert_rejected("01.one_hot", wrong, *fragments)
+
+
+def test_one_hot_reading_its_own_result_is_not_mistaken_for_an_identity():
+    def reads_back_its_result(labels, num_classes):  # right, if roundabout: a read of its own one-hot rows
+        out = torch.zeros(labels.shape[0], num_classes)
+        out[torch.arange(labels.shape[0]), labels] = 1.0
+        return out[torch.arange(labels.shape[0])]
+
+    def index_put(labels, num_classes):
+        out = torch.zeros(labels.shape[0], num_classes)
+        return out.index_put_((torch.arange(labels.shape[0]), labels), torch.tensor(1.0))
+
+    for right in (reads_back_its_result, index_put,
+                  lambda labels, k: torch.where(labels[:, None] == torch.arange(k), 1.0, 0.0)):
+        assert check("01.one_hot", right, show=False).passed
+
+
+def test_one_hot_table_detector():
+    from helpers.exercises.ch01 import _one_hot_table
+
+    eye = torch.eye(4)
+    for table in (eye, 2 * eye - 1, 1 - eye, eye.flip(0), eye[:, :3], eye[:3], eye.bool(), eye.long() * 7):
+        assert _one_hot_table(table, 4) is not None, table
+    one_hot_with_repeats = torch.eye(4)[torch.tensor([0, 2, 2, 1])]
+    for other in (torch.zeros(4, 4), torch.ones(4, 4), torch.arange(16.0).reshape(4, 4), one_hot_with_repeats,
+                  torch.eye(4)[:1], torch.tensor([0, 3, 3, 1]), torch.full((4, 4), float("nan"))):
+        assert _one_hot_table(other, 4) is None, other
+
+
+# ---------------------------------------------------------------- the fuller hints name the idea, not the code
+
+
+def _no_broadcast(a, b):
+    return ((a - b) ** 2).sum(-1)
+
+
+def _sums_wrong_axis(a, b):
+    return ((a[:, None, :] - b[None, :, :]) ** 2).sum(dim=1)
+
+
+def _slice_instead_of_pairs(labels, num_classes):
+    out = torch.zeros(labels.shape[0], num_classes)
+    out[:, labels] = 1.0
+    return out
+
+
+def test_fuller_hints_do_not_paste_the_reference_solutions():
+    pasted = {
+        "01.pairwise_sq_dists": ("a[:, None, :]", "b[None, :, :]", "a[:, None] - b[None]"),
+        "01.one_hot": ("out[torch.arange", "scatter_(1, labels", "labels[:, None] =="),
+        "01.softmax": ("x.amax(dim=dim, keepdim=True)", "e.sum(dim=dim, keepdim=True)", "(x - m).exp()"),
+    }
+    wrong_answers = {
+        "01.pairwise_sq_dists": (_no_broadcast, _sums_wrong_axis, _loops_over_the_rows),
+        "01.one_hot": (_slice_instead_of_pairs, _scaled_identity, _width_from_the_largest_label),
+        "01.softmax": (_no_keepdim, _no_max_subtracted, _subtracts_in_place, _sums_over_everything),
+    }
+    for name, answers in wrong_answers.items():
+        texts = [hint(name, show=False)]
+        for wrong in answers:  # twice each: the second failure shows the fuller hint
+            check(name, wrong, show=False)
+            texts.append(check(name, wrong, show=False).message)
+        assert all("Hint:" in text for text in texts[1:]), texts
+        for text in texts:
+            for fragment in pasted[name]:
+                assert fragment not in text, f"{name}: a hint pastes {fragment!r}: {text}"
+
+
+def _loops_over_the_rows(a, b):
+    return torch.stack([((a[i] - b) ** 2).sum(-1) for i in range(a.shape[0])])

@@ -11,7 +11,8 @@ calls the candidate on copies of its inputs and fails an answer that changes the
 Library shortcuts are refused through :mod:`helpers.exercises.guards`: by name, and for the ATen
 operators that do the work (``aten._softmax``, ``aten._cdist_forward``, ...) whichever torch function
 the learner's code reaches them through (``Shortcut(..., reached=True)``). One-hot rows read out of an
-identity matrix are found by their values (:class:`_IdentityRows`), however the identity was built.
+identity matrix are found by their values (:class:`_IdentityRows`), however the identity was built, and
+also when it is scaled, shifted, complemented or has its rows reordered (:func:`_one_hot_table`).
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ def _run_untouched(fn: Callable, inputs: tuple[torch.Tensor, ...], label: str, n
         raise Hint(
             f"for {label}, your function changed its input {which} in place; the caller's tensors must stay "
             "as they were (and a result computed from a changed input is not the one asked for).",
-            "Compute new tensors: a[:, None, :] - b[None, :, :] and ** 2 make new ones, while a.mul_(...), "
-            "a -= ... or a[...] = ... write into the caller's a.",
+            "Compute new tensors: out-of-place arithmetic (a - b, x ** 2, .sum()) makes new ones, while "
+            "a.mul_(...), a -= ... or a[...] = ... write into the caller's a.",
         )
     return got
 
@@ -94,17 +95,17 @@ _LIBRARY_DISTANCES = (
 )
 
 _BROADCAST_FIX = (
-    "Give a a new axis in the middle and b one in front: a[:, None, :] - b[None, :, :] has shape "
-    "[N, M, D]; square it and sum over the last dimension (dim=-1)."
+    "Insert size-1 axes (with None in an index, or unsqueeze) so that a reads as [N, 1, D] and b as "
+    "[1, M, D]: right-aligned, N meets 1 and 1 meets M, so their difference broadcasts to [N, M, D]. "
+    "Square that and reduce over D, the last dimension."
 )
 
 
 @exercise(
     "01.pairwise_sq_dists",
-    "write pairwise_sq_dists(a, b) that takes a [N, D] and b [M, D] and returns the [N, M] tensor "
-    "whose entry [i, j] is the squared Euclidean distance between a[i] and b[j], using broadcasting "
-    "(no Python loops, no torch.cdist or other library distances), leaving a and b unchanged, with the "
-    "same dtype as the inputs (float32 in, float32 out; float64 in, float64 out).",
+    "write pairwise_sq_dists(a, b): for a [N, D] and b [M, D], return the [N, M] tensor whose entry "
+    "[i, j] is ((a[i] - b[j]) ** 2).sum(), in the same dtype as the inputs. Use broadcasting: no Python "
+    "loops and no torch.cdist; leave a and b unchanged.",
     _pairwise_sq_dists_reference,
     shortcuts=_LIBRARY_DISTANCES,
     goal="the pairwise distances with broadcasting",
@@ -183,60 +184,94 @@ def _one_hot_reference(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
 
 
 class _IdentityRows(TorchDispatchMode):
-    """Notes an operator that reads entries of an identity matrix by index (``I[labels]``, ``index_select``, ...).
+    """Notes an operator that reads entries of a table of ready-made one-hot rows (``I[labels]``, ``gather``, ...).
 
-    The identity's rows are one-hot rows ready-made, however it was built (``torch.eye``,
-    ``torch.ones(C).diag()``, ``diag_embed``, ``fill_diagonal_``, a comparison of two ``arange``): so the
-    test is on the values. "Identity" means 2-D, at least 2 x 2, 1 on the main diagonal and 0 everywhere
-    else (a rectangular slice of an identity counts too). Writing into a tensor by index
-    (``out[rows, labels] = 1.0``, ``scatter_``) is not reading, and is not noted.
+    An identity matrix's rows are one-hot rows, however it was built (``torch.ones(C).diag()``,
+    ``diag_embed``, ``fill_diagonal_``, a comparison of two ``arange``, NumPy's ``eye``), and so are the
+    rows of ``2 * I``, ``1 - I`` or ``I.flip(1)`` after a fixed map back: so the test is on the values
+    (:func:`_one_hot_table`). Writing into a tensor by index (``out[rows, labels] = 1.0``, ``scatter_``)
+    is not reading, and is not noted.
     """
 
     READS = {torch.ops.aten.index, torch.ops.aten._unsafe_index, torch.ops.aten.index_select,
-             torch.ops.aten.embedding, torch.ops.aten.gather, torch.ops.aten.take, torch.ops.aten.take_along_dim}
+             torch.ops.aten.embedding, torch.ops.aten._embedding_bag, torch.ops.aten._embedding_bag_forward_only,
+             torch.ops.aten.gather, torch.ops.aten.take, torch.ops.aten.take_along_dim}
 
-    def __init__(self):
+    def __init__(self, num_classes: int):
         super().__init__()
-        self.identity_shape: tuple[int, ...] | None = None
+        self.num_classes = num_classes
+        self.table: str | None = None  # what was read, e.g. "[5, 5]"
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         source = args[0] if args else None
-        if self.identity_shape is None and func.overloadpacket in self.READS and _is_identity(source):
-            self.identity_shape = tuple(source.shape)
+        if self.table is None and func.overloadpacket in self.READS:
+            self.table = _one_hot_table(source, self.num_classes)
         return func(*args, **(kwargs or {}))
 
 
-def _is_identity(t) -> bool:
-    if not isinstance(t, torch.Tensor) or t.ndim != 2 or min(t.shape) < 2 or t.is_complex():
-        return False
-    return bool((t.diagonal() == 1).all()) and int(torch.count_nonzero(t)) == min(t.shape)
+def _one_hot_table(t, num_classes: int) -> str | None:
+    """Describe ``t`` (e.g. ``"[5, 5]"``) when it is a table of one-hot rows up to a fixed map, else None.
+
+    Such a table is 2-D, at least 2 x 2, and all its entries but one per row and per column share one
+    value (the background); the ``min(rows, cols)`` others sit in distinct rows and columns. That is an
+    identity matrix (or a rectangular slice of one), scaled, shifted, complemented (``1 - I``) or with its
+    rows or columns reordered. A tensor of 3 or more dimensions counts when it repeats one such table
+    (``I.expand(N, C, C)``); a 1-D one when its ``num_classes``-wide rows form one (``I.flatten()``).
+    """
+    if not isinstance(t, torch.Tensor) or t.is_complex() or t.layout != torch.strided or t.numel() == 0:
+        return None
+    t = t.detach()
+    if t.ndim == 1:
+        if t.numel() % num_classes:
+            return None
+        table, what = t.reshape(-1, num_classes), f"[{t.numel()}] (flattened)"
+    elif t.ndim == 2:
+        table, what = t, f"[{t.shape[0]}, {t.shape[1]}]"
+    else:
+        stack = t.reshape(-1, *t.shape[-2:])
+        if not bool((stack == stack[:1]).all()):
+            return None
+        table, what = stack[0], f"[{t.shape[-2]}, {t.shape[-1]}] (expanded to {list(t.shape)})"
+    if min(table.shape) < 2:
+        return None
+    values = table.flatten()
+    background = (values.to(torch.uint8) if values.dtype == torch.bool else values).mode().values
+    marked = table != background
+    if int(marked.sum()) != min(table.shape) or int(marked.sum(0).max()) > 1 or int(marked.sum(1).max()) > 1:
+        return None
+    return what
 
 
 _PAIRED_INDEX_FIX = (
-    "Index rows with torch.arange(N) and columns with labels, together: "
-    "out[torch.arange(N), labels] = 1.0 pairs row i with column labels[i]."
+    "Index a tensor of zeros with two index tensors at once, one that counts the rows (torch.arange) "
+    "and labels for the columns: section 6 shows that they pair up element by element, so a single "
+    "assignment writes exactly one 1.0 per row. (scatter_ along dim 1, or comparing labels as a column "
+    "with every class index by broadcasting, also works.)"
 )
 
 
 @exercise(
     "01.one_hot",
-    "write one_hot(labels, num_classes) that takes int64 class indices of shape [N] and returns a "
-    "float32 tensor of shape [N, num_classes] with 1.0 at [i, labels[i]] and 0.0 everywhere else: "
-    "start from torch.zeros and write the ones with one indexing assignment (no Python loops, "
-    "no F.one_hot, no rows of an identity matrix such as torch.eye).",
+    "write one_hot(labels, num_classes): for int64 class indices of shape [N], return a float32 tensor "
+    "of shape [N, num_classes] with 1.0 at [i, labels[i]] and 0.0 elsewhere. No Python loops, no "
+    "F.one_hot, no rows of an identity matrix.",
     _one_hot_reference,
     shortcuts=(
         "torch.nn.functional.one_hot", "torch._decomp.decompositions.one_hot", *_aten("one_hot"),
         Shortcut("torch.eye", does="`torch.eye` (its rows are one-hot rows, ready-made)"),
+        # OneHotCategorical(...).mode and .sample() call F.one_hot from inside torch, which the
+        # direct-call rule would allow; its enumerate_support() is an identity matrix
+        Shortcut("torch.distributions.Distribution",
+                 does="a `torch.distributions` distribution (OneHotCategorical makes one-hot rows)"),
     ),
-    goal="the ones into torch.zeros with an indexing assignment",
-    hint="Start from out = torch.zeros(N, num_classes); " + _PAIRED_INDEX_FIX,
+    goal="the one-hot encoding",
+    hint=_PAIRED_INDEX_FIX,
 )
 def _test_one_hot(one_hot: Callable) -> None:
     loop = python_loop(one_hot)
     if loop is not None:
-        raise Hint(f"your function has {loop}; this exercise asks for one indexing assignment that writes "
-                   "every row's 1.0 at once, with no Python loops.", _PAIRED_INDEX_FIX)
+        raise Hint(f"your function has {loop}; this exercise asks for tensor operations that write every "
+                   "row's 1.0 at once, with no Python loops.", _PAIRED_INDEX_FIX)
     cases = [
         # the largest class (4) never occurs: num_classes, not labels.max() + 1, sets the width
         (torch.tensor([0, 3, 3, 1]), 5),
@@ -246,16 +281,33 @@ def _test_one_hot(one_hot: Callable) -> None:
     ]
     for labels, num_classes in cases:
         given = labels.clone()
-        with _IdentityRows() as reads:
-            got = one_hot(labels, num_classes)
         n = labels.shape[0]
-        if reads.identity_shape is not None:
-            rows, cols = reads.identity_shape
+        # Only where a label repeats: then the answer's own one-hot result is not a table of distinct
+        # one-hot rows, so reading from it (unusual, but right) is not mistaken for reading an identity.
+        reads = _IdentityRows(num_classes)
+        try:
+            if len(set(given.tolist())) < n:
+                with reads:
+                    got = one_hot(labels, num_classes)
+            else:
+                got = one_hot(labels, num_classes)
+        except (IndexError, RuntimeError) as exc:
+            said = str(exc)  # IndexError from indexing; scatter_ and gather: "Expected dtype int64 for index"
+            if not ("must be long" in said or ("Expected dtype" in said and "for index" in said)):
+                raise
             raise Hint(
-                f"for num_classes={num_classes} your function indexes a [{rows}, {cols}] identity matrix (1.0 on "
-                "the diagonal, 0.0 elsewhere): its rows are one-hot rows, ready-made, so picking them skips the "
-                "indexing assignment this exercise practises, however the identity was built.",
-                "Start from out = torch.zeros(N, num_classes) instead; " + _PAIRED_INDEX_FIX,
+                f"for labels {given.tolist()[:8]}{'...' if n > 8 else ''} your function used a floating-point "
+                f"tensor as an index ({type(exc).__name__}: {exc}). Index tensors hold integers (or bools), "
+                "and labels already are int64.",
+                "Use labels as they come, as an index; only the tensor of ones and zeros that you return "
+                "is float32.",
+            ) from exc
+        if reads.table is not None:
+            raise Hint(
+                f"for num_classes={num_classes} your function indexes a {reads.table} identity matrix (or one "
+                "that is scaled, shifted or has its rows reordered: all entries but one per row are equal): "
+                "its rows are one-hot rows, ready-made, so picking them skips the work this exercise asks for.",
+                "Compute the entries from labels instead. " + _PAIRED_INDEX_FIX,
             )
         _expect_tensor(got, "one_hot(labels, num_classes)")
         if got.shape != (n, num_classes):
@@ -263,11 +315,13 @@ def _test_one_hot(one_hot: Callable) -> None:
                 f"for {n} labels and num_classes={num_classes} the result should have shape "
                 f"{(n, num_classes)}, got {tuple(got.shape)}: one row per label, one column per class, "
                 "whether or not every class occurs in labels.",
-                "Create torch.zeros(N, num_classes): the width comes from num_classes, not labels.max() + 1.",
+                "The width comes from the num_classes argument, not from labels.max() + 1: a class that no "
+            "label uses still gets its column of zeros.",
             )
         if got.dtype != torch.float32:
             raise Hint(f"the result should be float32 (losses and matrix products want floats), got {got.dtype}.",
-                       "torch.zeros makes float32 by default; or pass dtype=torch.float32, or convert with .float().")
+                       "torch.zeros makes float32 by default (the default dtype); a comparison gives bool and "
+                       "integer arithmetic int64, so convert those with .float() or .to(torch.float32).")
         if not torch.equal(labels, given):
             raise Hint("your function changed the labels tensor in place: leave its input alone.",
                        "Read labels as an index; write only into the new tensor you return.")
@@ -351,26 +405,26 @@ def _run_softmax(softmax: Callable, x: torch.Tensor, dim: int, label: str):
         raise Hint(
             f"for {label}, broadcasting failed ({exc}). A reduction along dim={dim} removes that "
             "dimension, so its result no longer lines up with x.",
-            "Pass keepdim=True to amax and to sum: the reduced dimension stays as size 1 and broadcasts "
-            "back against x.",
+            "Reduce with keepdim=True, for the maximum and for the sum: the reduced dimension stays as "
+            "size 1 and broadcasts back against x along dim.",
         ) from exc
     if not torch.equal(given, x):
         raise Hint(f"for {label}, your function changed x in place: the caller's tensor must stay as it was.",
-                   "Subtract with x - m (a new tensor), not x.sub_(m) or x -= m.")
+                   "Make the shifted values a new tensor (out-of-place subtraction), not x.sub_(...) or x -= ....")
     return got
 
 
 @exercise(
     "01.softmax",
-    "write softmax(x, dim) that returns exp(x) / exp(x).sum(dim) along dimension dim of a float tensor "
-    "of any shape: same shape and dtype as x, positive values that sum to 1 along dim, and finite "
-    "values even for entries as large as 1000 (float32 exp overflows above about 88.7). Leave x "
-    "unchanged, and build it yourself: no torch.softmax, F.softmax or other library softmax.",
+    "write softmax(x, dim): exp(x) / exp(x).sum(dim) along dim, for a float tensor x of any shape, "
+    "with the same shape and dtype as x and finite even for entries as large as 1000 (float32 exp "
+    "overflows above about 88.7). Leave x unchanged; no library softmax.",
     _softmax_reference,
     shortcuts=_LIBRARY_SOFTMAX,
     goal="softmax",
-    hint="Take m = x.amax(dim=dim, keepdim=True) and e = (x - m).exp(), then divide e by "
-         "e.sum(dim=dim, keepdim=True): keepdim keeps both reductions broadcastable against x.",
+    hint="Subtract each slice's maximum along dim before exp: the largest exponent becomes 0, so exp "
+         "cannot overflow, and the shift cancels between numerator and denominator. Take the maximum "
+         "(amax) and the sum along dim with keepdim=True, so that both broadcast back against x.",
 )
 def _test_softmax(softmax: Callable) -> None:
     g = torch.Generator().manual_seed(1)
@@ -392,14 +446,16 @@ def _test_softmax(softmax: Callable) -> None:
         if got.shape != x.shape:
             raise Hint(f"for {label} the result should keep the shape {tuple(x.shape)}, got {tuple(got.shape)}: "
                        "softmax rescales the values along dim, it does not remove dim.",
-                       "Divide exp(x - m) by its sum taken with keepdim=True; the division keeps x's shape.")
+                       "Divide the exponentials by their sum along dim taken with keepdim=True; the division "
+                       "keeps x's shape.")
         if got.dtype != x.dtype:
             raise Hint(f"for {label} the result should stay {x.dtype}, got {got.dtype}.",
                        "Leave the dtype alone: no .float() or .double(); arithmetic on x keeps its dtype.")
         if not torch.isfinite(got).all():
             raise Hint(f"for {label} your result contains inf or nan: exp overflowed (float32 exp is inf "
                        "above about 88.7).",
-                       "Subtract x.amax(dim=dim, keepdim=True) before exp; that does not change the softmax.")
+                       "Subtract each slice's maximum along dim (amax, with keepdim=True) before exp: the "
+                       "largest exponent is then 0, and the shift does not change the softmax.")
         sums = got.sum(dim=dim)
         if not torch.allclose(sums, torch.ones_like(sums), atol=1e-5):
             raise Hint(
