@@ -37,6 +37,9 @@
 # - `backward(gradient=...)` for non-scalar outputs, i.e. the vector-Jacobian
 #   product, and where `torch.func` fits;
 # - higher-order derivatives with `create_graph=True` and `torch.autograd.grad`;
+# - how exact autograd is, measured against hand-derived derivatives and
+#   finite differences, and how `torch.autograd.gradcheck` uses finite
+#   differences to test a gradient;
 # - the errors learners really hit, with their real messages and their fixes,
 #   and anomaly detection (`torch.autograd.detect_anomaly()`), which points at
 #   the forward operation behind one.
@@ -46,7 +49,7 @@
 # **Estimated time**: 60 minutes.
 
 # %% tags=["parameters"]
-SEED = 0  # for seed_everything, as in every chapter (this one draws no random numbers)
+SEED = 0  # for seed_everything, as in every chapter (only one pitfall draws random numbers)
 GRID_POINTS = 201  # points on the x grid of the derivative plots
 
 # %% [markdown]
@@ -288,6 +291,32 @@ for step in range(3):
     loss.backward()
     print(f"after backward #{step + 1}: w.grad = {w.grad.item():g}")
 assert w.grad.item() == 12.0, "three backward passes of 4 each should add up to 12"
+
+# %% [markdown]
+# Adding is what you want whenever one gradient is computed in pieces. The
+# gradient is linear in the loss (the gradient of a sum is the sum of the
+# gradients), so calling `backward()` on each piece and letting `.grad` add
+# them up gives the gradient of the whole. Two common pieces: several losses
+# of one model, each backpropagated on its own, and the micro-batches of a
+# batch too large to fit in memory at once. Here the mean squared error of a
+# line $\hat y = k x$ through four points, as one batch and as two halves of
+# two points, each contributing its share of the mean:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+xb = torch.tensor([1.0, 2.0, 3.0, 4.0])
+yb = torch.tensor([2.0, 4.5, 5.5, 8.0])
+k = torch.tensor(1.5, requires_grad=True)
+((k * xb - yb) ** 2).mean().backward()
+whole_batch = k.grad.item()
+k.grad = None
+for part_x, part_y in zip(xb.split(2), yb.split(2)):
+    (((k * part_x - part_y) ** 2).sum() / len(xb)).backward()  # this half's share of the mean
+    print(f"after the half {part_x.tolist()}: k.grad = {k.grad.item():g}")
+print(f"one backward over the whole batch: k.grad = {whole_batch:g}")
+assert math.isclose(k.grad.item(), whole_batch, rel_tol=1e-6), (
+    f"the two halves' gradients should add up to the whole batch's, {k.grad.item()} vs {whole_batch}"
+)
 
 # %% [markdown]
 # There are two ways to reset:
@@ -577,24 +606,37 @@ assert (vjp_passes, jacobian_passes) == (1, 3), "one pass for a VJP, one per out
 # of that flag says "This feature is experimental. Please consider using
 # `torch.func.jacrev` or `torch.func.jacfwd` instead if you are looking for
 # something less experimental and more performant." **`torch.func`** is the
-# newer interface, of function transforms: `torch.func.jacrev` (rows by
-# reverse mode, the VJPs above, all at once with `vmap`), `torch.func.jacfwd`
-# (columns by forward mode) and `torch.func.hessian` turn a function into the
-# function that returns its Jacobian or Hessian. (On its first call `jacfwd` may trigger a
-# `FutureWarning` inside torch itself, printed below; it is not about your
-# code.) They agree with the row-by-row Jacobian; for
+# newer interface, of function transforms: `torch.func.jacrev`, `torch.func.jacfwd`
+# and `torch.func.hessian` turn a function into the function that returns its
+# Jacobian or Hessian. The two Jacobians differ in how they build it:
+#
+# - `jacrev` uses **reverse mode**: one vector-Jacobian product (a backward
+#   pass, as above) per **row**, so $m$ of them for $m$ outputs, batched with
+#   `vmap`. It is the cheaper one when there are few outputs and many inputs,
+#   as for a loss (one output, millions of weights: one backward pass).
+# - `jacfwd` uses **forward mode**: one Jacobian-vector product $J u$ (a
+#   derivative carried forward alongside the computation) per **column**, so
+#   $n$ of them for $n$ inputs. It is the cheaper one when there are few inputs
+#   and many outputs.
+#
+# The first use of forward mode in a process imports a module inside torch
+# that still calls the deprecated `torch.jit.script`, which emits a
+# `FutureWarning` that is not about your code; the cell below captures it and
+# checks that it is the only warning. Both agree with the row-by-row Jacobian; for
 # $g(x) = x_0 x_1 x_2$ the Hessian is $\begin{pmatrix} 0 & x_2 & x_1 \\ x_2 & 0 & x_0 \\ x_1 & x_0 & 0 \end{pmatrix}$.
 # Chapter 21 covers `torch.func` in depth (`vmap`, per-example gradients,
 # forward mode, when each is faster).
 
 # %%
-with warnings.catch_warnings(record=True) as caught:  # jacfwd may warn from inside torch
+with warnings.catch_warnings(record=True) as caught:  # forward mode may warn from inside torch
     warnings.simplefilter("always")
     J_rev = torch.func.jacrev(products)(x.detach())
     J_fwd = torch.func.jacfwd(products)(x.detach())
     H = torch.func.hessian(lambda t: t[0] * t[1] * t[2])(x.detach())
+other = [w for w in caught if not (w.category is FutureWarning and "torch.jit.script" in str(w.message))]
+assert not other, f"torch.func warned about something other than torch's own torch.jit.script use: {other[0].message}"
 for message in sorted({f"{w.category.__name__}: {w.message}" for w in caught}):
-    print(f"(warned inside torch: {message})")
+    print(f"(captured, from inside torch: {message})")
 print("jacrev == row-by-row J:", torch.equal(J_rev, J), "| jacfwd == J:", torch.equal(J_fwd, J))
 print("hessian of x0*x1*x2 at (1, 2, 3):\n", H)
 assert torch.equal(J_rev, J) and torch.equal(J_fwd, J), "torch.func's Jacobians should equal the row-by-row one"
@@ -675,6 +717,38 @@ print(f"x = 2: f' = {d1_at_2:g}, f'' = {d2_at_2:g}")
 _ = report.record("d2/dx2 x^4 at 3", d2_at_3)
 
 # %% [markdown]
+# What does `create_graph=True` record? The backward of `x**4` (node
+# `PowBackward0`) computes `grad * 4 * x**3`; with `create_graph=True` those
+# operations run on tensors that require grad, so they leave a graph of their
+# own, and `f'` is its output. The same walk as in section 1, now from
+# `df.grad_fn`:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+x = torch.tensor(3.0, requires_grad=True)
+(df,) = torch.autograd.grad(x**4, x, create_graph=True)
+leaf_names[id(x)] = "x"
+derivative_graph = walk_graph(df.grad_fn)
+for label, depth, _ in derivative_graph:
+    print("    " * depth + label.replace("\n", "  -> "))
+kinds = [label.split("\n")[0] for label, _, _ in derivative_graph]
+assert kinds == ["MulBackward0", "MulBackward1", "PowBackward0", "AccumulateGrad"], (
+    f"the graph of f' = grad * 4 * x**3 should be Mul <- Mul (by the scalar 4) <- Pow <- AccumulateGrad, got {kinds}"
+)
+
+fig, ax = plt.subplots(figsize=(9, 1.6))
+draw_graph(ax, [(f"{derivative_graph[0][0]}\n= df.grad_fn\n(times grad = 1)", *derivative_graph[0][1:]),
+                (f"{derivative_graph[1][0]}\n(times 4)", *derivative_graph[1][1:]),
+                (f"{derivative_graph[2][0]}\n(x**3)", *derivative_graph[2][1:]), *derivative_graph[3:]], "df = f'(x)")
+ax.set_title("The graph that create_graph=True records for f'(x) = 4x^3; backward through it gives f''")
+plt.show()
+
+# %% [markdown]
+# The backward pass through this graph differentiates $4x^3$, which gives
+# $12x^2$: that is the second `autograd.grad` call above. Its leaf is the same
+# `x`, which is why the second derivative is taken with respect to `x` again.
+
+# %% [markdown]
 # Without `create_graph=True`, the first gradient is a constant as far as
 # autograd is concerned, and asking for its derivative fails:
 
@@ -695,9 +769,20 @@ with expect_error(RuntimeError, "does not require grad and does not have a grad_
 # passes the other) and cross at $x = 3$, which is the coincidence above.
 #
 # How exact are these derivatives? Autograd does not approximate: each
-# operation's backward applies that operation's derivative formula. On a grid
-# from $-2\pi$ to $2\pi$, sin's backward multiplies the incoming gradient by
-# $\cos x$, computed by the same `cos` we compare with.
+# operation's backward applies that operation's derivative formula, and the
+# chain rule multiplies them together. To test that, compare autograd with a
+# derivative worked out by hand, for a function whose derivative autograd has
+# to assemble from several operations,
+#
+# $$g(x) = \sin x \; e^{-x^2/4}, \qquad
+#   g'(x) = e^{-x^2/4}\left(\cos x - \tfrac{x}{2}\sin x\right), \qquad
+#   g''(x) = e^{-x^2/4}\left(\left(\tfrac{x^2}{4} - \tfrac{3}{2}\right)\sin x - x\cos x\right),$$
+#
+# on a grid from $-2\pi$ to $2\pi$ in float64 (on the CPU, which has float64
+# on every machine). Autograd should match the hand formulas to float64
+# rounding, about $10^{-16}$. As a control, the same comparison applied to a
+# hand derivative with one chain-rule term forgotten, $e^{-x^2/4}\cos x$, must
+# fail by far more: a check that would pass a wrong derivative tests nothing.
 
 # %%
 def grid_derivatives(f, xs):
@@ -709,21 +794,36 @@ def grid_derivatives(f, xs):
     return ys.detach(), d1.detach(), d2.detach()
 
 
+def g(t):
+    return torch.sin(t) * torch.exp(-(t**2) / 4)
+
+
+def g_prime(t):  # by hand: product rule, chain rule
+    return torch.exp(-(t**2) / 4) * (torch.cos(t) - t / 2 * torch.sin(t))
+
+
+def g_second(t):  # by hand: g_prime differentiated once more
+    return torch.exp(-(t**2) / 4) * ((t**2 / 4 - 1.5) * torch.sin(t) - t * torch.cos(t))
+
+
+xs_g = torch.linspace(-2 * math.pi, 2 * math.pi, GRID_POINTS, dtype=torch.float64)
+_, g_d1, g_d2 = grid_derivatives(g, xs_g)
+hand_error = max((g_d1 - g_prime(xs_g)).abs().max().item(), (g_d2 - g_second(xs_g)).abs().max().item())
+forgotten_term = (torch.exp(-(xs_g**2) / 4) * torch.cos(xs_g) - g_prime(xs_g)).abs().max().item()
+print(f"float64, {GRID_POINTS} points: largest |autograd - hand formula| for g' and g'': {hand_error:.1e}")
+print(f"control: a hand g' without the -x/2 sin x term is off by up to {forgotten_term:.2f}")
+assert hand_error < 1e-12, f"autograd's g' and g'' should match the hand formulas to float64 rounding, off by {hand_error:.1e}"
+assert forgotten_term > 1e-3, f"the control should be far from g', but it is off by only {forgotten_term:.1e}"
+
 xs_poly = torch.linspace(-1.0, 3.5, GRID_POINTS, device=device)
 xs_sin = torch.linspace(-2 * math.pi, 2 * math.pi, GRID_POINTS, device=device)
 poly = grid_derivatives(lambda t: t**4, xs_poly)
-trig = grid_derivatives(torch.sin, xs_sin)
-
-exact_d1, exact_d2 = torch.cos(xs_sin), -torch.sin(xs_sin)
-trig_error = max((trig[1] - exact_d1).abs().max().item(), (trig[2] - exact_d2).abs().max().item())
-print(f"largest |autograd - exact| for sin' and sin'' on {GRID_POINTS} points: {trig_error:.1e}")
-assert trig_error < 1e-6, f"autograd derivatives of sin differ from cos/-sin by {trig_error:.1e}"
+trig = grid_derivatives(torch.sin, xs_sin)  # float32, for the comparison with finite differences below
 
 # %% [markdown]
-# That 0.0 shows that autograd uses the formula; it is not a test of
-# accuracy. What autograd replaces is finite differences, and they make two
-# errors that pull in opposite directions as the step $h$ shrinks. For the
-# central difference $(f(x + h) - f(x - h)) / 2h$:
+# What autograd replaces is finite differences, and they make two errors that
+# pull in opposite directions as the step $h$ shrinks. For the central
+# difference $(f(x + h) - f(x - h)) / 2h$:
 #
 # - **truncation**, from the formula itself, is $f'''(\xi)\,h^2/6$ for some
 #   $\xi$ within $h$ of $x$. For $\sin$ it is exactly
@@ -737,42 +837,62 @@ assert trig_error < 1e-6, f"autograd derivatives of sin differ from cos/-sin by 
 #
 # On log-log axes the error against $h$ is therefore a V: a line of slope 2
 # on the right, a noisy slope of $-1$ on the left, and a floor where they
-# meet that no step gets below. The sweep tries 201 steps from $10^{-5}$ to 1
-# in float32 (on the CPU, which has float64 on every machine). To see which
-# rounding dominates, it also divides by the step actually taken,
-# $(x + h) - (x - h)$ computed exactly in float64: that removes the rounding
-# of $x \pm h$ and leaves only that of $\sin$.
+# meet that no step gets below. The sweep tries steps from $10^{-5}$ to 1,
+# evenly spaced on a log scale, in float32 on the grid of $\sin$ above, and
+# measures each error against $\cos x$ computed in float64. It fits the two
+# slopes by least squares on the log-log values. To see which rounding
+# dominates, it also divides by the step actually taken, $(x + h) - (x - h)$
+# computed exactly in float64: that removes the rounding of $x \pm h$ and
+# leaves only that of $\sin$. Autograd's float32 $\sin'$ is measured against
+# the same float64 reference.
 
 # %%
-xs_cpu, cos_cpu = xs_sin.cpu(), exact_d1.cpu()
+xs_cpu = xs_sin.cpu()
+cos_ref = torch.cos(xs_cpu.double())  # the exact derivative at the float32 grid points, to float64 rounding
 steps = torch.logspace(-5, 0, 201)  # float32, like the grid
 x_plus, x_minus = xs_cpu + steps[:, None], xs_cpu - steps[:, None]  # one row per step h
 sin_plus, sin_minus = torch.sin(x_plus), torch.sin(x_minus)
-fd_error = ((sin_plus - sin_minus) / (2 * steps[:, None]) - cos_cpu).abs().amax(dim=1)
+fd_error = (((sin_plus - sin_minus) / (2 * steps[:, None])).double() - cos_ref).abs().amax(dim=1)
 taken = x_plus.double() - x_minus.double()  # the step actually taken, exact in float64
-fd_error_taken = ((sin_plus.double() - sin_minus.double()) / taken - cos_cpu.double()).abs().amax(dim=1)
-truncation = cos_cpu.abs().max().item() * steps.double() ** 2 / 6  # the h^2/6 prediction
+fd_error_taken = ((sin_plus.double() - sin_minus.double()) / taken - cos_ref).abs().amax(dim=1)
+truncation = cos_ref.abs().max().item() * steps.double() ** 2 / 6  # the h^2/6 prediction
+trig_error = (trig[1].cpu().double() - cos_ref).abs().max().item()  # autograd's sin', float32
+
+
+def loglog_slope(mask):
+    """Least-squares slope of log10(error) against log10(h) over the steps in mask."""
+    logs_h, logs_err = steps[mask].double().log10(), fd_error[mask].log10()
+    design = torch.stack([logs_h, torch.ones_like(logs_h)], dim=1)
+    return torch.linalg.lstsq(design, logs_err[:, None]).solution[0].item()
+
 
 best = int(fd_error.argmin())
 best_h, best_err = steps[best].item(), fd_error[best].item()
 at_tenth = int((steps - 0.1).abs().argmin())
 truncation_ratio = fd_error[at_tenth].item() / truncation[at_tenth].item()
+right_slope, left_slope = loglog_slope(steps >= 3e-2), loglog_slope(steps <= 1e-4)
 small = steps <= 1e-3
 rise = fd_error[small].min().item() / best_err
-from_arguments = (fd_error[small].double() / fd_error_taken[small]).median().item()
-print(f"h = {steps[at_tenth].item():.3g}: error {fd_error[at_tenth].item():.3e}, h^2/6 predicts "
-      f"{truncation[at_tenth].item():.3e} (ratio {truncation_ratio:.3f})")
+from_arguments = (fd_error[small] / fd_error_taken[small]).median().item()
+print(f"{len(steps)} steps. h = {steps[at_tenth].item():.3g}: error {fd_error[at_tenth].item():.3e}, h^2/6 predicts "
+      f"{truncation[at_tenth].item():.3e} (ratio {truncation_ratio:.4f})")
+print(f"fitted slopes: {right_slope:.2f} for h >= 3e-2 (truncation), {left_slope:.2f} for h <= 1e-4 (rounding)")
 print(f"best step of the sweep: h = {best_h:.2e}, error {best_err:.1e}")
 print(f"smallest error with h <= 1e-3: {fd_error[small].min().item():.1e} ({rise:.1f} times the best)")
 print(f"h <= 1e-3, median of error / error with the step actually taken: {from_arguments:.1f}")
-print(f"autograd's largest error on the same grid: {trig_error:.1e}")
-assert abs(truncation_ratio - 1) < 0.1, f"at h = 0.1 the error should be the truncation h^2/6, ratio {truncation_ratio:.3f}"
+print(f"autograd's float32 sin' on the same grid: largest error {trig_error:.1e} "
+      f"(float32 spacing just below 1: {2.0**-24:.1e})")
+assert abs(truncation_ratio - 1) < 0.01, f"at h = 0.1 the error should be the truncation h^2/6 within 1%, ratio {truncation_ratio:.4f}"
+assert abs(right_slope - 2) < 0.1, f"the truncation arm should have slope 2 on log-log axes, fitted {right_slope:.2f}"
+assert abs(left_slope + 1) < 0.2, f"the rounding arm should have slope -1 on log-log axes, fitted {left_slope:.2f}"
 assert rise > 2, f"the error should rise again below h = 1e-3, but the smallest there is only {rise:.1f}x the best"
 assert best_err > 1e-6, f"the best central difference in float32 should still be off by more than 1e-6, got {best_err:.1e}"
+assert trig_error < torch.finfo(torch.float32).eps, f"autograd's float32 sin' should be off by float32 rounding only, got {trig_error:.1e}"
 assert trig_error < best_err / 10, "autograd's error should be far below the best central difference"
 assert from_arguments > 2, f"rounding x +- h should dominate the rounding error, but removing it gains only {from_arguments:.1f}x"
 _ = report.record("float32 central differences of sin: best step h", f"{best_h:.1e}")
 _ = report.record("float32 central differences of sin: error at the best h", f"{best_err:.1e}")
+_ = report.record("float32 autograd sin': largest error", f"{trig_error:.1e}")
 
 # %%
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
@@ -789,23 +909,63 @@ ax1.legend(fontsize=8, loc="upper left")
 ax2.loglog(steps, fd_error, lw=1.2, label="central difference, float32")
 ax2.loglog(steps, fd_error_taken, lw=0.8, alpha=0.7, label="divided by the step actually taken")
 ax2.loglog(steps, truncation, "k--", lw=0.8, label="truncation $h^2/6$")
+ax2.axhline(trig_error, color="C2", lw=1.2, ls=":", label="autograd, float32")
 ax2.plot([best_h], [best_err], "ko", ms=4)
 ax2.annotate(f"best: h = {best_h:.1e}", (best_h, best_err), (3e-2, 1e-6), fontsize=8, arrowprops={"arrowstyle": "->"})
-ax2.text(1.3e-5, 1e-1, f"autograd: error {trig_error:.1f}, off the log scale", fontsize=8)
 ax2.set(title="sin': error of central differences vs step h", xlabel="step h", ylabel="largest |error| on the grid",
-        ylim=(1e-7, 1e3))
+        ylim=(1e-8, 1e3))
 ax2.legend(fontsize=7, loc="upper right", frameon=False)
 plt.show()
 
 # %% [markdown]
-# At $h = 0.1$ the error is the truncation, $h^2/6$, to within a fraction of a
-# percent. The best step of the sweep, about $6 \cdot 10^{-3}$, still leaves an
-# error of about $6 \cdot 10^{-6}$ (where it sits exactly depends on how $x \pm h$
-# happens to round). Below $h = 10^{-3}$ the error climbs back up along the
-# left arm, and dividing by the step actually taken lowers that arm by a
-# median factor of about 5: most of the rounding error comes from rounding
-# $x \pm h$ at $|x|$ up to $2\pi$, not from rounding $\sin$. Autograd's
-# error, 0.0, is off the bottom of the scale.
+# The printed numbers bear out the picture. At $h = 0.1$ the error is the
+# truncation, $h^2/6$, to well within 1%, and the right arm's fitted slope is
+# close to 2; the left arm's is close to $-1$. The best step of the sweep
+# still leaves an error several times $10^{-6}$ (where it sits exactly depends
+# on how $x \pm h$ happens to round). Dividing by the step actually taken
+# lowers the left arm by the median factor printed above: most of the rounding
+# error comes from rounding $x \pm h$ at $|x|$ up to $2\pi$, not from rounding
+# $\sin$. Autograd's float32 $\sin'$ (the dotted line) is off only by the
+# rounding of one float32 $\cos$, well over an order of magnitude below the
+# best that any step achieves.
+#
+# ### Finite differences as a test: `gradcheck`
+#
+# Finite differences are too inaccurate to train with, but they are an
+# independent way to *test* a gradient. `torch.autograd.gradcheck(f, inputs)`
+# compares autograd's Jacobian with central differences (step `eps=1e-6`,
+# tolerances `atol=1e-5`, `rtol=1e-3`), and is meant for float64 inputs:
+# in float32 the rounding error above is larger than its tolerances. It
+# returns `True`, or raises `GradcheckError` showing both Jacobians. It passes
+# for `products` and for `g`. It fails for a function whose gradient is wrong:
+# one that changes `sigmoid`'s output through `.data`, the silent bug of
+# section 4.
+
+# %%
+point = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+passed_products = torch.autograd.gradcheck(products, (point,))
+passed_g = torch.autograd.gradcheck(g, (xs_g[::20].clone().requires_grad_(True),))
+print(f"gradcheck(products): {passed_products} | gradcheck(g): {passed_g}")
+assert passed_products is True and passed_g is True, "gradcheck should pass for functions autograd differentiates correctly"
+
+
+def doubled_sigmoid_via_data(t):
+    """2 * sigmoid(t) in value, but the doubling goes through .data, hidden from autograd (section 4)."""
+    y = t.sigmoid()
+    y.data.mul_(2)
+    return y
+
+
+with expect_error(RuntimeError, "Jacobian mismatch") as caught_gradcheck:
+    torch.autograd.gradcheck(doubled_sigmoid_via_data, (torch.tensor([-1.0, 0.0, 2.0], dtype=torch.float64, requires_grad=True),))
+assert type(caught_gradcheck.error).__name__ == "GradcheckError", f"expected a GradcheckError, got {caught_gradcheck.error!r}"
+
+# %% [markdown]
+# The "numerical" Jacobian is the derivative of what the function computes,
+# $2\sigma(x)(1 - \sigma(x))$ on the diagonal; the "analytical" one is what
+# autograd's backward returned, $y(1 - y)$ with the overwritten $y = 2\sigma(x)$
+# (the same wrong numbers as in section 4). Chapter 19 uses `gradcheck` on
+# hand-written backward functions, where such mistakes are easy to make.
 
 # %% [markdown]
 # ## 7. Checks
@@ -935,6 +1095,56 @@ print("gradient:", x.grad)
 assert torch.equal(x.grad, torch.full((3,), 2.0)), "d/dx sum(2x + 1) is 2 everywhere"
 
 # %% [markdown]
+# ### A "weight" that is not a leaf
+#
+# A common way to make small initial weights is to scale random numbers. Put
+# `requires_grad=True` on the random tensor and scale it afterwards, and the
+# scaled tensor is the **result of an operation**: it has a `grad_fn`, it is not
+# a leaf, and so `backward()` does not store its gradient (the leaf, the
+# unscaled random tensor, is gone). Reading `w.grad` gives `None` and the
+# warning of section 2, and an optimizer refuses it outright:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+w = torch.randn(3, requires_grad=True) * 0.01  # the product is made by MulBackward0
+(w**2).sum().backward()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    grad_read = w.grad
+print(f"is_leaf={w.is_leaf}, grad_fn={type(w.grad_fn).__name__}, w.grad={grad_read}")
+print("warning:", str(caught[0].message).split(". ")[0] + ".")
+assert grad_read is None and not w.is_leaf, "a scaled tensor should be a non-leaf with no .grad"
+with expect_error(ValueError, "can't optimize a non-leaf Tensor"):
+    torch.optim.SGD([w], lr=0.1)
+
+# %% [markdown]
+# The fix: make the values first, then ask for gradients, so the tensor
+# autograd tracks is the one you keep. `requires_grad_()` switches it on in
+# place (or wrap the tensor in `nn.Parameter`, chapter 03).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+w = (torch.randn(3) * 0.01).requires_grad_()  # scale first: w is a leaf
+(w**2).sum().backward()
+print(f"is_leaf={w.is_leaf}, grad_fn={w.grad_fn}, w.grad is 2w: {torch.allclose(w.grad, 2 * w.detach())}")
+assert w.is_leaf and torch.allclose(w.grad, 2 * w.detach()), "after the fix w should be a leaf with .grad = 2w"
+
+# %% [markdown]
+# ### Integer tensors cannot require grad
+#
+# A derivative needs values that can change by a little, so only
+# floating-point and complex tensors can require grad. An integer tensor is
+# refused at once. The fix is a floating-point dtype (the default `float32`,
+# or `float64`); integer data such as class labels never needs gradients.
+
+# %%
+with expect_error(RuntimeError, "Only Tensors of floating point and complex dtype can require gradients"):
+    torch.zeros(3, dtype=torch.long, requires_grad=True)
+fixed = torch.zeros(3, requires_grad=True)  # float32
+print("with the default dtype:", fixed.dtype, "requires_grad:", fixed.requires_grad)
+assert fixed.requires_grad and fixed.dtype.is_floating_point, "a float tensor should accept requires_grad=True"
+
+# %% [markdown]
 # ## 9. Exercises
 #
 # Each exercise has a stub that raises `NotImplementedError`, and a checker
@@ -1050,14 +1260,22 @@ result = check("02.sgd_step", sgd_step)
 #   A hand-written SGD step (exercise 4) updates each weight in place under
 #   `no_grad`, then resets `.grad`.
 # - For a non-scalar output, `backward(gradient=v)` computes the
-#   vector-Jacobian product $v^\top J$ in one backward pass; the full Jacobian
-#   takes one pass per output (`torch.func.jacrev`/`jacfwd`, chapter 21).
+#   vector-Jacobian product $v^\top J$ in one backward pass. The full Jacobian
+#   by reverse mode takes one backward pass per output row (`torch.func.jacrev`,
+#   cheaper for few outputs); by forward mode, one Jacobian-vector product per
+#   input column (`torch.func.jacfwd`, cheaper for few inputs); chapter 21.
 # - `create_graph=True` records the backward pass so that a derivative can be
 #   differentiated again. For $x^4$ at $x = 3$ the first and second derivatives
-#   are both 108; at $x = 2$ they are 32 and 48. Autograd's derivatives are
-#   exact formulas; float32 central differences of sin are off by at least
-#   about $6 \cdot 10^{-6}$ at every step from $10^{-5}$ to 1 (truncation
-#   $h^2/6$ on one side, rounding $\propto 1/h$ on the other).
+#   are both 108; at $x = 2$ they are 32 and 48. Autograd applies each
+#   operation's derivative formula: it matches a hand-derived derivative to
+#   float64 rounding, while float32 central differences of sin are off by more
+#   than $10^{-6}$ at every step from $10^{-5}$ to 1 (truncation $h^2/6$,
+#   slope 2 on log-log axes, on one side; rounding $\propto 1/h$, slope $-1$,
+#   on the other). In float64, finite differences make a good test of a
+#   gradient: `torch.autograd.gradcheck`.
+# - A tensor made by an operation (`torch.randn(3, requires_grad=True) * 0.01`)
+#   is not a leaf and gets no `.grad`; only floating-point and complex tensors
+#   can require grad.
 # - Modifying in place a tensor that a node saved for backward is caught by
 #   the version counter; anomaly detection (`detect_anomaly()` or
 #   `set_detect_anomaly(True)`) points at the forward operation whose saved

@@ -25,8 +25,9 @@
 #
 # **What you will learn**
 #
-# - parameters vs buffers (`nn.Parameter`, `register_buffer`, `persistent=False`),
-#   and why `model.to(...)` needs no assignment while `x.to(...)` does;
+# - parameters vs buffers (`nn.Parameter`, `register_buffer` and `nn.Buffer`,
+#   `persistent=False`), and why `model.to(...)` needs no assignment while
+#   `x.to(...)` does, and when it replaces the Parameter objects;
 # - the containers `nn.Sequential`, `nn.ModuleList` and `nn.ModuleDict`, and
 #   why a plain Python list of layers silently breaks a model;
 # - `state_dict()` and `load_state_dict()`, including the errors `strict`
@@ -220,14 +221,57 @@ assert mixed_error is not None and "device" in mixed_error, "a forward mixing me
 assert fixed_out.is_meta, "with the tensor registered as a buffer, forward should run on the new device"
 
 # %% [markdown]
-# **`Module.to()` works in place; `Tensor.to()` returns a new tensor.** We
+# Since PyTorch 2.5 a buffer can also be declared the way a parameter is: assign
+# an `nn.Buffer(tensor, persistent=True)` to an attribute, and `__setattr__`
+# registers it exactly as `register_buffer` would (the attribute then reads back
+# as a plain `torch.Tensor`; `nn.Buffer` is only the marker). Both spellings
+# give the same module:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+class KindsWithBuffer(nn.Module):
+    """KindsFixed, with its buffers declared as nn.Buffer attributes."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(3))
+        self.running_mean = nn.Buffer(torch.zeros(3))
+        self.scratch = nn.Buffer(torch.zeros(3), persistent=False)
+        self.plain = nn.Buffer(torch.zeros(3), persistent=False)
+
+    forward = Kinds.forward
+
+
+with_buffer, with_register = KindsWithBuffer(), KindsFixed()
+for label, module in [("nn.Buffer:      ", with_buffer), ("register_buffer:", with_register)]:
+    print(label, "buffers", [n for n, _ in module.named_buffers()], "| state_dict", list(module.state_dict()))
+print("type of the attribute after assignment:", type(with_buffer.running_mean).__name__)
+assert [n for n, _ in with_buffer.named_buffers()] == [n for n, _ in with_register.named_buffers()], "same buffers"
+assert list(with_buffer.state_dict()) == list(with_register.state_dict()) == ["weight", "running_mean"], (
+    "persistent=False should keep an nn.Buffer out of the state_dict, as with register_buffer"
+)
+
+# %% [markdown]
+# **`Module.to()` changes the module; `Tensor.to()` returns a new tensor.** We
 # wrote `kinds.to(torch.float64)` above without assigning the result, and the
 # module changed. That is how `Module.to()` is defined: it converts the
-# module's own parameters and buffers and returns the module itself, so
+# module's parameters and buffers and returns the module itself, so
 # `model = model.to(device)` and a bare `model.to(device)` do the same thing.
-# On the same device (here: a dtype change on the CPU) each parameter stays the
-# same `nn.Parameter` object, with new data inside, so an optimizer built
-# before the call still holds the model's parameters.
+#
+# Whether each parameter stays the same `nn.Parameter` **object** depends on
+# the conversion. `Module._apply`, which `.to()` calls, swaps the new data
+# into the old Parameter (`param.data = new`) when the two tensors are of a
+# compatible kind (`torch._has_compatible_shallow_copy_type`): ordinary dense
+# tensors, as in a dtype change on the CPU, or a move between the CPU and a
+# GPU. Otherwise, as for a move to `meta`, it makes a **new** Parameter. Two
+# global switches change the rule:
+# `torch.__future__.set_overwrite_module_params_on_conversion(True)` makes a
+# new Parameter for every conversion, and
+# `torch.__future__.set_swap_module_params_on_conversion(True)` uses
+# `torch.utils.swap_tensors`, which keeps the Python object even across a move
+# to `meta`. An optimizer holds Parameter objects, so the safe habit is to move
+# the model first and build the optimizer afterwards. The cell measures the
+# four cases (and restores both switches).
 #
 # `Tensor.to()` never changes its tensor. It returns a converted copy (or the
 # tensor itself when nothing needs converting), so a bare `x.to(device)` on a
@@ -253,6 +297,36 @@ print("t.to(float32) on a float32 t returns t itself:", t.to(torch.float32) is t
 
 assert returned is lin and lin.weight.dtype == torch.float64, "Module.to should convert in place and return self"
 assert lin.weight is weight_before and isinstance(lin.weight, nn.Parameter), "the Parameter object should survive .to"
+
+
+def keeps_parameter(conversion, overwrite=False, swap=False):
+    """Whether nn.Linear(3, 2).to(conversion) keeps its weight object, under the two torch.__future__ switches."""
+    saved = (torch.__future__.get_overwrite_module_params_on_conversion(),
+             torch.__future__.get_swap_module_params_on_conversion())
+    torch.__future__.set_overwrite_module_params_on_conversion(overwrite)
+    torch.__future__.set_swap_module_params_on_conversion(swap)
+    try:
+        layer = nn.Linear(3, 2)
+        before = layer.weight
+        layer.to(conversion)
+        return layer.weight is before
+    finally:
+        torch.__future__.set_overwrite_module_params_on_conversion(saved[0])
+        torch.__future__.set_swap_module_params_on_conversion(saved[1])
+
+
+kept = {
+    ".to(torch.float64)": keeps_parameter(torch.float64),
+    ".to('meta')": keeps_parameter("meta"),
+    ".to(torch.float64), overwrite switch on": keeps_parameter(torch.float64, overwrite=True),
+    ".to('meta'), swap switch on": keeps_parameter("meta", swap=True),
+}
+for label, same in kept.items():
+    print(f"{label:40s} same Parameter object: {same}")
+assert kept == {".to(torch.float64)": True, ".to('meta')": False, ".to(torch.float64), overwrite switch on": False,
+                ".to('meta'), swap switch on": True}, f"unexpected Parameter identities after .to(): {kept}"
+assert not torch.__future__.get_overwrite_module_params_on_conversion(), "the overwrite switch should be restored"
+assert not torch.__future__.get_swap_module_params_on_conversion(), "the swap switch should be restored"
 assert t.dtype == torch.float32 and t64.dtype == torch.float64 and t64 is not t, "Tensor.to should return a new tensor"
 assert t.to(torch.float32) is t, "Tensor.to should return the tensor itself when nothing changes"
 
@@ -594,6 +668,38 @@ assert count_train == count_before + 1 and mean_changed_train, "a train() forwar
 assert not row0_same_train and row0_same_eval, "only in train mode should a row depend on the rest of its batch"
 
 # %% [markdown]
+# What is `num_batches_tracked` for? It counts the training-mode forward
+# passes. With the default `momentum=0.1` the running statistics are an
+# exponential moving average, `running = (1 - momentum) * running + momentum * batch`,
+# and the counter is only bookkeeping. With `momentum=None`, BatchNorm uses the
+# counter instead: the factor becomes `1 / num_batches_tracked`, which makes
+# the running mean the plain **cumulative average** of all the batch means so
+# far (and the running variance that of the unbiased batch variances). Three
+# batches with different means:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+torch.manual_seed(SEED)
+batches = [torch.randn(BATCH, 4) + shift for shift in (0.0, 2.0, 4.0)]
+bn_ema, bn_cumulative = nn.BatchNorm1d(4, affine=False), nn.BatchNorm1d(4, affine=False, momentum=None)
+for batch in batches:
+    bn_ema(batch)
+    bn_cumulative(batch)
+batch_means = torch.stack([batch.mean(0) for batch in batches])
+batch_vars = torch.stack([batch.var(0, unbiased=True) for batch in batches])
+ema = torch.zeros(4)
+for mean in batch_means:
+    ema = 0.9 * ema + 0.1 * mean
+print("num_batches_tracked:", bn_cumulative.num_batches_tracked.item())
+print("momentum=None, running_mean:", [round(v, 3) for v in bn_cumulative.running_mean.tolist()])
+print("mean of the 3 batch means:  ", [round(v, 3) for v in batch_means.mean(0).tolist()])
+print("momentum=0.1,  running_mean:", [round(v, 3) for v in bn_ema.running_mean.tolist()])
+assert bn_cumulative.num_batches_tracked.item() == len(batches), "the counter should count the training forwards"
+assert torch.allclose(bn_cumulative.running_mean, batch_means.mean(0), atol=1e-5), "momentum=None: a cumulative average"
+assert torch.allclose(bn_cumulative.running_var, batch_vars.mean(0), atol=1e-5), "momentum=None: average of unbiased vars"
+assert torch.allclose(bn_ema.running_mean, ema, atol=1e-5), "momentum=0.1: an exponential moving average from 0"
+
+# %% [markdown]
 # Note what `eval()` does **not** do: it does not turn off autograd. Outputs
 # still require grad and still build a graph. For evaluation you want both,
 # `model.eval()` for the layers and `torch.no_grad()` (or `inference_mode()`)
@@ -862,9 +968,9 @@ assert math.isclose(gain, math.sqrt(1 / 3)), "calculate_gain('leaky_relu', sqrt(
 # of Kaiming's $2/\text{fan\_in}$, so the factor above is
 # $\sqrt{1/6} \approx 0.41$ per `Linear + ReLU`. Between the first and the
 # last of the three Linear layers of chapter 05's MLP that compounds to
-# $0.41^2 \approx 0.17$; over the 25 layers of the experiment below (the
-# default `DEPTH`) to $0.41^{24} \approx 5 \times 10^{-10}$, as measured
-# there. `nn.Conv2d` uses the same rule, with
+# $0.41^2 \approx 0.17$; over the `DEPTH` layers of the experiment below to
+# $0.41^{\text{DEPTH} - 1}$ ($5 \times 10^{-10}$ for 25 layers), which the
+# experiment checks against its measured gradients. `nn.Conv2d` uses the same rule, with
 # $\text{fan\_in} = \text{in\_channels} \times \text{kernel height} \times \text{kernel width}$.
 
 # %%
@@ -1042,37 +1148,42 @@ fig.suptitle("Activation and gradient scale through depth, by initialisation (lo
 plt.show()
 
 # %% [markdown]
-# What the table and the figure show, with the default parameters (`DEPTH`
-# 25, `WIDTH` 256: the numbers are those of the table above, and the cell
-# below checks each statement against the arithmetic of the start of this
-# section, for whatever parameters you run):
+# What the table and the figure show. The cell below checks each statement
+# against the arithmetic at the start of this section, for whatever parameters
+# you run, and prints the predicted and the measured numbers:
 #
-# - **$N(0, 0.01^2)$ with ReLU**: $0.01\sqrt{256/2} = 0.113$ per layer, so the
-#   activations fall from 0.093 at layer 1 to $2 \times 10^{-24}$ at layer 25
-#   ($0.113^{24} \approx 1.9 \times 10^{-23}$ predicted), and the gradient
-#   reaching layer 1 is $1.6 \times 10^{-23}$ of the one at layer 25: the
-#   first layers receive essentially no gradient.
-# - **$N(0, 1)$ with ReLU**: 11.3 per layer. The activations reach
-#   $2 \times 10^{26}$ and the gradient at layer 1 is $1.6 \times 10^{25}$
-#   times the one at layer 25. float32 tops out at $3.4 \times 10^{38}$,
-#   about twelve more factors of 11.3 away.
-# - **Kaiming with ReLU**: the factor is 1. The activation scale ends at 1.1
-#   times its layer-1 value and the gradient at 0.85 times.
-# - **The default with ReLU**: the gradient shrinks by 0.41 per layer, to
-#   $6.3 \times 10^{-10}$ at layer 1. The activations level off at about 0.02
-#   instead of vanishing (from the middle layer to the last they change by
-#   less than a factor of 2), because every layer adds its random bias, drawn
-#   from $U(\pm 1/\sqrt{\text{fan\_in}}) = U(\pm 1/16)$: with the same weights
-#   and zero biases they shrink by the predicted 0.41 per layer.
-# - **tanh** is close to the identity near 0, so $N(0, 0.01^2)$ vanishes like
-#   a stack of plain matrices ($0.01\sqrt{256} = 0.16$ per layer,
-#   $8 \times 10^{-20}$ after 25). With $N(0, 1)$ the standard deviation stays
-#   at about 0.97, which looks healthy, but 87% of the last layer's outputs
-#   are beyond $\pm 0.99$: the units are **saturated**, and the gradient still
-#   grows by about 3 times per layer. Xavier with gain 5/3 keeps the
-#   activations at 0.86 of their layer-1 scale with 1% saturated; its gradient
-#   grows by about 10% per layer (the printed x1.095, 8.8 times over 25
-#   layers): mild next to the other choices, but not flat.
+# - **$N(0, 0.01^2)$ with ReLU**: the factor is $0.01\sqrt{\text{fan\_in}/2}$
+#   per layer, well below 1, so the activations all but vanish by the last
+#   layer, and the gradient reaching layer 1 is the same tiny fraction of the
+#   one at the last layer: the first layers receive essentially no gradient.
+# - **$N(0, 1)$ with ReLU**: the factor is $\sqrt{\text{fan\_in}/2}$, well
+#   above 1, and activations and gradients explode by the same power. The cell
+#   prints how far that leaves them from float32's largest value,
+#   $3.4 \times 10^{38}$.
+# - **Kaiming with ReLU**: the factor is 1, and both ratios stay within a small
+#   factor of 1 (and across `BAND_SEEDS` seeds, further down).
+# - **The default with ReLU**: the gradient shrinks by the predicted
+#   $\sqrt{1/6} \approx 0.41$ per layer. The activations shrink far less and
+#   level off (from the middle layer to the last they change by less than a
+#   factor of 2), because every layer adds its random bias, drawn from
+#   $U(\pm 1/\sqrt{\text{fan\_in}})$: with the same weights and zero biases
+#   they shrink by the predicted 0.41 per layer.
+# - **tanh** is close to the identity near 0, so the factor is
+#   $\sigma\sqrt{\text{fan\_in}}$: $N(0, 0.01^2)$ vanishes like a stack of
+#   plain matrices.
+# - **The default with tanh** (the last row of the table): the default's
+#   variance $1/(3\,\text{fan\_in})$ gives a factor $\sqrt{1/3} \approx 0.58$
+#   per layer, and the gradient reaching layer 1 shrinks by that power, more
+#   slowly than the ReLU stack's 0.41 but still vanishing. As with ReLU, the
+#   biases keep the activations from following it: they level off instead. So
+#   the default does not suit a deep tanh stack either.
+# - **$N(0, 1)$ with tanh**: the standard deviation stays near 1, which looks
+#   healthy, but most of the last layer's outputs are beyond $\pm 0.99$: the
+#   units are **saturated**, and the gradient still grows by a factor of more
+#   than 2 per layer.
+# - **Xavier with gain 5/3**: the activations keep roughly their layer-1 scale
+#   with few saturated units; the gradient grows by a few percent per layer:
+#   mild next to the other choices, but not flat.
 
 # %%
 def ratio(act_name, init_name):
@@ -1096,6 +1207,10 @@ for init_name, factor in relu_factor.items():
         f"ReLU + {init_name}: activation ratio {fwd_ratio:.2e} and gradient ratio {bwd_ratio:.2e} should be within "
         f"a factor {SCALE_BAND} of sqrt(fan_in sigma^2 / 2)^{n} = {factor**n:.2e}"
     )
+huge_fwd = profiles["ReLU", "N(0, 1)"][0][-1].item()
+layers_to_overflow = math.log(torch.finfo(torch.float32).max / huge_fwd) / math.log(relu_factor["N(0, 1)"])
+print(f"ReLU, N(0, 1)   : activation std {huge_fwd:.1e} at layer {DEPTH}; float32 overflows at "
+      f"{torch.finfo(torch.float32).max:.1e}, about {layers_to_overflow:.0f} more layers of x{relu_factor['N(0, 1)']:.1f}")
 default_fwd, default_bwd = ratio("ReLU", "PyTorch default")
 print(f"ReLU, default   : predicted backward sqrt(1/6)^{n} = {math.sqrt(1 / 6) ** n:8.1e}; "
       f"measured forward {default_fwd:8.1e}, backward {default_bwd:8.1e}")
@@ -1123,6 +1238,8 @@ assert default_fwd > 100 * math.sqrt(1 / 6) ** n and default_fwd > 100 * no_bias
 )
 
 tanh_small_fwd, tanh_small_bwd = ratio("tanh", "N(0, 0.01)")  # tanh(z) ~ z near 0: factor sigma * sqrt(fan_in)
+print(f"tanh, N(0, 0.01): predicted {0.01 * math.sqrt(WIDTH):.3f}^{n} = {(0.01 * math.sqrt(WIDTH)) ** n:8.1e}; "
+      f"measured forward {tanh_small_fwd:8.1e}, backward {tanh_small_bwd:8.1e}")
 assert near(tanh_small_fwd, (0.01 * math.sqrt(WIDTH)) ** n) and near(tanh_small_bwd, (0.01 * math.sqrt(WIDTH)) ** n), (
     "tanh with N(0, 0.01): activations and gradients should shrink like (0.01 sqrt(fan_in))^(DEPTH-1)"
 )
@@ -1141,6 +1258,17 @@ assert tanh_large_last > 0.8 and abs(tanh_large_fwd - 1) < 0.2, (
 )
 assert saturated_large > 0.5 and tanh_large_bwd ** (1 / n) > 2, "tanh with N(0, 1): saturated units and a growing gradient"
 assert saturated_xavier < 0.1 and near(xavier_fwd, 1.0), "tanh with Xavier: few saturated units, roughly constant scale"
+tanh_default_fwd, tanh_default_bwd = ratio("tanh", "PyTorch default")  # variance 1/(3 fan_in): sqrt(1/3)
+tanh_default_acts = profiles["tanh", "PyTorch default"][0]
+tanh_default_level = (tanh_default_acts[-1] / tanh_default_acts[mid - 1]).item()
+print(f"tanh, default   : predicted backward sqrt(1/3)^{n} = {math.sqrt(1 / 3) ** n:8.1e}; measured backward "
+      f"{tanh_default_bwd:8.1e}, forward {tanh_default_fwd:8.1e} (x{tanh_default_level:.2f} from layer {mid} to {DEPTH})")
+assert near(tanh_default_bwd, math.sqrt(1 / 3) ** n), (
+    f"tanh with the default init: the gradient ratio {tanh_default_bwd:.2e} should follow sqrt(1/3)^{n}"
+)
+assert 0.5 < tanh_default_level < 2 and tanh_default_fwd > 5 * tanh_default_bwd, (
+    "tanh with the default init: the activations should level off, shrinking far less than the gradient"
+)
 assert 1.03 < xavier_growth < 1.25, (
     f"tanh with Xavier: the gradient should grow mildly, faster than x1.03 per layer (not flat) but far more "
     f"slowly than with N(0, 1); got x{xavier_growth:.3f} per layer"
@@ -1447,7 +1575,11 @@ result = check("03.init_for_relu", init_for_relu)
 #   `parameters()`, `.to()`, `state_dict()` and `train()`/`eval()` reach
 #   everything.
 # - Buffers are saved and moved but not trained; `persistent=False` keeps one
-#   out of the `state_dict`. A plain tensor attribute gets none of this.
+#   out of the `state_dict`. Register one with `register_buffer` or, since
+#   PyTorch 2.5, by assigning an `nn.Buffer`. A plain tensor attribute gets
+#   none of this. BatchNorm's `num_batches_tracked` counts training batches;
+#   with `momentum=None` it turns the running statistics into cumulative
+#   averages.
 # - Keep layers in `nn.Sequential`, `nn.ModuleList` or `nn.ModuleDict`, never
 #   in a plain list or dict.
 # - `load_state_dict` is strict by default and lists missing and unexpected
@@ -1455,8 +1587,11 @@ result = check("03.init_for_relu", init_for_relu)
 #   with the model: deep-copy it to snapshot.
 # - `train()`/`eval()` switch dropout and batch norm; `eval()` does not turn
 #   off autograd.
-# - `Module.to()` converts in place and returns the module; a dtype change
-#   casts only its floating-point tensors, a device move takes them all.
+# - `Module.to()` converts the module and returns it; a dtype change casts
+#   only its floating-point tensors, a device move takes them all. It keeps
+#   the same Parameter objects for a dtype change or a CPU/GPU move, but makes
+#   new ones for `.to("meta")` (or under `torch.__future__`'s overwrite
+#   switch): build the optimizer after moving the model.
 #   `Tensor.to()` returns a new tensor, so write `x = x.to(device)`.
 # - Forward hooks observe a model from outside; remove their handles, and
 #   return nothing from an observing hook.

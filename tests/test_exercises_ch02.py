@@ -766,3 +766,60 @@ def test_sgd_step_private_functional_alias_is_refused():
             p.grad = None
 
     assert_rejected("02.sgd_step", private_alias, "does it for you")
+
+
+# --------------------------------------------------------------------------
+# 16-bit floats: the answer is wrong because of the dtype, and the hint says so
+# --------------------------------------------------------------------------
+
+
+def _derivative_in(dtype):
+    def derivative_low_precision(f, x):
+        t = torch.tensor(x, dtype=dtype, requires_grad=True)
+        f(t).backward()
+        return t.grad.item()
+
+    return derivative_low_precision
+
+
+def _second_derivative_in(dtype):
+    def second_derivative_low_precision(f, x):
+        t = torch.tensor(x, dtype=dtype, requires_grad=True)
+        (g,) = torch.autograd.grad(f(t), t, create_graph=True)
+        (g2,) = torch.autograd.grad(g, t)
+        return g2.item()
+
+    return second_derivative_low_precision
+
+
+def _jacobian_in(dtype):
+    def jacobian_low_precision(f, x):
+        x = x.to(dtype).requires_grad_(True)
+        y = f(x)
+        rows = [torch.autograd.grad(y, x, e, retain_graph=True)[0] for e in torch.eye(y.shape[0], dtype=dtype)]
+        return torch.stack(rows)
+
+    return jacobian_low_precision
+
+
+@pytest.mark.parametrize(("dtype", "bits"), [(torch.bfloat16, "8 significant bits"), (torch.float16, "11 significant bits")])
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [("02.derivative", _derivative_in), ("02.second_derivative", _second_derivative_in), ("02.jacobian", _jacobian_in)],
+)
+def test_a_16_bit_point_is_named_as_the_cause(name, make, dtype, bits):
+    """Autograd in float16/bfloat16 is right but rounded: the hint blames the dtype, not the method."""
+    result = assert_rejected(name, make(dtype), str(dtype).removeprefix("torch."), bits)
+    assert "Use a fresh tensor" not in result.message, result.message
+    assert "float32" in hint(name, show=False)
+
+
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [("02.derivative", _derivative_in), ("02.second_derivative", _second_derivative_in), ("02.jacobian", _jacobian_in)],
+)
+def test_the_same_answers_in_float32_and_float64_pass(name, make):
+    """The dtype is the only mistake in the answers above (02.jacobian's A @ x case is float64 only)."""
+    for dtype in (torch.float64,) if name == "02.jacobian" else (torch.float32, torch.float64):
+        result = check(name, make(dtype), show=False)
+        assert result.status == "passed", result.message

@@ -20,7 +20,7 @@ from torch import nn
 
 import helpers.exercises as exercises
 import helpers.models
-from helpers.exercises import check, hint, solution
+from helpers.exercises import ch03, check, hint, solution
 from helpers.models import count_parameters as library_count_by_name
 from tests.exercise_support import assert_rejected
 
@@ -243,16 +243,16 @@ WRONG = [
     ("03.count_parameters", count_with_duplicates, ["shared weight twice"], ["remove_duplicate=False"]),
     ("03.count_parameters", count_as_float, ["integer", "float"], ["p.numel()"]),
     ("03.count_parameters", count_as_tensor, ["not a tensor"], [".item()"]),
-    ("03.build_mlp", mlp_plain_list, ["plain Python list"], ["nn.Sequential(*layers)", "nn.ModuleList"]),
+    ("03.build_mlp", mlp_plain_list, ["plain Python list"], ["nn.Sequential", "nn.ModuleList", "registers"]),
     ("03.build_mlp", mlp_trailing_relu, ["every output", "after the last Linear"], ["Drop the ReLU"]),
     ("03.build_mlp", mlp_no_activation, ["nothing between consecutive"], ["nn.ReLU()"]),
     ("03.build_mlp", mlp_leaky, ["LeakyReLU"], ["exactly one nn.ReLU()"]),
     ("03.build_mlp", mlp_with_dropout_in_eval_mode, ["Dropout"], ["exactly one nn.ReLU()"]),
     ("03.build_mlp", mlp_functional_leaky, ["not exactly ReLU"], ["torch.relu"]),
-    ("03.standardize", StandardizeEpsParameter, ["['eps'] is a Parameter", "optimizer"], ["register_buffer('mean'"]),
-    ("03.standardize", StandardizeWithParameters, ["are Parameters"], ["register_buffer('std', std)"]),
+    ("03.standardize", StandardizeEpsParameter, ["['eps'] is a Parameter", "optimizer"], ["register_buffer", "mean and std"]),
+    ("03.standardize", StandardizeWithParameters, ["are Parameters"], ["register_buffer", "never trained"]),
     ("03.standardize", StandardizePlainAttributes, ["state_dict", "plain tensor attribute"], ["register_buffer"]),
-    ("03.standardize", StandardizeNotPersistent, ["not in state_dict()", "non-persistent"], ["persistent=False"]),
+    ("03.standardize", StandardizeNotPersistent, ["not in state_dict()", "non-persistent"], ["persistent flag", "default is True"]),
     ("03.standardize", StandardizeComputesWithCopies, ["load_state_dict", "does not read the buffers"],
      ["self.mean and self.std"]),
     ("03.standardize", StandardizeAliasesTheBuffers, ["load_state_dict", "does not read the buffers"],
@@ -566,7 +566,7 @@ INIT_WRONG = [
     (init_fan_out, ["sqrt(2 / fan_out)", "fan_in"], ["mode='fan_in'"]),
     (init_orthogonal, ["The std equals sqrt(2 / fan_out) = sqrt(2 / 512)"], ["mode='fan_in'"]),
     (init_gain_one, ["a gain of 1", "sqrt(2)"], ["nonlinearity='relu'"]),
-    (init_keeps_bias, ["bias", "is not zero"], ["nn.init.zeros_(m.bias)", "bias=False"]),
+    (init_keeps_bias, ["bias", "is not zero"], ["zeros_", "bias=False"]),
     (init_variance_as_std, ["variance rather than its standard deviation"], ["square root"]),
     (init_default_again, ["PyTorch's default"], ["kaiming_normal_"]),
     (lambda model: model, ["none of the 4 Linear and Conv2d layers"], ["model.apply(fn)", "not a copy"]),
@@ -575,7 +575,7 @@ INIT_WRONG = [
      ["model.apply(fn)"]),
     (init_new_parameters, ["new object", "in place", "optimizer"], ["Do not assign a new nn.Parameter"]),
     (init_frozen, ["no longer a trainable leaf", "requires_grad=False"], ["torch.no_grad()"]),
-    (init_every_matrix, ["embed.weight", "its layer is Embedding"], ["isinstance(m, (nn.Linear, nn.Conv2d))"]),
+    (init_every_matrix, ["embed.weight", "its layer is Embedding"], ["by type", "isinstance"]),
     (init_every_vector_zero, ["body.3.weight", "its layer is LayerNorm"], ["by type"]),
     (init_linear_only, ["features.0 = Conv2d(12, 40, kernel_size=(3, 5)) kept its old weights", "nn.Conv2d"],
      ["in_channels x kernel height x kernel width"]),
@@ -657,3 +657,34 @@ def test_init_for_relu_reference_matches_its_docstring():
     assert torch.equal(model[0].bias, torch.zeros(300)) and torch.equal(model[2].weight, norm_before)
     assert abs(conv_model[0].weight.std().item() / (2 / (8 * 3 * 7)) ** 0.5 - 1) < 0.05
     assert torch.equal(conv_model[0].bias, torch.zeros(16)) and torch.equal(conv_model[1].weight, torch.ones(16))
+
+
+#: Lines of the reference solutions, as code: a fuller hint may name the API and the idea, never paste these.
+REFERENCE_CODE = (
+    "zip(sizes[:-1], sizes[1:])", "nn.Sequential(*layers", "register_buffer(\"mean\"", "register_buffer(\"std\"",
+    "(x - self.mean) / self.std", "kaiming_normal_(m.weight", "zeros_(m.bias)", "isinstance(m, (nn.Linear, nn.Conv2d))",
+    "p.numel() for p in model.parameters()",
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "wrong"),
+    [(n, w) for n, w, _, _ in WRONG] + [("03.init_for_relu", w) for w, _, _ in INIT_WRONG],
+    ids=[f"{n}-{getattr(w, '__name__', 'lambda')}" for n, w, _, _ in WRONG]
+    + [f"init-{getattr(w, '__name__', 'lambda')}" for w, _, _ in INIT_WRONG],
+)
+def test_the_fuller_hint_does_not_paste_the_reference(name, wrong):
+    check(name, wrong, show=False)
+    more = hint(name, show=False).replace("'", '"')
+    pasted = [code for code in REFERENCE_CODE if code in more]
+    assert not pasted, f"the fuller hint for {name} pastes the reference solution ({pasted}): {more}"
+
+
+def test_the_reference_code_list_is_really_in_the_references():
+    """REFERENCE_CODE is taken from the references; if they are rewritten, the list must follow."""
+    import inspect
+
+    source = "".join(inspect.getsource(f) for f in (ch03.count_parameters, ch03.build_mlp, ch03.Standardize,
+                                                     ch03.init_for_relu))
+    missing = [code for code in REFERENCE_CODE if code not in source]
+    assert not missing, f"not in the reference solutions any more: {missing}"

@@ -168,6 +168,7 @@ class _Watched:
         self.point = tuple(torch.as_tensor(point, dtype=torch.float64).reshape(-1).tolist())
         self.allowed = _roundings(point)
         self.problem: Hint | None = None
+        self.dtypes: set[torch.dtype] = set()
 
     def _refuse(self, what: str, more: str = _AUTOGRAD_AT_X):
         self.problem = self.problem or Hint(what, more)
@@ -189,6 +190,7 @@ class _Watched:
                 "differentiates only floating-point (and complex) tensors.",
                 "Make the point a float tensor, e.g. torch.tensor(x, dtype=torch.float64). " + _AUTOGRAD_AT_X,
             )
+        self.dtypes.add(t.dtype)
         values = _read_point(t)
         if values is None:
             self._refuse(
@@ -212,6 +214,25 @@ class _Watched:
         """Raise the first refused call again (the learner's code may have caught it)."""
         if self.problem is not None:
             raise self.problem
+
+    def refuse_low_precision(self, what: str) -> None:
+        """Raise a :class:`Hint` if f was called in a 16-bit float dtype; ``what`` names the wrong answer.
+
+        float16 keeps 11 significant bits and bfloat16 8, i.e. about 3 and 2-3
+        decimal digits: x itself and every value computed from it are rounded far
+        beyond the checkers' relative tolerances (1e-4, 1e-5), so the answer is wrong
+        for a reason that has nothing to do with autograd.
+        """
+        low = sorted(str(d).removeprefix("torch.") for d in self.dtypes & {torch.float16, torch.bfloat16})
+        if low:
+            bits = {"float16": 11, "bfloat16": 8}
+            detail = " and ".join(f"{name} keeps {bits[name]} significant bits" for name in low)
+            raise Hint(
+                f"{what}, and {self.label} was called with a {' and '.join(low)} tensor: {detail} (2 to 3 "
+                "decimal digits), so x and the derivative are rounded far beyond this check's tolerance.",
+                "16-bit floats are for storage and fast matrix products, not for an exact derivative: make the "
+                "point a float32 (the default) or float64 tensor. " + _AUTOGRAD_AT_X,
+            )
 
 
 def _close(a: float, b: float) -> bool:
@@ -270,6 +291,7 @@ def _check_derivative(candidate: Callable) -> None:
         expect_type(got, float, f"derivative({label}, {x})")
         if _close(got, first):
             continue
+        watched.refuse_low_precision(f"d/dx {label} at x = {x} is {first:.6g}, but you returned {got:.6g}")
         if _close(got, value):
             raise Hint(
                 f"for f = {label} at x = {x} you returned f(x) = {got:.6g}, not f'(x) = {first:.6g}.",
@@ -319,6 +341,7 @@ def _check_second_derivative(candidate: Callable) -> None:
         expect_type(got, float, f"second_derivative({label}, {x})")
         if _close(got, second):
             continue
+        watched.refuse_low_precision(f"d2/dx2 {label} at x = {x} is {second:.6g}, but you returned {got:.6g}")
         if _close(got, first):
             raise Hint(
                 f"for f = {label} at x = {x} you returned the FIRST derivative ({got:.6g}); the second is "
@@ -437,6 +460,9 @@ def _check_jacobian(candidate: Callable) -> None:
             )
         if torch.allclose(got, want, rtol=1e-5, atol=1e-7):
             continue
+        watched.refuse_low_precision(
+            f"for f = {label} your Jacobian differs from the exact one by up to {(got - want).abs().max().item():.2g}"
+        )
         if torch.allclose(got, want.cumsum(0), rtol=1e-5, atol=1e-7):
             raise Hint(
                 f"for f = {label}, row i of your answer is the sum of rows 0..i of the Jacobian: x.grad "

@@ -291,7 +291,8 @@ def _check_build_mlp(candidate: Callable) -> None:
             raise Hint(
                 f"build_mlp({sizes}) has no registered parameters, expected {arithmetic} = {want}: "
                 "nn.Module does not see layers kept in a plain Python list.",
-                "Use nn.Sequential(*layers) or nn.ModuleList(layers): both register what they hold.",
+                "Keep the layers in a container module that registers what it holds: nn.Sequential (which also "
+                "chains them in forward) or nn.ModuleList.",
             )
         if got != want:
             raise Hint(
@@ -306,7 +307,7 @@ def _check_build_mlp(candidate: Callable) -> None:
             raise Hint(
                 f"build_mlp({sizes}) should contain the Linear layers (in, out) = {pairs}, "
                 f"found {shapes}.",
-                "Pair each size with the next one: zip(sizes[:-1], sizes[1:]).",
+                "Layer i maps sizes[i] features to sizes[i + 1]: pair each size with the one after it.",
             )
         others = sorted(
             {
@@ -336,7 +337,8 @@ def _check_build_mlp(candidate: Callable) -> None:
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise Hint(
                 f"build_mlp({sizes}) maps a [64, {sizes[0]}] batch to {shape}, expected (64, {sizes[-1]}).",
-                "The last Linear should be Linear(sizes[-2], sizes[-1]), and forward should return its output.",
+                "The last Linear maps the second-to-last size to the last one, and forward should return its "
+                "output as it is.",
             )
         if not (out < 0).any():
             raise Hint(
@@ -376,7 +378,7 @@ def _standardize_output(module: nn.Module, x: torch.Tensor, when: str) -> torch.
     out = module(x)
     if not isinstance(out, torch.Tensor):
         raise Hint(f"{when}, forward returned {type(out).__name__}, not a tensor.",
-                   "Return (x - self.mean) / self.std.")
+                   "forward should return one tensor, the input standardised with the registered buffers.")
     return out
 
 
@@ -412,8 +414,8 @@ def _check_standardize(candidate: Callable) -> None:
             f"{names} {'is a Parameter' if one else 'are Parameters'}, so model.parameters() hands "
             f"{'it' if one else 'them'} to an optimizer, which would change {'it' if one else 'them'}: "
             "Standardize has no weights to train, only fixed statistics.",
-            "Keep mean and std (and any constant, such as an eps) as buffers: "
-            "self.register_buffer('mean', mean) and self.register_buffer('std', std).",
+            "Keep mean and std (and any constant, such as an eps) as buffers, registered with the "
+            "module's register_buffer under the names mean and std: a buffer is saved and moved, never trained.",
         )
     # Extra buffers (an eps, say) are fine; mean and std must be saved buffers.
     keys = set(module.state_dict())
@@ -424,12 +426,14 @@ def _check_standardize(candidate: Callable) -> None:
             raise Hint(
                 f"{missing} are buffers but not in state_dict() (keys {sorted(keys)}): they were "
                 "registered as non-persistent, so a saved checkpoint would lose them.",
-                "Leave out persistent=False: register_buffer('mean', mean) is persistent by default.",
+                "A buffer is persistent (saved) unless you ask otherwise: drop the persistent flag, whose "
+                "default is True.",
             )
         raise Hint(
             f"state_dict() has keys {sorted(keys)}, without {missing}: a plain tensor attribute is "
             "neither saved in state_dict nor moved by .to().",
-            "Register them: self.register_buffer('mean', mean) (persistent, the default).",
+            "Register both with the module's register_buffer (persistent by default), under the names mean "
+            "and std, instead of assigning plain tensors.",
         )
     module = module.to(torch.float64)
     if module.mean.dtype != torch.float64 or module.std.dtype != torch.float64:
@@ -525,7 +529,8 @@ def _std_candidates(layer: nn.Module) -> dict[str, tuple[float, str, str]]:
         "xavier": (
             math.sqrt(2 / (fan_in + fan_out)),
             f"Xavier's sqrt(2 / (fan_in + fan_out)) = sqrt(2 / {fan_in + fan_out}), a rule made for tanh",
-            f"ReLU needs Kaiming: nn.init.kaiming_normal_(m.weight, nonlinearity='relu'), std {want:.4f}.",
+            f"ReLU needs Kaiming, std sqrt(2 / fan_in) = {want:.4f}: nn.init's kaiming_normal_ for "
+            "nonlinearity='relu'.",
         ),
         "gain 1": (
             math.sqrt(1 / fan_in),
@@ -536,8 +541,8 @@ def _std_candidates(layer: nn.Module) -> dict[str, tuple[float, str, str]]:
         "default": (
             1 / math.sqrt(3 * fan_in),
             f"1 / sqrt(3 fan_in) = 1 / sqrt({3 * fan_in}), PyTorch's default initialisation, not Kaiming",
-            "Draw the weight again with nn.init.kaiming_normal_(m.weight, nonlinearity='relu'); "
-            "reset_parameters() gives the default back.",
+            "Draw the weight again with nn.init's kaiming_normal_ for nonlinearity='relu' (a layer's "
+            "reset_parameters() is what gives the default).",
         ),
         "variance": (
             2 / fan_in,
@@ -593,8 +598,9 @@ def _check_init_for_relu(candidate: Callable) -> None:
             raise Hint(
                 f"{name} is a new object after init_for_relu, not the old parameter changed in place: "
                 "an optimizer built before would keep training the old one.",
-                "Fill the existing parameter: nn.init.kaiming_normal_(m.weight, ...) writes into it, "
-                "and so does m.weight.normal_(...) under torch.no_grad(). Do not assign a new nn.Parameter.",
+                "Fill the existing parameter: the functions of nn.init write into the tensor they are "
+                "given, and so does an in-place tensor method under torch.no_grad(). Do not assign a new "
+                "nn.Parameter.",
             )
         if not (p.is_leaf and p.requires_grad):
             raise Hint(
@@ -609,7 +615,7 @@ def _check_init_for_relu(candidate: Callable) -> None:
             raise Hint(
                 f"{name} changed, but its layer is {kind}, neither nn.Linear nor nn.Conv2d: it should "
                 "be left alone.",
-                "Pick the layers by type, isinstance(m, (nn.Linear, nn.Conv2d)), not by their "
+                "Pick the layers by type (an isinstance test for the two layer classes), not by their "
                 "parameters' shapes or names.",
             )
     unchanged = [name for name, layer in targets.items() if torch.equal(layer.weight.detach(), before[f"{name}.weight"])]
@@ -618,8 +624,8 @@ def _check_init_for_relu(candidate: Callable) -> None:
             f"none of the {len(targets)} Linear and Conv2d layers of the model changed: init_for_relu should "
             "change the model it is given, in place.",
             "model.apply(fn) calls fn on every submodule at every depth (model.children() only gives the "
-            "direct ones); in fn, pick the layers with isinstance and fill their weights with "
-            "nn.init.kaiming_normal_(m.weight, nonlinearity='relu'). Change the model you are given, not a copy.",
+            "direct ones); in fn, pick the layers by type and fill their weights with nn.init's "
+            "kaiming_normal_, for nonlinearity='relu'. Change the model you are given, not a copy.",
         )
     for name, layer in targets.items():
         label = _layer_name(name, layer)
@@ -629,7 +635,7 @@ def _check_init_for_relu(candidate: Callable) -> None:
             if isinstance(layer, nn.Conv2d):
                 raise Hint(
                     f"{label} kept its old weights: the task covers nn.Conv2d layers as well as nn.Linear.",
-                    "Pick the layers with isinstance(m, (nn.Linear, nn.Conv2d)); for a Conv2d, fan_in = "
+                    "Pick the layers by type, with a test that admits nn.Conv2d as well as nn.Linear; for a Conv2d, fan_in = "
                     "in_channels x kernel height x kernel width, which nn.init.kaiming_normal_ works out "
                     "from the weight's shape.",
                 )
@@ -641,7 +647,8 @@ def _check_init_for_relu(candidate: Callable) -> None:
         if layer.bias is not None and not torch.equal(layer.bias.detach(), torch.zeros_like(layer.bias)):
             raise Hint(
                 f"the bias of {label} is not zero (largest |bias| {layer.bias.abs().max().item():.3g}).",
-                "nn.init.zeros_(m.bias), where m.bias is not None (a layer built with bias=False has none).",
+                "Set the bias to zero with nn.init's zeros_, where the layer has one (a layer built with "
+                "bias=False has None there).",
             )
         std, mean = w.std().item(), w.mean().item()
         want = math.sqrt(2 / fan_in)
@@ -654,6 +661,6 @@ def _check_init_for_relu(candidate: Callable) -> None:
             raise Hint(f"{label}: weight std {std:.4f}, expected {want:.4f}. The std equals {equals}.", fuller)
         raise Hint(
             f"{label}: weight std {std:.4f} and mean {mean:.4f}; expected mean 0 and std {want:.4f}.",
-            "Kaiming for ReLU: a normal distribution with mean 0 and std sqrt(2 / fan_in), "
-            "nn.init.kaiming_normal_(m.weight, nonlinearity='relu').",
+            "Kaiming for ReLU: a normal distribution with mean 0 and std sqrt(2 / fan_in), which "
+            "nn.init's kaiming_normal_ draws for nonlinearity='relu'.",
         )
