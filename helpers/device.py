@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import math
 import os
 import platform
 import random
@@ -13,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -26,6 +28,7 @@ __all__ = [
     "DoctorReport",
     "chapters_using",
     "available_devices",
+    "cgroup_cpu_quota",
     "doctor",
     "import_without_cuda_home_log",
     "pick_device",
@@ -462,14 +465,128 @@ def _mps_check() -> Check:
     )
 
 
-def usable_cpus() -> int:
-    """CPUs this process may run on: ``os.sched_getaffinity(0)`` where the OS has it, else ``os.cpu_count()``.
+#: Where Linux mounts the cgroup file system, and the file that names this process's cgroups
+#: (module attributes, read on every call, so tests can point them at a made-up tree).
+CGROUP_ROOT = "/sys/fs/cgroup"
+PROC_SELF_CGROUP = "/proc/self/cgroup"
 
-    The two differ in containers, under ``taskset``, or in CI jobs limited to some cores.
+#: Where cgroup v1 mounts the ``cpu`` controller, under :data:`CGROUP_ROOT` (distributions differ).
+_CGROUP_V1_CPU_MOUNTS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
+
+
+def _cgroup_paths(proc_cgroup: str | os.PathLike) -> tuple[str, str]:
+    """This process's cgroup path in the v2 hierarchy and in v1's ``cpu`` controller ("/" when unknown).
+
+    Each line of ``/proc/self/cgroup`` reads ``hierarchy-id:controllers:path``; v2 is the line
+    ``0::path``, v1's cpu controller the line whose controllers include ``cpu``.
+    """
+    v2 = v1 = "/"
+    try:
+        lines = Path(proc_cgroup).read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return v2, v1
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, path = parts
+        if hierarchy == "0" and controllers == "":
+            v2 = path or "/"
+        elif "cpu" in controllers.split(","):
+            v1 = path or "/"
+    return v2, v1
+
+
+def _up_to(base: Path, path: str) -> list[Path]:
+    """``base/path`` and each folder above it, up to ``base`` itself."""
+    folders = [base]
+    for part in [p for p in path.split("/") if p and p not in (".", "..")]:
+        folders.append(folders[-1] / part)
+    return folders[::-1]
+
+
+def _read_quota(text: str, period_text: str | None = None) -> float | None:
+    """CPUs from a v2 ``cpu.max`` ("200000 100000", "max 100000"), or a v1 quota and period in µs.
+
+    None for no limit ("max", or -1 in v1) and for anything that does not parse.
+    """
+    fields = text.split() if period_text is None else [text.strip(), period_text.strip()]
+    if len(fields) != 2 or fields[0] in ("max", "-1"):
+        return None
+    try:
+        quota, period = int(fields[0]), int(fields[1])
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def cgroup_cpu_quota(root: str | os.PathLike | None = None, proc_cgroup: str | os.PathLike | None = None) -> float | None:
+    """The CPU bandwidth limit of this process's cgroup, in CPUs (quota / period); None when there is none.
+
+    Containers (Docker ``--cpus``, Kubernetes CPU limits) and systemd's ``CPUQuota=`` cap a
+    process's CPU time with the Linux CFS bandwidth controller rather than with its affinity
+    mask, so ``os.sched_getaffinity`` still lists every core. The limit lives in files of the
+    cgroup file system (Linux kernel docs, ``admin-guide/cgroup-v2.rst`` and ``scheduler/sched-bwc.rst``):
+
+    - cgroup v2: ``cpu.max`` holds ``"$MAX $PERIOD"`` in µs, ``"max 100000"`` for no limit;
+    - cgroup v1: ``cpu.cfs_quota_us`` (``-1`` for no limit) and ``cpu.cfs_period_us``, in the
+      ``cpu`` controller's folder (``cpu/``, or ``cpu,cpuacct/``).
+
+    The process's own cgroup (from ``proc_cgroup``) and every cgroup above it up to ``root`` are
+    read, since any of them may carry the limit; the smallest limit found wins. Missing files,
+    unreadable files and content that does not parse are ignored: this never raises.
+
+    Args:
+        root: the cgroup mount point (default :data:`CGROUP_ROOT`, ``/sys/fs/cgroup``).
+        proc_cgroup: the file naming this process's cgroups (default :data:`PROC_SELF_CGROUP`).
+
+    Returns:
+        The limit in CPUs, a float such as 1.5 (``150000 100000``), or None without a limit,
+        off Linux, or when nothing could be read.
+    """
+    root = Path(CGROUP_ROOT if root is None else root)
+    v2_path, v1_path = _cgroup_paths(PROC_SELF_CGROUP if proc_cgroup is None else proc_cgroup)
+
+    def read(file: Path) -> str | None:
+        try:
+            return file.read_text()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    limits = []
+    for folder in _up_to(root, v2_path):
+        text = read(folder / "cpu.max")
+        if text is not None:
+            limits.append(_read_quota(text))
+    for mount in _CGROUP_V1_CPU_MOUNTS:
+        for folder in _up_to(root / mount, v1_path):
+            quota, period = read(folder / "cpu.cfs_quota_us"), read(folder / "cpu.cfs_period_us")
+            if quota is not None and period is not None:
+                limits.append(_read_quota(quota, period))
+    found = [limit for limit in limits if limit is not None]
+    return min(found) if found else None
+
+
+def usable_cpus(cgroup_root: str | os.PathLike | None = None, proc_cgroup: str | os.PathLike | None = None) -> int:
+    """CPUs this process may keep busy: its affinity mask, capped by its cgroup's CPU quota.
+
+    The affinity count is ``os.sched_getaffinity(0)`` where the OS has it (Linux), else
+    ``os.cpu_count()``; it differs from the machine's count under ``taskset`` or in CI jobs pinned
+    to some cores. A container limited with a CPU *quota* (``docker run --cpus=2``) keeps every
+    core in its mask but gets only quota / period CPUs of time (:func:`cgroup_cpu_quota`); that
+    figure, rounded up, caps the count. Never below 1, never raises.
+
+    Args:
+        cgroup_root, proc_cgroup: passed to :func:`cgroup_cpu_quota` (defaults: the real files).
     """
     if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+        cpus = len(os.sched_getaffinity(0))
+    else:
+        cpus = os.cpu_count() or 1
+    quota = cgroup_cpu_quota(cgroup_root, proc_cgroup)
+    if quota is not None:
+        cpus = min(cpus, math.ceil(quota))
+    return max(cpus, 1)
 
 
 @dataclass(frozen=True)
@@ -552,6 +669,9 @@ def _threads_check() -> Check:
     """OK while torch's intra-op threads fit the CPUs this process may use; WARN above that."""
     threads, cpus, logical = torch.get_num_threads(), usable_cpus(), os.cpu_count()
     detail = f"torch uses {threads} thread(s); this process may run on {cpus} of {logical} logical CPUs"
+    quota = cgroup_cpu_quota()
+    if quota is not None and math.ceil(quota) <= cpus:  # the quota is what set the count
+        detail += f" (its cgroup's CPU quota is {quota:g} CPUs)"
     if threads <= cpus:
         return Check("threads", "ok", detail)
     return Check(

@@ -13,11 +13,14 @@
 # - how to read the course's preflight report, the *doctor* (`make doctor`), and what each of its verdicts means;
 # - how to seed every random number generator at once, and what seeding does and does not promise;
 # - which parts of the PyTorch ecosystem are current and which are not (torchtext, torchaudio, video decoding);
-# - the error you get when one operation mixes devices, and how `Module.to` differs from `Tensor.to`.
+# - the error you get when one operation mixes devices, and how `Module.to` differs from `Tensor.to`;
+# - how the course's tests prove that every notebook runs (nbval, the papermill smoke run, the exercise tests).
 #
 # **Prerequisites**: Python (functions, dicts, `import`, `with`); no PyTorch yet. This is the first chapter.
 #
-# **Estimated time**: 40 minutes (about 60 s of it running cells), plus 15 minutes for the two exercises.
+# **Estimated time**: about 70 minutes to read and run (the cells themselves take well under a minute),
+# plus 25 minutes for the two exercises. Section 1 and the doctor's table in section 5 are reference
+# material you can skim on a first pass, and section 8 is for whoever maintains a copy of the course.
 
 # %% tags=["parameters"]
 SEED = 0  # the seed used throughout the chapter
@@ -47,6 +50,7 @@ import helpers.plotting  # noqa: F401  (small, 72-dpi figure defaults)
 from helpers.device import (
     PINNED,
     STATUS_MEANING,
+    cgroup_cpu_quota,
     doctor,
     gpu_packages,
     installed_size_gb,
@@ -54,7 +58,7 @@ from helpers.device import (
     seed_everything,
     usable_cpus,
 )
-from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
+from helpers.exercises import check, hint, solution  # noqa: F401  (hint, solution: for when you are stuck)
 from helpers.paths import ROOT, build_dir
 from helpers.report import ChapterReport
 
@@ -222,9 +226,10 @@ print(f"the build, without guessing from labels: torch.version.cuda = {torch.ver
 # 2. the environment variable `COURSE_DEVICE`, read on every call, so you can force a device for a whole
 #    run without editing notebooks;
 # 3. CUDA, when a usable NVIDIA GPU is present: the accelerator PyTorch supports most completely;
-# 4. MPS, on a Mac with Apple silicon and macOS 14 or newer (the minimum since torch 2.12, whose macOS
-#    wheels are built for 14.0; PyTorch's MPS notes were updated to 14.0 in pytorch/pytorch PR #176919):
-#    Apple's GPU, though a few operations are not implemented there yet;
+# 4. MPS, on a Mac with Apple silicon and macOS 14 or newer: Apple's GPU, though a few operations are
+#    not implemented there yet. macOS 14.0 is the minimum that PyTorch's MPS notes give (since
+#    pytorch/pytorch PR #176919), and the one recent releases name when they refuse an older macOS
+#    (`The MPS backend is supported on macOS 14.0+`, quoted from torch 2.10 in pytorch/pytorch issue #177819);
 # 5. the CPU, which every build supports.
 #
 # It accepts `cpu`, `cuda` (or `cuda:N` for the N-th GPU), `mps`, and `xpu` (Intel's GPUs) where
@@ -350,11 +355,21 @@ else:
 # *intra-op* parallel operation may use; `torch.set_num_threads(n)` changes it for
 # this process. By default torch picks it from the CPU cores it finds. The number that
 # matters is how many CPUs this *process* may run on: in a container, a CI job or under
-# `taskset` that can be fewer than the machine has. Python tells with `os.sched_getaffinity(0)`
-# on Linux (`os.cpu_count()` counts the whole machine); `helpers.device.usable_cpus()` uses it
-# where it exists, and the doctor's `threads` line in section 5 warns when torch's threads
-# exceed it. `torch.get_num_interop_threads()` is a separate pool that runs *independent*
-# operations side by side; you rarely need to change it.
+# `taskset` that can be fewer than the machine has. Two different Linux mechanisms limit it:
+#
+# - the *affinity mask*, the set of cores the process may be scheduled on (`taskset`, CI jobs pinned
+#   to some cores): Python reads it with `os.sched_getaffinity(0)` (`os.cpu_count()` counts the whole
+#   machine);
+# - a *CPU quota* of the process's cgroup, which is how `docker run --cpus=2` and Kubernetes CPU limits
+#   work: every core stays in the mask, but the process gets only `quota / period` CPUs' worth of time.
+#   The cgroup file system holds it: `/sys/fs/cgroup/cpu.max` reads `200000 100000` for two CPUs
+#   (`max 100000` means no limit) under cgroup v2, and `cpu.cfs_quota_us` / `cpu.cfs_period_us` hold
+#   the same two numbers under v1. torch's default does not look at it.
+#
+# `helpers.device.usable_cpus()` takes the affinity count, capped by the quota rounded up
+# (`helpers.device.cgroup_cpu_quota()` reads it); the doctor's `threads` line in section 5 warns
+# when torch's threads exceed that. `torch.get_num_interop_threads()` is a separate pool that runs
+# *independent* operations side by side; you rarely need to change it.
 #
 # The environment variable `OMP_NUM_THREADS` sets the intra-op default before Python
 # starts (the course's test commands run with `OMP_NUM_THREADS=1`, and the cell checks that
@@ -364,13 +379,41 @@ else:
 
 # %%
 print(f"intra-op threads: {torch.get_num_threads()}, inter-op threads: {torch.get_num_interop_threads()}")
-print(f"CPUs this process may use: {usable_cpus()}, logical CPUs of the machine: {os.cpu_count()}")
+quota = cgroup_cpu_quota()
+print(f"CPUs this process may use: {usable_cpus()}, logical CPUs of the machine: {os.cpu_count()}, "
+      f"cgroup CPU quota: {'none' if quota is None else f'{quota:g} CPUs'}")
 omp = os.environ.get("OMP_NUM_THREADS")
 if omp:
     assert torch.get_num_threads() == int(omp), f"OMP_NUM_THREADS={omp}, but torch uses {torch.get_num_threads()} threads"
     print(f"OMP_NUM_THREADS={omp} is set, and torch follows it")
 else:
     print("OMP_NUM_THREADS is not set here: torch chose its own default")
+
+# %% [markdown]
+# To see the quota rule without a container, the cell below writes a made-up cgroup tree
+# into a temporary folder under `build/`, with a `cpu.max` of `150000 100000` (1.5 CPUs of
+# time per period), and points `usable_cpus` at it instead of the real `/sys/fs/cgroup`. A
+# process that may keep only 1.5 CPUs busy is counted as 2 (rounded up), unless its affinity
+# mask already allows fewer; `max 100000` lifts the limit.
+
+# %%
+import tempfile
+from pathlib import Path
+
+affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+with tempfile.TemporaryDirectory(dir=build_dir()) as fake_cgroup:
+    fake_root = Path(fake_cgroup)
+    own_cgroup = fake_root / "proc-self-cgroup"  # stands in for /proc/self/cgroup
+    own_cgroup.write_text("0::/\n")  # cgroup v2, the process at the top of the (container's) tree
+    (fake_root / "cpu.max").write_text("150000 100000\n")
+    limited = usable_cpus(fake_root, own_cgroup), cgroup_cpu_quota(fake_root, own_cgroup)
+    (fake_root / "cpu.max").write_text("max 100000\n")
+    unlimited = usable_cpus(fake_root, own_cgroup), cgroup_cpu_quota(fake_root, own_cgroup)
+print(f"affinity mask: {affinity} CPU(s)")
+print(f"cpu.max '150000 100000': quota {limited[1]} CPUs -> usable_cpus() = {limited[0]}")
+print(f"cpu.max 'max 100000':    no quota ({unlimited[1]}) -> usable_cpus() = {unlimited[0]}")
+assert limited == (min(affinity, 2), 1.5), f"a 1.5-CPU quota should cap {affinity} CPUs at 2: {limited}"
+assert unlimited == (affinity, None), f"'max' is no limit, so the affinity count should stand: {unlimited}"
 
 # %% [markdown]
 # The timing below multiplies two `MATMUL_SIZE × MATMUL_SIZE` matrices with one thread and
@@ -545,8 +588,6 @@ for figure, value in [("device", str(device)), ("doctor verdict", health.verdict
 # and the verdict for each.
 
 # %%
-import tempfile
-
 mirror_before = os.environ.get("COURSE_DATA_MIRROR")
 made_up = {}
 with tempfile.TemporaryDirectory(dir=build_dir()) as empty_data:
@@ -586,7 +627,6 @@ finally:
 print(f"with torch.set_num_threads({too_many}):")
 print(f"  [{threads_line.status.upper()}] {threads_line.detail}")
 print(f"  fix: {threads_line.fix}")
-print(f"threads restored to {torch.get_num_threads()}")
 
 # %% [markdown]
 #
@@ -694,26 +734,98 @@ assert torch.equal(mine, torch.rand(3, generator=fresh)), "seed_everything's gen
 #   encoding of audio and video moved to **TorchCodec**. `torchaudio.load` and
 #   `torchaudio.save` still exist, but call TorchCodec underneath, and the torchaudio
 #   documentation recommends porting to TorchCodec's own API.
-# - **Video decoding left torchvision too.** torchvision 0.28 removed `read_video`,
-#   `write_video` and `VideoReader` from `torchvision.io` in favour of TorchCodec;
-#   image decoding (`torchvision.io.decode_image`) stays.
+# - **Video decoding left torchvision too.** torchvision deprecated its video decoding and
+#   encoding in 0.22 in favour of TorchCodec (the deprecation message, still shipped in
+#   `torchvision/io/_video_deprecation_warning.py`, says so), and has since taken `read_video`,
+#   `write_video` and `VideoReader` out of the open-source `torchvision.io`: the pinned 0.29.1 has
+#   none of them. Image decoding (`torchvision.io.decode_image`) stays.
 #
 # None of these packages is a dependency of the course: the course's tests
 # (`tests/test_ecosystem.py`) check that torchtext is neither pinned nor installed and that no
 # chapter imports it. What this environment can confirm, the cell prints and checks: whether
-# torchtext is importable here, and that the installed torchvision has no video reader but
-# still decodes images.
+# torchtext is importable here, what the installed torchvision's deprecation message says, and
+# that the pinned torchvision has no video reader but still decodes images.
 
 # %%
 import importlib.util
+import re
 
-vision_release = Version(torchvision.__version__).release
+vision_public = Version(torchvision.__version__).public
 print(f"torchtext importable here: {importlib.util.find_spec('torchtext') is not None}")
-print(f"torchvision {torchvision.__version__}: torchvision.io.read_video exists: {hasattr(torchvision.io, 'read_video')}, "
-      f"decode_image exists: {hasattr(torchvision.io, 'decode_image')}")
-if vision_release[:2] >= (0, 28):
-    assert not hasattr(torchvision.io, "read_video"), f"torchvision {torchvision.__version__} still has read_video"
+video_api = {name: hasattr(torchvision.io, name) for name in ("read_video", "write_video", "VideoReader")}
+print(f"torchvision {torchvision.__version__}: in torchvision.io: {video_api}, "
+      f"decode_image: {hasattr(torchvision.io, 'decode_image')}")
+notice = Path(torchvision.__file__).parent / "io" / "_video_deprecation_warning.py"
+if notice.is_file():
+    deprecated_in = re.search(r"deprecated from version (\d+\.\d+)", notice.read_text())
+    print(f"its deprecation message: video decoding and encoding deprecated from version "
+          f"{deprecated_in[1] if deprecated_in else '(not found)'}")
+    assert deprecated_in and deprecated_in[1] == "0.22", f"the deprecation message no longer names 0.22: {deprecated_in}"
+if vision_public == PINNED["torchvision"]:  # what the text says about the pinned version
+    assert not any(video_api.values()), f"torchvision {vision_public} still has {video_api}"
 assert hasattr(torchvision.io, "decode_image"), "torchvision.io.decode_image is missing"
+
+# %% [markdown]
+# ## 8. For maintainers: how the course proves that its notebooks run
+#
+# The outputs stored in `notebooks/*.ipynb` come from a real run, but a stored output only says
+# that the notebook ran once, somewhere. What keeps the course honest is `make test`, which CI
+# (`.ci/run`) calls after installing everything from scratch, offline (`COURSE_OFFLINE=1`, datasets
+# from the mirror in `COURSE_DATA_MIRROR`). It is a single pytest command, the `test` target of the
+# `Makefile`, and it collects four kinds of test:
+#
+# | kind | where | what it does | it fails when |
+# | --- | --- | --- | --- |
+# | nbval | `notebooks/*.ipynb`, collected because of `--nbval-lax` | executes each stored notebook again, top to bottom, in a kernel of the current environment (`--nbval-current-env`), with its default parameters | a cell raises, so every `assert` of a chapter is a test; or a cell whose first line is `# NBVAL_CHECK_OUTPUT` prints something other than its stored output. In lax mode no other output is compared, so timings may differ |
+# | papermill smoke run | `tests/test_notebooks_run.py`, through `helpers.runner.run_chapter(stem, smoke=True)` | executes each notebook once more with the tiny `smoke:` parameters of `notebooks/chapters.yaml`, which papermill writes into a cell after the one tagged `parameters` | a cell raises, a code cell never ran, the notebook did not reach `report.finish()`, or it recorded no headline figure: a notebook whose work was all skipped does not pass as a run |
+# | exercise tests | `tests/test_exercises.py` and `tests/test_exercises_chNN*.py` | runs every checker on its reference solution and on the untouched stub, then on known wrong answers and library shortcuts | the reference fails, the stub does not read "not attempted", or a wrong answer or shortcut passes (each test also names the words its hint must contain) |
+# | sources and helpers | `tests/test_notebook_sources.py`, `tests/test_device.py`, … | checks that each `.py` source and its `.ipynb` hold the same cells in the chapter's anatomy, and unit-tests the helpers (the doctor's rules on made-up machines, `usable_cpus` on made-up cgroup trees) | a pair drifts apart, or a helper misbehaves |
+#
+# `--dist loadfile` with two workers (`-n 2`) keeps the cells of one notebook in one kernel, in order;
+# at the end, the root `conftest.py` prints the seconds each notebook took in both runs, which is how CI
+# stays inside its time budget. After the tests, `.ci/run` calls `make check`: ruff, the pairs in sync,
+# and `../shared/tools/check_notebooks.py`, which refuses stored outputs with text on stderr, absolute
+# paths or memory addresses.
+#
+# To check one chapter after editing it, regenerate it (`make notebooks NB=00`, which executes the
+# `.py` and rewrites the `.ipynb`), then run its share of each kind:
+#
+# ```bash
+# OMP_NUM_THREADS=1 .venv/bin/python -m pytest --nbval-lax --nbval-current-env notebooks/00_environment.ipynb
+# OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_notebooks_run.py -k 00_environment
+# .venv/bin/python -m pytest tests/test_exercises.py tests/test_exercises_ch00.py tests/test_exercises_ch00_ch01.py
+# .venv/bin/python -m pytest tests/test_notebook_sources.py tests/test_device.py
+# ```
+#
+# The cell reads the files the table cites, prints what they say for this chapter, and checks the
+# table against them: if the `Makefile` or `.ci/run` changed, this section would be out of date, and
+# the notebook fails.
+
+# %%
+import jupytext
+
+makefile, ci_script = ROOT / "Makefile", ROOT / ".ci" / "run"
+if makefile.is_file():
+    test_recipe = makefile.read_text().split("\ntest: setup\n", 1)[1].splitlines()[0].strip()
+    print(f"Makefile, test target:\n  {test_recipe}")
+    for part in ("pytest", "--nbval-lax", "--nbval-current-env", "--dist loadfile", "tests notebooks"):
+        assert part in test_recipe, f"`make test` no longer has {part!r}: the table above is out of date"
+if ci_script.is_file():
+    ci_text = ci_script.read_text()
+    ci_steps = [line.strip() for line in ci_text.splitlines() if line.strip().startswith("make ")]
+    print(f".ci/run: sets COURSE_OFFLINE=1: {'COURSE_OFFLINE=1' in ci_text}; then runs {ci_steps}")
+    assert ci_steps == ["make setup", "make test", "make check"] and "COURSE_OFFLINE=1" in ci_text, ci_steps
+chapter_table = yaml.safe_load((ROOT / "notebooks" / "chapters.yaml").read_text())
+print(f"notebooks/chapters.yaml, smoke parameters of this chapter: {chapter_table['00_environment']['smoke']}")
+source = ROOT / "notebooks" / "00_environment.py"
+if source.is_file():
+    code_cells = [c.source for c in jupytext.read(source).cells if c.cell_type == "code"]
+    compared = sum(c.startswith("# NBVAL_CHECK_OUTPUT") for c in code_cells)
+    asserting = sum("assert " in c for c in code_cells)
+    print(f"this chapter: {len(code_cells)} code cells; nbval compares the output of {compared}, "
+          f"and {asserting} contain an assert")
+exercise_tests = sorted(path.name for path in (ROOT / "tests").glob("test_exercises_ch00*.py"))
+print(f"tests of this chapter's exercises: test_exercises.py, {', '.join(exercise_tests)}")
 
 # %% [markdown]
 # ## Checks
@@ -733,7 +845,11 @@ if os.environ.get("COURSE_DEVICE") is None:  # the automatic choice: the usable 
         f"pick_device() chose {device}, but torch.accelerator reports {accelerator}: expected {expected_type}"
     )
 assert health.ok, f"the doctor found a problem, see its report above: {health.verdict}"
-assert exit_status == 0, f"make doctor exits with {exit_status} on a machine whose verdict is {health.verdict!r}"
+assert last_line == f"verdict: {health.verdict}", f"make doctor should end with this machine's verdict: {last_line!r}"
+for status, verdict_line in ((exit_status, last_line), (broken_exit_status, broken_last_line)):
+    assert status == (1 if verdict_line.startswith("verdict: NOT READY") else 0), (
+        f"make doctor's exit status should follow the verdict it printed: {status} after {verdict_line!r}"
+    )
 assert new_learner_mnist.status == "warn" and new_learner.ok and new_learner.verdict.startswith("READY, with warnings"), (
     f"data to download should be a WARN and leave the machine READY: {new_learner_mnist.status}, {new_learner.verdict!r}"
 )
@@ -745,7 +861,9 @@ assert "make data" in offline_mnist.fix and "COURSE_DATA_MIRROR" in offline_mnis
 assert threads_line.status == "warn" and f"OMP_NUM_THREADS={usable_cpus()}" in threads_line.fix, (
     f"{too_many} threads on {usable_cpus()} CPUs should be a WARN whose fix names the right count: {threads_line}"
 )
-assert torch.get_num_threads() == default_threads, "the thread count was not restored after the made-up machine"
+assert f"torch uses {too_many} thread(s)" in threads_line.detail, (
+    f"the doctor should read the thread count in force when it runs ({too_many}): {threads_line.detail}"
+)
 assert broken_exit_status == 1 and broken_last_line.startswith("verdict: NOT READY"), (
     f"make doctor should exit 1 on the offline machine without data, got {broken_exit_status}: {broken_last_line}"
 )
@@ -873,7 +991,8 @@ if accelerator is not None:
 # Each exercise is a function to complete. Replace `raise NotImplementedError`
 # with your code and run the checker cell below it: it prints `PASSED`, a hint
 # (`NOT YET`), or `TODO` while the stub is untouched. It never stops the notebook.
-# If you are stuck, `solution("00.seed_all")` returns the reference solution
+# After a failed check, `hint("00.seed_all")` gives a fuller hint (the idea, not the code). If you are
+# still stuck, `solution("00.seed_all")` returns the reference solution
 # (print its source with `import inspect; print(inspect.getsource(solution("00.seed_all")))`).
 #
 # **Exercise 1: `seed_all`.** Write your own small `seed_everything` (without calling
@@ -906,10 +1025,12 @@ result = check("00.seed_all", seed_all)
 # so returning the batch unchanged cannot pass by accident, and then to the CPU, where it
 # also compares the values.
 #
-# Write the walk over the containers yourself. PyTorch has one in a private module,
-# `torch.utils._pytree` (`tree_map_only(torch.Tensor, fn, batch)` would do the whole
-# exercise), and Lightning has `move_data_to_device` and `apply_to_collection`; the checker
-# refuses them, because here the walk is the point.
+# Write the walk over the containers yourself. PyTorch has walks in private modules:
+# `torch.utils._pytree` (`tree_map_only(torch.Tensor, fn, batch)` would do the whole exercise, and
+# so would flattening the batch and rebuilding it from its spec) and `torch.distributed.utils`
+# (`_recursive_to`, which DistributedDataParallel uses to move its inputs); Lightning has
+# `move_data_to_device` and `apply_to_collection`. The checker refuses them, because here the walk
+# is the point. `hint("00.to_device")` gives the idea in words before you start.
 
 # %%
 def to_device(batch, device):
@@ -935,7 +1056,8 @@ result = check("00.to_device", to_device)
 #   and returns it (chapter 03 shows what it does to parameters and buffers).
 # - All inputs of one operation must be on one device: "Expected all tensors to be on the same device…".
 # - `torch.get_num_threads()` / `set_num_threads(n)` control how many CPU threads one operation uses; keep
-#   them at or below the CPUs the process may use (`os.sched_getaffinity(0)`). Whether more threads are
+#   them at or below the CPUs the process may use: its affinity mask (`os.sched_getaffinity(0)`), capped by
+#   its cgroup's CPU quota in a container (`cpu.max`), which `helpers.device.usable_cpus()` combines. Whether more threads are
 #   faster depends on the cores the process obtains while they run: `torch.utils.benchmark.Timer(num_threads=n)`
 #   measures the time, and `time.process_time()` against the wall time the cores obtained.
 # - `doctor()` (or `make doctor`) checks the machine line by line. FAIL means a chapter will stop with an
@@ -947,6 +1069,10 @@ result = check("00.to_device", to_device)
 #   keeps a stream of its own.
 # - torchtext is discontinued (last release built for torch 2.3); torchaudio is in maintenance, and audio and
 #   video decoding now live in TorchCodec.
+# - `make test` is one pytest command: nbval re-executes every stored notebook (its asserts and
+#   `# NBVAL_CHECK_OUTPUT` cells are the checks), `tests/test_notebooks_run.py` runs each with its smoke
+#   parameters through papermill and refuses one that did not really run, and the exercise tests prove each
+#   checker passes its reference and refuses known wrong answers. CI (`.ci/run`) runs it offline from scratch.
 #
 # **Next**: chapter 01 creates tensors on the device picked here, and looks at
 # what a tensor really is: a block of memory plus a shape, strides and a dtype.

@@ -389,7 +389,104 @@ def test_mps_unusable_on_a_mac_warns_with_the_reason(isolated_dirs, tools, pinne
     assert line.status == "warn" and reason in line.detail and "native arm64 Python" in line.fix
 
 
-def test_usable_cpus_follows_the_affinity_mask(monkeypatch):
+@pytest.fixture
+def no_cgroup_limit(tmp_path, monkeypatch):
+    """Point the cgroup files at an empty folder, so the real machine's CPU quota cannot interfere."""
+    monkeypatch.setattr(dev, "CGROUP_ROOT", str(tmp_path / "no-cgroup"))
+    monkeypatch.setattr(dev, "PROC_SELF_CGROUP", str(tmp_path / "no-proc-self-cgroup"))
+
+
+@pytest.fixture
+def cgroup(tmp_path, monkeypatch):
+    """A made-up cgroup tree: ``cgroup(files, own="0::/")`` writes ``{relative path: text or bytes}``.
+
+    Returns the (root, proc_cgroup) pair to pass to usable_cpus; the process sees 8 CPUs in its affinity mask.
+    """
+    monkeypatch.setattr(dev.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    root, proc = tmp_path / "cgroup", tmp_path / "proc-self-cgroup"
+    root.mkdir()
+
+    def make(files: dict, own: str = "0::/\n") -> tuple[str, str]:
+        for relative, content in files.items():
+            path = root / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        proc.write_text(own)
+        return str(root), str(proc)
+
+    return make
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "cpus"),
+    [("200000 100000\n", 2), ("150000 100000\n", 2), ("50000 100000\n", 1), ("1600000 100000\n", 8),
+     ("max 100000\n", 8)],
+)
+def test_usable_cpus_follows_a_cgroup_v2_quota(cgroup, cpu_max, cpus):
+    """docker run --cpus=2 writes "200000 100000"; the quota rounds up (1.5 CPUs keep 2 busy); "max" is no limit."""
+    assert dev.usable_cpus(*cgroup({"cpu.max": cpu_max})) == cpus
+
+
+def test_the_quota_never_raises_the_affinity_count(cgroup, monkeypatch):
+    root, proc = cgroup({"cpu.max": "400000 100000"})
+    monkeypatch.setattr(dev.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # taskset -c 0,1
+    assert dev.usable_cpus(root, proc) == 2 and dev.cgroup_cpu_quota(root, proc) == 4.0
+
+
+@pytest.mark.parametrize(
+    ("files", "cpus"),
+    [({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3),
+     ({"cpu,cpuacct/cpu.cfs_quota_us": "50000", "cpu,cpuacct/cpu.cfs_period_us": "100000"}, 1),
+     ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, 8),  # v1's "no limit"
+     ({"cpu/cpu.cfs_quota_us": "300000\n"}, 8)],  # a quota without its period is not read
+)
+def test_usable_cpus_follows_a_cgroup_v1_quota(cgroup, files, cpus):
+    assert dev.usable_cpus(*cgroup(files, own="2:cpuacct:/\n1:cpu:/\n")) == cpus
+
+
+def test_the_quota_of_a_parent_cgroup_counts_too(cgroup):
+    """On a host the process sits deep in the tree (0::/user.slice/...): any folder above it may set the limit."""
+    files = {"cpu.max": "max 100000", "user.slice/cpu.max": "100000 100000", "user.slice/job/cpu.max": "max 100000"}
+    root, proc = cgroup(files, own="0::/user.slice/job\n")
+    assert dev.usable_cpus(root, proc) == 1
+    v1 = {"cpu/docker/cpu.cfs_quota_us": "200000", "cpu/docker/cpu.cfs_period_us": "100000"}
+    root, proc = cgroup(v1, own="4:cpu,cpuacct:/docker/abc\n")  # /docker/abc itself is not mounted here
+    assert dev.usable_cpus(root, proc) == 2
+
+
+@pytest.mark.parametrize(
+    "files",
+    [{}, {"cpu.max": "banana"}, {"cpu.max": ""}, {"cpu.max": "max"}, {"cpu.max": "100000 0"},
+     {"cpu.max": "-5 100000"}, {"cpu.max": "1e5 100000"}, {"cpu.max": b"\xff\xfe 100000"},
+     {"cpu.max/inside": "a folder where a file should be"},
+     {"cpu/cpu.cfs_quota_us": "lots", "cpu/cpu.cfs_period_us": "100000"}],
+    ids=["missing", "word", "empty", "no-period", "zero-period", "negative", "float", "not-utf8", "folder", "v1-word"],
+)
+def test_unreadable_or_garbage_cgroup_files_are_ignored(cgroup, files):
+    root, proc = cgroup(files)
+    assert dev.cgroup_cpu_quota(root, proc) is None
+    assert dev.usable_cpus(root, proc) == 8
+
+
+def test_a_missing_cgroup_tree_or_proc_file_is_no_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(dev.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert dev.usable_cpus(tmp_path / "absent", tmp_path / "absent-too") == 3
+    (tmp_path / "garbled").write_bytes(b"\x00\xff::::\nnot a cgroup line\n")
+    assert dev.usable_cpus(tmp_path / "absent", tmp_path / "garbled") == 3
+
+
+def test_the_doctor_names_the_quota_that_limits_the_cpus(isolated_dirs, tools, pinned_versions,
+                                                         cgroup, monkeypatch):
+    root, proc = cgroup({"cpu.max": "150000 100000"})
+    monkeypatch.setattr(dev, "CGROUP_ROOT", root)
+    monkeypatch.setattr(dev, "PROC_SELF_CGROUP", proc)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 8)
+    line = _check(doctor(datasets=()), "threads")
+    assert line.status == "warn" and "may run on 2 of" in line.detail and "CPU quota is 1.5 CPUs" in line.detail, line
+    assert "OMP_NUM_THREADS=2" in line.fix
+
+
+def test_usable_cpus_follows_the_affinity_mask(no_cgroup_limit, monkeypatch):
     monkeypatch.setattr(dev.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
     assert dev.usable_cpus() == 3
     monkeypatch.delattr(dev.os, "sched_getaffinity", raising=False)  # macOS and Windows have no affinity call
@@ -397,7 +494,7 @@ def test_usable_cpus_follows_the_affinity_mask(monkeypatch):
     assert dev.usable_cpus() == 5
 
 
-def test_more_threads_than_usable_cpus_warns(isolated_dirs, tools, pinned_versions, monkeypatch):
+def test_more_threads_than_usable_cpus_warns(no_cgroup_limit, isolated_dirs, tools, pinned_versions, monkeypatch):
     monkeypatch.setattr(dev.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.setattr(dev.os, "cpu_count", lambda: 64)  # a big machine, but this process may use two cores
     monkeypatch.setattr(torch, "get_num_threads", lambda: 64)

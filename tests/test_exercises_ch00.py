@@ -212,7 +212,164 @@ def test_to_device_reference_keeps_a_namedtuple_as_default_collate_does():
 
 def test_to_device_fuller_hint_says_how_to_rebuild_a_namedtuple():
     check("00.to_device", _namedtuples_become_tuples, show=False)
-    assert "type(x)(*items)" in hint("00.to_device", show=False)
+    fuller = hint("00.to_device", show=False)
+    assert "_fields" in fuller and "separate positional arguments" in fuller, fuller
+    assert "type(x)(*" not in fuller and "type(batch)(*" not in fuller, f"the fuller hint pastes the fix: {fuller}"
+
+
+def _forgets_tuples(batch, device):  # dicts and lists only: a tuple comes back as it was, its tensors unmoved
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {k: _forgets_tuples(v, device) for k, v in batch.items()}
+    if isinstance(batch, list):
+        return [_forgets_tuples(v, device) for v in batch]
+    return batch
+
+
+def _moves_numbers_too_everywhere(batch, device):  # turns 0.5 and 3 into tensors on the device
+    if isinstance(batch, (int, float)) and not isinstance(batch, bool):
+        return torch.as_tensor(batch).to(device)
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {k: _moves_numbers_too_everywhere(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        items = [_moves_numbers_too_everywhere(v, device) for v in batch]
+        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
+    return batch
+
+
+def _drops_non_tensor_entries(batch, device):  # keeps only the dict keys whose value holds a tensor
+    if isinstance(batch, dict):
+        moved = {k: _drops_non_tensor_entries(v, device) for k, v in batch.items()}
+        return {k: v for k, v in moved.items() if isinstance(v, (torch.Tensor, dict, list, tuple))}
+    return _walk(batch, lambda t: t.to(device))
+
+
+def _dict_of_values_becomes_a_list(batch, device):
+    if isinstance(batch, dict):
+        return [_dict_of_values_becomes_a_list(v, device) for v in batch.values()]
+    return _walk(batch, lambda t: t.to(device))
+
+
+@pytest.mark.parametrize(
+    ("wrong", "fragments"),
+    [
+        (_forgets_tuples, ("batch['pair'][0] is on cpu, expected meta", "nested")),
+        (_moves_numbers_too_everywhere, ("batch['target']['weight'] is 0.5, not a tensor", "untouched")),
+        (_drops_non_tensor_entries, ("batch['target'] should keep the keys ['label', 'weight']",)),
+        (_dict_of_values_becomes_a_list, ("should stay a dict, got list",)),
+    ],
+)
+def test_to_device_realistic_wrong_answers_fail(wrong, fragments):
+    assert_rejected("00.to_device", wrong, *fragments)
+
+
+def test_to_device_realistic_wrong_answers_have_fuller_hints_without_the_fix():
+    """Each wrong answer above gets a second tier that names the idea and pastes no line of the reference."""
+    import inspect
+
+    from helpers.exercises.ch00 import _to_device_reference
+
+    source = inspect.getsource(_to_device_reference)
+    body = source.split('"""')[-1]  # the code after the docstring
+    lines = [line.strip() for line in body.splitlines() if len(line.strip()) >= 12 and not line.strip().startswith("#")]
+    lines += [line.split(" #")[0].strip() for line in lines if " #" in line]
+    assert len(lines) >= 6, lines
+    wrong_answers = (_forgets_tuples, _moves_numbers_too_everywhere, _drops_non_tensor_entries,
+                     _dict_of_values_becomes_a_list, _namedtuples_become_tuples, _zeros_like)
+    for wrong in wrong_answers:
+        check("00.to_device", wrong, show=False)
+        fuller = hint("00.to_device", show=False)
+        assert len(fuller) > 40 and not fuller.startswith("no fuller hint"), f"{wrong.__name__}: {fuller}"
+        pasted = [line for line in lines if line in fuller]
+        assert not pasted, f"the fuller hint for {wrong.__name__} pastes the reference: {pasted}"
+        for fragment in ("batch.to(device)", "tensor.to(device)", "type(batch)(", "type(x)("):
+            assert fragment not in fuller, f"the fuller hint for {wrong.__name__} pastes {fragment!r}: {fuller}"
+
+
+def test_to_device_general_hint_names_the_idea():
+    from helpers.exercises import EXERCISES
+
+    general = EXERCISES["00.to_device"].hint
+    assert "call itself" in general and "same type" in general, general
+    assert ".to(" not in general and "isinstance(" not in general, f"the general hint pastes code: {general}"
+
+
+def _with_recursive_to(batch, device):
+    from torch.distributed.utils import _recursive_to
+
+    return _recursive_to(batch, torch.device(device), False)[0]
+
+
+def _with_to_kwargs(batch, device):
+    from torch.distributed.utils import _to_kwargs
+
+    return _to_kwargs((batch,), None, torch.device(device), False)[0][0][0]  # ((inputs,),), ({},)
+
+
+def _with_apply_to_tensors(batch, device):
+    import torch.distributed.utils as dist_utils
+
+    return dist_utils._apply_to_tensors(lambda t: t.to(device), batch)
+
+
+def _with_tree_structure(batch, device):
+    import torch.utils._pytree as pytree
+
+    spec = pytree.tree_structure(batch)
+    return spec.unflatten([x.to(device) if isinstance(x, torch.Tensor) else x for x in pytree.tree_leaves(batch)])
+
+
+def _with_flatten_and_spec_unflatten(batch, device):
+    from torch.utils._pytree import tree_flatten
+
+    leaves, spec = tree_flatten(batch)
+    return spec.unflatten([x.to(device) if isinstance(x, torch.Tensor) else x for x in leaves])
+
+
+def _with_tree_map(batch, device):
+    from torch.utils import _pytree
+
+    return _pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, batch)
+
+
+def _with_pytree_swallowing_the_refusal(batch, device):
+    import torch.utils._pytree as pytree
+
+    try:
+        return pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), batch)
+    except AssertionError:  # the guard's refusal, caught: the use is still recorded
+        return solution("00.to_device")(batch, device)
+
+
+_LIBRARY_WALKS = [
+    (_with_recursive_to, "torch.distributed.utils._recursive_to"),
+    (_with_to_kwargs, "torch.distributed.utils._to_kwargs"),
+    (_with_apply_to_tensors, "torch.distributed.utils._apply_to_tensors"),
+    (_with_tree_structure, "torch.utils._pytree.tree_structure"),
+    (_with_flatten_and_spec_unflatten, "torch.utils._pytree.tree_flatten"),
+    (_with_tree_map, "torch.utils._pytree.tree_map"),
+    (_with_pytree_swallowing_the_refusal, "torch.utils._pytree.tree_map_only"),
+]
+
+
+@pytest.mark.parametrize(("walk", "name"), _LIBRARY_WALKS, ids=[name for _, name in _LIBRARY_WALKS])
+def test_to_device_library_walks_are_correct_but_refused(walk, name):
+    """Each of these is a right answer (the checker's own test passes it unguarded), so only the guard stops it."""
+    from helpers.exercises import EXERCISES
+
+    EXERCISES["00.to_device"].test(walk)  # the same checks, without the shortcut guard: a correct walk
+    assert_rejected("00.to_device", walk, "walk over nested containers yourself", name)
+
+
+def test_to_device_shortcut_guard_restores_the_distributed_walks():
+    import torch.distributed.utils as dist_utils
+
+    before = dist_utils._recursive_to, dist_utils._apply_to_tensors
+    check("00.to_device", _with_recursive_to, show=False)
+    assert (dist_utils._recursive_to, dist_utils._apply_to_tensors) == before
 
 
 def test_to_device_shortcut_names_are_restored():

@@ -207,33 +207,46 @@ def _first_values(t: torch.Tensor) -> list:
 def _compare(got, want, where: str, device: torch.device) -> None:
     if isinstance(want, torch.Tensor):
         if not isinstance(got, torch.Tensor):
-            raise Hint(f"{where} should be a tensor, got {type(got).__name__}.")
+            raise Hint(
+                f"{where} should be a tensor, got {type(got).__name__}.",
+                "Where the input holds a tensor, the output holds that tensor moved: not a container around it, "
+                "nor something else in its place.",
+            )
         if got.device.type != device.type:
             nested = "; it is nested inside another container" if where.count("[") > 1 else ""
             raise Hint(
                 f"{where} is on {got.device}, expected {device}{nested}.",
-                "Call .to(device), with the device argument you were given, on every tensor you find, also "
-                "those nested inside lists, tuples and dicts: a function that calls itself on each item does that.",
+                "Move every tensor you find to the device argument you were given, also those nested inside "
+                "lists, tuples and dicts at any depth: a function that calls itself on each item of a container "
+                "reaches them all.",
             )
         if got.shape != want.shape or got.dtype != want.dtype:
             raise Hint(
                 f"{where} changed from shape {tuple(want.shape)} {want.dtype} to {tuple(got.shape)} {got.dtype}: "
                 "only the device should change.",
-                "Leave the dtype alone: tensor.to(device) keeps it; .float() or dtype= would change it.",
+                "Leave the dtype alone: Tensor.to given only a device keeps it, while .float(), .double() or a "
+                "dtype argument change it.",
             )
         if device.type != "meta" and not torch.equal(got.cpu(), want.cpu()):
             raise Hint(
                 f"{where} starts with {_first_values(got)} after the move, but the tensor given starts with "
                 f"{_first_values(want)}: moving a tensor keeps its values.",
-                "Move the tensor itself with tensor.to(device); torch.zeros_like or torch.empty_like make a new "
-                "tensor with other values.",
+                "Move the tensor you were given (Tensor.to copies its values to the device); torch.zeros_like "
+                "and torch.empty_like make a new tensor of the same shape with other values.",
             )
         return
     if isinstance(want, dict):
         if not isinstance(got, dict):
-            raise Hint(f"{where} should stay a dict, got {type(got).__name__}.")
+            raise Hint(
+                f"{where} should stay a dict, got {type(got).__name__}.",
+                "Check for a dict with isinstance and build a new dict from its items, with the same keys.",
+            )
         if list(got) != list(want):
-            raise Hint(f"{where} should keep the keys {list(want)}, got {list(got)}.")
+            raise Hint(
+                f"{where} should keep the keys {list(want)}, got {list(got)}.",
+                "Keep every key, in its order, whatever its value is: a value that is not a tensor is kept "
+                "as it is, not dropped.",
+            )
         for key in want:
             _compare(got[key], want[key], f"{where}[{key!r}]", device)
         return
@@ -241,12 +254,16 @@ def _compare(got, want, where: str, device: torch.device) -> None:
         if type(got) is not type(want):
             raise Hint(
                 f"{where} should stay a {_kind(want)}, got {_kind(got)}.",
-                "Rebuild each container with its own type: a list stays a list, a tuple a tuple, and a namedtuple "
-                "the same namedtuple, which is a tuple with _fields whose constructor takes the items one by one: "
-                "type(x)(*items).",
+                "Rebuild each container as the type it was, with an isinstance check for each kind: a list "
+                "stays a list, a tuple a tuple, and a namedtuple the same namedtuple class. Test for the "
+                "namedtuple first, since it is a tuple too (a tuple subclass with a _fields attribute); its "
+                "constructor takes the fields as separate positional arguments, not one iterable.",
             )
         if len(got) != len(want):
-            raise Hint(f"{where} should keep its {len(want)} items, got {len(got)}.")
+            raise Hint(
+                f"{where} should keep its {len(want)} items, got {len(got)}.",
+                "Keep every item, tensor or not, in its place.",
+            )
         for i, (g, w) in enumerate(zip(got, want)):
             _compare(g, w, f"{where}[{i}]", device)
         return
@@ -291,12 +308,31 @@ def _unchanged(now, before, where: str) -> None:
 
 
 #: Library functions that walk nested containers for the learner (the exercise asks for that walk).
-#: ``torch.utils._pytree`` is PyTorch's private module for it; flatten + unflatten would do it too.
+#: ``torch.utils._pytree`` is PyTorch's private module for it: tree_map does the whole exercise, and
+#: flattening (tree_flatten, or tree_leaves / tree_iter with tree_structure) followed by rebuilding
+#: (tree_unflatten, or the spec's own ``unflatten`` method) does it too. The method cannot be patched
+#: (it lives on a class), so the functions that hand out the leaves and the spec are refused instead.
 _PYTREE_SHORTCUTS = tuple(
     f"torch.utils._pytree.{name}"
     for name in ("tree_map", "tree_map_", "tree_map_only", "tree_map_only_", "tree_map_with_path",
-                 "tree_flatten", "tree_flatten_with_path", "tree_unflatten")
+                 "tree_flatten", "tree_flatten_with_path", "tree_unflatten", "tree_leaves", "tree_leaves_with_path",
+                 "tree_iter", "tree_structure", "arg_tree_leaves")
 )
+
+
+def _distributed_walks() -> tuple[str, ...]:
+    """``torch.distributed.utils``'s private walks: ``_recursive_to(batch, device, False)[0]`` is the exercise.
+
+    ``_to_kwargs`` calls ``_recursive_to`` (a call from inside torch, which the guard allows), so it is
+    named too; ``_apply_to_tensors(fn, batch)`` is the walk with any function. Only where the module
+    imports: a torch built without distributed support may lack it, and a name that resolves to nothing
+    would stop the checker.
+    """
+    try:
+        import torch.distributed.utils  # noqa: F401  (already imported by ``import torch`` where it exists)
+    except ImportError:
+        return ()
+    return tuple(f"torch.distributed.utils.{name}" for name in ("_recursive_to", "_to_kwargs", "_apply_to_tensors"))
 
 
 #: Lightning's walks over a batch (lazy, like _LIGHTNING_SEEDING): move_data_to_device does the whole
@@ -317,8 +353,10 @@ _LIGHTNING_WALKS = tuple(
     "nesting tensors and other values, with every tensor moved to device and everything else unchanged "
     "(write the walk over the containers yourself).",
     _to_device_reference,
-    shortcuts=(*_PYTREE_SHORTCUTS, *_LIGHTNING_WALKS),
+    shortcuts=(*_PYTREE_SHORTCUTS, *_distributed_walks(), *_LIGHTNING_WALKS),
     goal="the walk over nested containers",
+    hint="Let the function call itself: a tensor is moved; a dict, list or tuple (or namedtuple) is rebuilt as "
+         "the same type from its items, each passed through the function again; anything else comes back as it is.",
 )
 def _test_to_device(to_device: Callable) -> None:
     # The meta device exists on every machine and is never the tensors' own
