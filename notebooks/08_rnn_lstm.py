@@ -290,8 +290,9 @@ assert folded < 1e-6, "an LSTM's two bias vectors should be interchangeable: onl
 # Jozefowicz, Zaremba & Sutskever (2015) recommend, and `b_f = 3`. The
 # computation is in float64, because in float32 the smallest of these
 # gradients underflow to exactly 0. It runs on one CPU thread: these are
-# many tiny operations, and on a shared machine one thread is steadier for
-# them (the training section below times both thread counts).
+# many tiny operations (a `[32, 64]` state times a `[64, 256]` weight per
+# step), too small for a second thread to have much to do; the training
+# section below times both thread counts.
 
 # %%
 GRAD_F, GRAD_H = 8, 64  # input features and hidden size of the measured layers
@@ -656,24 +657,27 @@ for cell in ("lstm", "gru"):
 # models start from the same seed, see the same batches in the same order,
 # and are measured on the whole test set every `EVAL_EVERY` steps.
 #
-# **CPU threads.** First a measurement that decides how fast everything
-# below runs on a CPU. A recurrent model is a long chain of *small*
-# operations: 30 time steps, each the product of a `[64, 32]` hidden state
-# with a `[32, 128]` weight matrix plus a few element-wise operations,
-# forward and backward.
-# By default PyTorch splits large operations across all cores (chapter 00),
-# but splitting a tiny product costs a synchronisation between the threads
-# for every operation, and when other programs are busy on the same cores,
-# a thread often has to wait for its partner to be scheduled again. We time
+# **CPU threads.** First a measurement that decides how everything below
+# runs on a CPU. A recurrent model is a long chain of *small* operations:
+# 30 time steps, each the product of a `[64, 32]` hidden state with a
+# `[32, 128]` weight matrix plus a few element-wise operations, forward and
+# backward. PyTorch uses all cores by default (chapter 00), but it splits
+# an operation across threads only when the operation is large enough to
+# pay for it: an element-wise kernel, for example, is not split below
+# 32,768 elements (`at::internal::GRAIN_SIZE` in ATen), and one step's
+# gate activations here have 64 × 128 = 8,192. So it is not clear in
+# advance that a second thread helps at all, and the clock decides. We time
 # a few training steps with the default number of threads and with one
 # thread, and keep the default only if it is at least 20 % faster (an
 # apparent win is confirmed by two more rounds, alternating, and the median
-# of the three rounds of each setting decides). The margin matters on a
-# shared machine: a thread count that looks as fast for a few steps can
-# turn slower later, when the other programs get busy, and one thread never
-# waits for a partner. The count chosen here, on the sine LSTM, is kept for
-# the rest of the notebook, the character model included (a larger model,
-# for which it was not measured).
+# of the three rounds of each setting decides). The 20 % margin is a
+# choice, not a measurement: short timings on a shared machine are noisy,
+# and a thread that has to wait for its partner to be scheduled can make
+# the default slower later in the run. The printed line gives both times,
+# their ratio and the choice; which way it goes depends on the machine and
+# its load, so the text makes no claim about it. The count chosen here, on
+# the sine LSTM, is kept for the rest of the notebook, the character model
+# included (a larger model, for which it was not measured).
 
 # %%
 def ms_per_step(threads, cell="lstm", steps=15, warmup=3):
@@ -707,7 +711,8 @@ if device.type == "cpu":
     threads = default_threads if step_ms[default_threads] < 0.8 * step_ms[1] else 1
     torch.set_num_threads(threads)
     print(", ".join(f"{n} thread(s): {ms:.1f} ms per step" for n, ms in step_ms.items()),
-          f"({len(thread_rounds[1])} round(s){'; median' if len(thread_rounds[1]) > 1 else ''}) -> using {threads}")
+          f"({len(thread_rounds[1])} round(s){'; median' if len(thread_rounds[1]) > 1 else ''});",
+          f"{default_threads} / 1 thread = {step_ms[default_threads] / step_ms[1]:.2f} -> using {threads}")
 else:
     print(f"training on {device}: the CPU thread count does not matter here")
 
@@ -871,9 +876,11 @@ else:
 # whole layer is one node among 6, the GRU's graph has over 400, and with
 # oneDNN off the LSTM's graph grows to about the same size (the counts
 # above). The times are printed only, since a shared machine's timings vary;
-# compare the two printed lines: with the fused kernel the LSTM step is the
-# quicker one, and with oneDNN off the LSTM loses that lead. So the gap
-# comes from the kernel, not from the GRU's design. On a GPU both have
+# compare the two printed lines. In our runs the LSTM step was the quicker
+# one with the fused kernel, about twice as fast as the GRU's (the ratio is
+# printed), and with oneDNN off the two took similar times (one round each,
+# so that line is the noisier one). If your lines agree, the gap comes from
+# the kernel, not from the GRU's design. On a GPU both have
 # fused cuDNN kernels and the answer can differ. Fewer parameters is not the
 # same as less time: measure, and look at which kernel runs.
 
@@ -1783,8 +1790,11 @@ result = check("08.lstm_param_count", lstm_param_count)
 # samples: cheaper epochs, at the cost of fewer training windows. Build all
 # windows with **one indexing operation**, without `Tensor.unfold` (which
 # the chapter's `windows` uses) or `as_strided`, and without a Python loop;
-# the checker refuses all three. `random_slices` in the character-model section is a
-# related trick.
+# the checker refuses all three, a loop written as `map(...)`, hidden in a
+# helper or in `torch.stack` of slices included (it counts the operations
+# your function issues for 16 and for 76 windows, and one indexing
+# operation issues the same number for both). `random_slices` in the
+# character-model section is a related trick.
 
 
 # %%
@@ -1857,9 +1867,9 @@ if result.passed:
 #
 # **Next:** chapter 09 replaces recurrence by attention: a transformer reads
 # all positions at once. Chapter 09 trains this same character LSTM again
-# beside a small transformer, on the same split and budget, and compares
-# their validation losses (its configuration is printed in the training
-# section above).
+# beside a small transformer, on the same split and the same batches, and
+# compares their validation losses step for step (its configuration is
+# printed in the training section above).
 
 # %%
 print(f"notebook ran in {time.perf_counter() - notebook_start:.0f} s")

@@ -211,6 +211,78 @@ def test_make_windows_with_as_strided_is_refused_like_unfold():
     assert_rejected("08.make_windows", strided, "as_strided", "does it for you")
 
 
+def test_make_windows_with_map_is_refused():
+    def via_map(series, T, horizon, stride):
+        n = (len(series) - T - horizon) // stride + 1
+        w = torch.stack(list(map(lambda s: series[s : s + T + horizon], range(0, n * stride, stride))))
+        return w[:, :T, None], w[:, T:]
+
+    assert_first_tier_rejected("08.make_windows", via_map, "map()", "no Python loop")
+
+
+def test_make_windows_with_map_over_python_numbers_is_refused():
+    def via_map_tolist(series, T, horizon, stride):
+        n, values = (len(series) - T - horizon) // stride + 1, series.tolist()
+        w = torch.tensor(list(map(lambda s: values[s : s + T + horizon], range(0, n * stride, stride))))
+        return w[:, :T, None], w[:, T:]
+
+    assert_first_tier_rejected("08.make_windows", via_map_tolist, "map()")
+
+
+def test_make_windows_stacking_a_generator_is_refused():
+    def stacked(series, T, horizon, stride):
+        n = (len(series) - T - horizon) // stride + 1
+        w = torch.stack(tuple(series[i * stride : i * stride + T + horizon] for i in range(n)))
+        return w[:, :T, None], w[:, T:]
+
+    assert_first_tier_rejected("08.make_windows", stacked, "generator expression", "no Python loop")
+
+
+def _window_slices(series, n, width, stride):
+    return [series[i * stride : i * stride + width] for i in range(n)]
+
+
+def test_make_windows_stacking_slices_from_a_helper_is_refused():
+    """The loop is in a helper, out of the source check's sight: the operator count grows with N."""
+    def stacked(series, T, horizon, stride):
+        w = torch.stack(_window_slices(series, (len(series) - T - horizon) // stride + 1, T + horizon, stride))
+        return w[:, :T, None], w[:, T:]
+
+    assert_first_tier_rejected("08.make_windows", stacked, "16 windows", "grows with the number of windows")
+
+
+def _window_lists(values, n, width, stride):
+    return [values[i * stride : i * stride + width] for i in range(n)]
+
+
+def test_make_windows_rebuilt_from_python_numbers_is_refused():
+    """A helper loops over a Python list: no operator per window, but the windows lose the series' history."""
+    def from_list(series, T, horizon, stride):
+        n = (len(series) - T - horizon) // stride + 1
+        w = torch.tensor(_window_lists(series.tolist(), n, T + horizon, stride))
+        return w[:, :T, None], w[:, T:]
+
+    assert_first_tier_rejected("08.make_windows", from_list, "autograd history", "Python numbers")
+
+
+def test_make_windows_with_index_select_passes():
+    def selected(series, T, horizon, stride):
+        n = (len(series) - T - horizon) // stride + 1
+        w = series.index_select(0, _positions(series, T, horizon, stride).flatten()).view(n, T + horizon)
+        return w[:, :T].unsqueeze(-1), w[:, T:]
+
+    assert check("08.make_windows", selected, show=False).passed
+
+
+def test_hints_do_not_paste_the_reference_lines():
+    """The fuller hints name the idea and the API, not the reference solution's code."""
+    for name, pasted in (("08.make_windows", ("starts[:, None]", "torch.arange(", "w[:, :T]", "w[:, T:]")),
+                         ("08.last_valid_output", ("torch.arange(", "lengths - 1]", "gather(1"))):
+        text = hint(name, show=False)
+        for code in pasted:
+            assert code not in text, f"the fuller hint of {name} pastes the solution ({code!r}): {text}"
+
+
 # --------------------------------------------------------------------------
 # 08.last_valid_output
 # --------------------------------------------------------------------------

@@ -54,7 +54,7 @@ def test_local_causal_mask_plain_causal_fails():
     def causal(T, window):  # ignores the window
         return torch.ones(T, T, dtype=torch.bool).tril()
 
-    assert_two_tier("09.local_causal_mask", causal, ["keys"], ["torch.arange(T) as a column", "(j <= i) & (i - j < window)"])
+    assert_two_tier("09.local_causal_mask", causal, ["keys"], ["column of query positions", "broadcasting"])
 
 
 def test_local_causal_mask_upper_triangle_fails():
@@ -121,7 +121,8 @@ def test_grouped_query_attention_with_repeat_fails():
     def tiled(q, k, v, causal=False):
         return _written_out(q, k, v, causal, lambda t, group: t.repeat(1, group, 1, 1))
 
-    assert_two_tier("09.grouped_query_attention", tiled, ["wrong key/value heads", "0, 1, 0, 1"], ["repeat_interleave(g, dim=1)"])
+    assert_two_tier("09.grouped_query_attention", tiled, ["wrong key/value heads", "0, 1, 0, 1"],
+                    ["Tensor.repeat_interleave", "0, 0, 1, 1"])
 
 
 def test_grouped_query_attention_without_scaling_fails():
@@ -230,3 +231,22 @@ def test_flex_attention_and_the_math_kernel_are_refused():
             q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), is_causal=causal)[0]
 
     assert_rejected("09.grouped_query_attention", math_kernel, "does it for you")
+
+
+#: The reference solutions' lines (or the calls in them): no fuller hint may paste them.
+REFERENCE_CODE = ("torch.arange(T)", "(j <= i) & (i - j < window)", ".tril().bool()", "repeat_interleave(",
+                  "masked_fill(~", "~tril", "unsqueeze(")
+
+
+@pytest.mark.parametrize(("name", "wrong"), [
+    ("09.local_causal_mask", lambda T, window: torch.ones(T, T, dtype=torch.bool).tril()),  # ignores the window
+    ("09.local_causal_mask", lambda T, window: ~solution("09.local_causal_mask")(T, window)),
+    ("09.grouped_query_attention", lambda q, k, v, causal=False: _written_out(q, k, v, causal,
+                                                                               lambda t, g: t.repeat(1, g, 1, 1))),
+    ("09.grouped_query_attention", lambda q, k, v, causal=False: _written_out(q, k, v, False, _interleave)),
+])
+def test_fuller_hints_name_the_idea_without_pasting_the_solution(name, wrong):
+    assert_rejected(name, wrong)
+    more = hint(name, show=False)
+    pasted = [code for code in REFERENCE_CODE if code in more]
+    assert not pasted, f"the fuller hint for {name} pastes the reference solution ({pasted}): {more}"

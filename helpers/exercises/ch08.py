@@ -17,11 +17,20 @@ Every failure is a two-tier :class:`~helpers.exercises.Hint`: the first wrong an
 hears the case and what is wrong (one bias vector instead of two, an off-by-one window
 count, the padded last step); the formula or the call that fixes it comes only on a
 second failure or from ``hint("08.name")``. "No Python loop" is checked in the answer's
-source (:func:`helpers.exercises.loops.python_loop`) and by counting the operators it
-issues for two batch sizes (:func:`helpers.exercises.loops.ops_issued`).
+source (:func:`helpers.exercises.loops.python_loop`, plus, for ``08.make_windows``, calls to
+``map``/``filter``/``reduce``, loops in disguise) and by counting the operators it issues for
+two sizes (:func:`helpers.exercises.loops.ops_issued`): one indexing operation issues the same
+number of operators for 16 windows as for 76, a loop one or more per window.
+``08.make_windows`` also requires that the windows keep the series' autograd history, which
+rules out rebuilding them from Python numbers (``tolist()``) where no operator is counted.
 """
 
 from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -200,10 +209,37 @@ def _as_pair(result) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 _GATHER_FIX = (
-    "Make a [N, T + horizon] tensor of positions, starts[:, None] + torch.arange(T + horizon) with "
-    "starts = torch.arange(N) * stride, index the series with it once, and split the columns: "
-    "w[:, :T].unsqueeze(-1) and w[:, T:]."
+    "Index the series once with a 2-d int64 tensor of positions, one row per window, holding the "
+    "T + horizon positions that window and its targets need. Build that tensor by broadcasting: a column "
+    "of the N window starts (they step by stride) plus a row of the offsets 0 .. T + horizon - 1 gives "
+    "an [N, T + horizon] grid. The result of the indexing has the same shape; its first T columns are "
+    "the inputs (they still need a feature dimension of size 1) and the rest are the targets."
 )
+
+#: Calls that run a Python loop for you: ``map(f, xs)`` is a loop written as a call.
+_LOOP_CALLS = ("map", "filter", "reduce", "starmap", "accumulate")
+
+
+def _loop_call(fn: Callable) -> str | None:
+    """Describe the first call to ``map``/``filter``/``reduce``/... in ``fn``'s own source, e.g. "a call to map() (line 3 of f)".
+
+    A complement to :func:`helpers.exercises.loops.python_loop`, which looks for ``for``/``while``
+    and comprehensions only. Matches a bare name (``map(...)``) or an attribute
+    (``itertools.starmap(...)``). Like ``python_loop``, it returns None when the source
+    cannot be read, and for a lambda only the lambda expressions of its source line count.
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    roots = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)] if fn.__name__ == "<lambda>" else [tree]
+    for root in roots:
+        for node in ast.walk(root):
+            if isinstance(node, ast.Call):
+                called = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+                if called in _LOOP_CALLS:
+                    return f"a call to {called}() (line {node.lineno} of {fn.__name__}), which is a Python loop"
+    return None
 
 
 @exercise(
@@ -217,7 +253,7 @@ _GATHER_FIX = (
     hint=_GATHER_FIX,
 )
 def _test_make_windows(candidate) -> None:
-    loop = python_loop(candidate)
+    loop = python_loop(candidate) or _loop_call(candidate)
     if loop is not None:
         raise Hint(f"your function has {loop}; this exercise asks for one indexing operation that picks every "
                    "window at once, with no Python loop.", _GATHER_FIX)
@@ -263,6 +299,22 @@ def _test_make_windows(candidate) -> None:
                        "N = (L - T - horizon) // stride + 1, rounded down: a last window without its full target is dropped.")
         if not (torch.equal(X, want_X) and torch.equal(y, want_y)):
             raise Hint(f"{case} the values are wrong.", "Window i starts at i * stride; check the columns you split.")
+    # no loop hidden in a helper (or in torch.stack/torch.cat of many slices): one indexing operation issues
+    # the same number of operators for 16 windows as for 76; a loop issues one or more per window
+    few = ops_issued(candidate, torch.arange(20, dtype=torch.float32), 3, 2, 1)  # N = 16
+    many = ops_issued(candidate, torch.arange(80, dtype=torch.float32), 3, 2, 1)  # N = 76
+    if many != few:
+        raise Hint(f"your function issues {few} tensor operations for 16 windows and {many} for 76: the count grows "
+                   "with the number of windows, so something loops over them (a helper, map, or stacking slices).",
+                   _GATHER_FIX)
+    # the windows must be picked out of the series tensor, not rebuilt from Python numbers (tolist()),
+    # where no operator is issued per window and the count above cannot see a loop
+    series = torch.arange(20, dtype=torch.float32).requires_grad_()
+    X, y = _as_pair(candidate(series, 3, 2, 1))
+    if not (X.requires_grad and y.requires_grad):
+        raise Hint("for a series with requires_grad=True your X and y carry no autograd history: they were "
+                   "rebuilt from Python numbers (tolist(), a list, NumPy) instead of indexing the series tensor.",
+                   _GATHER_FIX)
 
 
 # --------------------------------------------------------------------------
@@ -270,8 +322,10 @@ def _test_make_windows(candidate) -> None:
 # --------------------------------------------------------------------------
 
 _PAIRED_INDEX_FIX = (
-    "Index with two tensors of the same length, one for the rows and one for the time steps: "
-    "output[torch.arange(B), lengths - 1]; or output.gather(1, index) with index of shape [B, 1, H]."
+    "Advanced indexing with two index tensors of the same length B pairs them up entry by entry: a tensor "
+    "of the row numbers 0 .. B-1 in the first position and a tensor of each row's last real time step in the "
+    "second pick one time step per row, [B, H] in all. Tensor.gather along the time dimension, with an index "
+    "tensor of the result's shape plus a time dimension of size 1, does the same."
 )
 
 

@@ -81,13 +81,17 @@ def _test_local_causal_mask(candidate) -> None:
             raise Hint(
                 f"for T={T}, window={window} each query should see min(i + 1, window) keys "
                 f"{want_row.tolist()} (itself included), yours see {per_row.tolist()}",
-                "take i = torch.arange(T) as a column ([T, 1]) and j = torch.arange(T) as a row ([1, T]); "
-                "broadcasting gives every (i, j) pair, and (j <= i) & (i - j < window) is the mask",
+                "think of the mask as a function of the pair (i, j) and build it for all pairs at once by "
+                "broadcasting: a column of query positions ([T, 1]) against a row of key positions ([1, T]) gives "
+                "a [T, T] grid. Each of the task's two conditions (the key is not after the query; it is fewer "
+                "than window steps back, i - j < window) is then one element-wise comparison on that grid, and "
+                "the mask is where both hold",
             )
     # the plain causal mask is the special case window >= T
     if not torch.equal(_as_bool_mask(candidate(5, 5), 5), torch.ones(5, 5).tril().bool()):
         raise Hint("with window >= T the answer should be the plain causal mask",
-                   "the plain causal mask is torch.ones(T, T).tril().bool()")
+                   "when window >= T every key j <= i is fewer than window steps back, so only the causal "
+                   "condition is left: the lower triangle of the [T, T] grid, diagonal included")
 
 
 # --------------------------------------------------------------------------
@@ -170,8 +174,9 @@ def _test_grouped_query_attention(candidate) -> None:
             raise Hint(
                 f"query heads are paired with the wrong key/value heads {where}: query heads 0..{group - 1} must "
                 "all use kv head 0, but yours cycle through the kv heads 0, 1, 0, 1, ...",
-                "k.repeat(1, g, 1, 1) tiles the whole head axis; k.repeat_interleave(g, dim=1) repeats each head "
-                "g times in place, which is the pairing asked for",
+                "Tensor.repeat tiles the whole head axis (kv heads 0, 1, 0, 1, ...); the pairing asked for "
+                "repeats each kv head g times in place (0, 0, 1, 1, ...) along the head dimension, which is what "
+                "Tensor.repeat_interleave does (or a new group axis, expand, and a reshape)",
             )
         unscaled = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True, scale=1.0)
         if torch.allclose(got, unscaled, atol=1e-5, rtol=1e-4):
@@ -179,7 +184,9 @@ def _test_grouped_query_attention(candidate) -> None:
                        f"divide the scores q @ k^T by sqrt(d) = {math.sqrt(d):g} before the softmax")
         if causal and torch.allclose(got, F.scaled_dot_product_attention(q, k, v, enable_gqa=True), atol=1e-5, rtol=1e-4):
             raise Hint(f"with causal=True query i may only attend to keys j <= i; your output ignores the mask {where}",
-                       "set the scores of pairs with j > i to -inf (masked_fill with ~tril) before the softmax")
+                       "before the softmax, give every pair whose key j comes after its query i the score -inf "
+                       "(Tensor.masked_fill with a bool tensor that is True at the forbidden pairs), so that its "
+                       "weight is exactly 0")
         raise Hint(
             f"the output differs from F.scaled_dot_product_attention(q, k, v, is_causal={causal}, enable_gqa=True) "
             f"by up to {(got - want).abs().max().item():.3g} {where}",
