@@ -142,7 +142,9 @@ class RandomShift(Dataset):
       (``np.random.randint``), which the ``DataLoader`` re-seeds in every worker;
     - ``"worker"``: the id of the worker that made the item (-1 in the main process);
     - ``"torch_seed"``: ``torch.initial_seed()`` where the item was made (in a
-      worker: ``base_seed + worker id``).
+      worker: ``base_seed + worker id``);
+    - ``"pid"``: the operating-system process id (``os.getpid()``) of the
+      process that made the item, to tell a restarted worker from a kept one.
     """
 
     def __init__(self, images: torch.Tensor, seed: int = 0) -> None:
@@ -161,6 +163,7 @@ class RandomShift(Dataset):
             "global_shift": torch.from_numpy(np.random.randint(-3, 4, size=2).astype(np.int64)),
             "worker": -1 if info is None else info.id,
             "torch_seed": torch.initial_seed(),
+            "pid": os.getpid(),
         }
 
 

@@ -99,7 +99,7 @@ from torchvision.transforms import v2
 
 from helpers.data import mnist
 from helpers.device import pick_device, seed_everything
-from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
+from helpers.exercises import check, hint, solution  # noqa: F401  (hint, solution: for when you are stuck)
 from helpers.loading import (
     ImageStream,
     IndexedImages,
@@ -348,8 +348,9 @@ assert missing == [10] and repeated == [], "the naive split drops the last 11 % 
 # `range(worker_id, n, num_workers)`: every index belongs to exactly one
 # worker, whatever `n` is. **Contiguous** blocks also work if their size is
 # rounded *up* (`math.ceil(n / num_workers)`), with the last block cut at
-# `n`; they suit files that are best read front to back (exercise 1 asks for
-# a fairer version of it).
+# `n`; they suit files that are best read front to back. They are not
+# always fair, though: 10 samples on 4 workers make blocks of 3, 3, 3 and 1
+# (exercise 1 asks for a fair version).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -811,6 +812,9 @@ if TIMED_EPOCHS >= 2 and "2 + persistent_workers" in restarted and len(restarted
     print(f"first batch of epoch 2: {persistent_ms:.0f} ms with persistent workers; "
           f"{1000 * min(restarted.values()):.0f} to {1000 * max(restarted.values()):.0f} ms "
           f"in the other two-worker rows, which start new workers")
+    print(f"what a restart costs, from the workers section: first batch of {WORKERS} new workers "
+          + ", ".join(f"{1000 * sec:.0f} ms with {method!r}" for method, sec in timings.items())
+          + f"; one batch loaded in the main process: {load_ms:.0f} ms")
 
 # %%
 labels_order = list(results)
@@ -863,12 +867,16 @@ print(f"best setting for loading only: {best_label}, {loader_speedup:.2f}x the s
 #   How much it costs depends on the start method printed above the table.
 #   A forked worker starts quickly; a spawned one is a fresh Python that
 #   imports torch and your modules first (the section on workers measured
-#   both). With `spawn`, and epochs as short as these, the start-up can cost
-#   more than the epoch's loading, and every worker row except
-#   `persistent_workers` pays it again each epoch. `persistent_workers=True`
-#   pays it once: the last line under the table compares its epoch-2 first
-#   batch with the other two-worker rows. (With `fork` the gap is small and
-#   can drown in noise.)
+#   both, printed again on the last line under the table). With `spawn`,
+#   and epochs as short as these, the start-up can cost more than the
+#   epoch's loading, and every worker row except `persistent_workers` pays
+#   it again each epoch. `persistent_workers=True` pays it once (the seeding
+#   section below checks with process ids that epoch 2 really runs in epoch
+#   1's workers): the lines under the table compare its epoch-2 first batch
+#   with the other two-worker rows. With `fork` a restart takes only a
+#   fraction of a second (the last line), the same order as the noise of a
+#   busy machine, so a single run may not show the gap; time several runs
+#   before you conclude anything from it.
 # - **`pin_memory`** only matters with a CUDA device. Without one the
 #   `DataLoader` warns (printed above the table) and ignores it, so that row
 #   differs from plain `num_workers=2` only by noise. On a GPU, pin and use
@@ -913,13 +921,20 @@ print(inspect.getsource(RandomShift))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-def draws_per_batch(dataset, epochs=2, **loader_args):
-    """[epoch][batch] -> {"worker", "torch_seed", "shift", "global_shift"} for batches of 4 from WORKERS workers."""
+def draws_per_batch(dataset, epochs=2, pids=None, **loader_args):
+    """[epoch][batch] -> {"worker", "torch_seed", "shift", "global_shift"} for batches of 4 from WORKERS workers.
+
+    A list passed as `pids` receives, for each epoch, the set of process ids that made its items.
+    """
     loader = DataLoader(dataset, batch_size=4, num_workers=WORKERS, **loader_args)
     draws = []
     for _ in range(epochs):
         draws.append([])
+        if pids is not None:
+            pids.append(set())
         for batch in loader:
+            if pids is not None:
+                pids[-1].update(batch["pid"].tolist())
             (worker,) = set(batch["worker"].tolist())  # the 4 items of a batch come from one worker
             draws[-1].append({"worker": worker, "torch_seed": batch["torch_seed"][0].item(),
                               "shift": [tuple(s) for s in batch["shift"].tolist()],
@@ -927,7 +942,8 @@ def draws_per_batch(dataset, epochs=2, **loader_args):
     return draws
 
 
-buggy = draws_per_batch(RandomShift(images[:16]), generator=torch.Generator().manual_seed(SEED))
+buggy_pids = []  # per epoch: the process ids of the workers that made the batches
+buggy = draws_per_batch(RandomShift(images[:16]), pids=buggy_pids, generator=torch.Generator().manual_seed(SEED))
 for epoch, batches in enumerate(buggy, start=1):
     for b, d in enumerate(batches):
         print(f"epoch {epoch}, batch {b} (worker {d['worker']}): own {d['shift']}  np.random {d['global_shift']}")
@@ -957,9 +973,15 @@ assert global_draws[0] != global_draws[1], "NumPy's global generator should be r
 # that worker's torch seed, `base_seed + worker_id`: different for each
 # worker, and derived from the loader's `generator`, so reproducible. We
 # re-create the dataset's generator from it (the worker's copy of the
-# dataset is `get_worker_info().dataset`). PyTorch's reproducibility notes
-# show the same pattern for the global NumPy and `random` generators, with
-# `torch.initial_seed() % 2**32`, which older versions needed.
+# dataset is `get_worker_info().dataset`). `np.random.default_rng` accepts
+# any non-negative integer as its seed (it hashes it with `SeedSequence`),
+# so the 64-bit torch seed goes in as it is. PyTorch's reproducibility notes
+# show the same pattern for NumPy's *global* generator and `random`, with
+# `np.random.seed(torch.initial_seed() % 2**32)`. The `% 2**32` is needed,
+# with every version: a worker's torch seed is a 64-bit integer (printed
+# below, with the fixed loader), and the legacy `np.random.seed` accepts
+# only 0 to 2**32 - 1. (The `DataLoader`'s own re-seeding of NumPy avoids
+# the limit by expanding `base_seed` and `worker_id` into four 32-bit words.)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -968,20 +990,21 @@ print(inspect.getsource(seed_worker))
 # %% [markdown]
 # This time the loader keeps its workers for both epochs
 # (`persistent_workers=True`, one start-up per run instead of one per
-# epoch, which matters with `spawn`). Then `seed_worker` runs once per
-# worker, and epoch 2 continues each worker's generator. Without persistent
-# workers, epoch 2's new workers would get a new `base_seed` and be seeded
-# afresh. Either way the epochs differ.
+# epoch). Then `seed_worker` runs once per worker, and epoch 2 continues
+# each worker's generator. Without persistent workers, epoch 2's new
+# workers would get a new `base_seed` and be seeded afresh. Either way the
+# epochs differ.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-def run_seeded(seed):
+def run_seeded(seed, pids=None):
     """Two epochs of shuffled batches of draws, from a loader whose generator is seeded with `seed`."""
-    return draws_per_batch(RandomShift(images[:16]), shuffle=True, worker_init_fn=seed_worker,
+    return draws_per_batch(RandomShift(images[:16]), pids=pids, shuffle=True, worker_init_fn=seed_worker,
                            persistent_workers=True, generator=torch.Generator().manual_seed(seed))
 
 
-fixed_a, fixed_b, other_seed = run_seeded(SEED), run_seeded(SEED), run_seeded(SEED + 1)
+fixed_pids = []
+fixed_a, fixed_b, other_seed = run_seeded(SEED, fixed_pids), run_seeded(SEED), run_seeded(SEED + 1)
 for b, d in enumerate(fixed_a[0]):
     print(f"epoch 1, batch {b} (worker {d['worker']}, torch seed {d['torch_seed']}): shifts {d['shift']}")
 print("epoch 2, batch 0:", fixed_a[1][0]["shift"])
@@ -996,6 +1019,38 @@ assert fixed_a != other_seed, "a different generator seed should give different 
 assert seeds[1] - seeds[0] == 1, f"the workers' torch seeds should be base_seed + worker_id, got {seeds}"
 assert own[0][0] != own[0][1], "with seed_worker the two workers must draw different shifts"
 assert own[0] != own[1], "with seed_worker each epoch must draw new shifts"
+
+# %% [markdown]
+# Did `persistent_workers=True` really keep the processes? Each item also
+# carries `os.getpid()` of the process that made it. Over the two epochs,
+# the plain loader of the buggy run and the persistent one of this run
+# were served by these worker processes (their ids vary from run to run, so
+# we print only how many there were and whether epoch 2 reused epoch 1's):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+main_pid = os.getpid()
+for name, pids in [("persistent_workers=False", buggy_pids), ("persistent_workers=True", fixed_pids)]:
+    print(f"{name}: {len(pids[0])} worker processes in epoch 1, {len(pids[1])} in epoch 2, "
+          f"{len(pids[0] | pids[1])} started in all; epoch 2 reused epoch 1's: {pids[1] == pids[0]}")
+assert all(main_pid not in p and len(p) == WORKERS for p in buggy_pids + fixed_pids), "every epoch runs in WORKERS workers"
+assert buggy_pids[0].isdisjoint(buggy_pids[1]), "without persistent_workers, each epoch should start new workers"
+assert fixed_pids[0] == fixed_pids[1], "with persistent_workers=True, epoch 2 should run in epoch 1's workers"
+
+# %% [markdown]
+# And the `% 2**32` of the reproducibility notes, with that worker seed:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+worker_seed = seeds[0]
+print(f"worker 0's torch seed: {worker_seed} ({worker_seed.bit_length()} bits; 2**32 = {2**32})")
+try:
+    np.random.seed(worker_seed)
+except ValueError as err:
+    print(f"np.random.seed(torch seed) -> {type(err).__name__}: {err}")
+np.random.seed(worker_seed % 2**32)
+print("np.random.seed(torch seed % 2**32) works; np.random.default_rng(torch seed) too:",
+      isinstance(np.random.default_rng(worker_seed), np.random.Generator))
 
 # %% [markdown]
 # The `generator=` argument matters twice: it seeds the shuffling (the
@@ -1047,7 +1102,8 @@ except ValueError as err:
 # Each exercise has a stub for you to fill in, then a checker cell. The
 # checker prints **PASSED**, **NOT YET** with a hint, or **TODO** while the
 # stub still raises `NotImplementedError`; it never stops the notebook. If
-# you are stuck, `solution("06.shard_range")` returns the reference solution
+# you are stuck, `hint("06.shard_range")` gives a fuller hint after a failed
+# check, and `solution("06.shard_range")` returns the reference solution
 # (read it with `inspect.getsource`).
 #
 # ### Exercise 1: fair contiguous shards
@@ -1058,11 +1114,16 @@ except ValueError as err:
 #
 # - together, the workers cover `0, 1, ..., n-1`, each index exactly once;
 # - worker 0 has the first block, worker 1 the next one, and so on;
-# - no worker gets more than `ceil(n / num_workers)` indices.
+# - the split is **fair**: the block sizes of any two workers differ by at
+#   most 1 (an epoch lasts as long as its busiest worker).
 #
 # The checker tries many combinations of `n` and `num_workers`, including
 # more workers than samples. The `n // num_workers` split from this chapter
-# fails it. When it passes, the cell streams `STREAM_SAMPLES` images through
+# fails it, and so does rounding every block up to `ceil(n / num_workers)`:
+# 10 samples on 4 workers become blocks of 3, 3, 3 and 1. Write the
+# arithmetic yourself: library functions that split into near-equal parts
+# (`torch.tensor_split`, `torch.chunk`, `numpy.array_split`) are refused.
+# When it passes, the cell streams `STREAM_SAMPLES` images through
 # two workers with your shards. Your function lives in the notebook, so a
 # spawned worker could not import it: `helpers.loading.PrecomputedShards`
 # calls it here, in the main process, for each worker id, and the workers
@@ -1083,28 +1144,44 @@ if result.passed:
     print("your shards with 2 workers, (missing, repeated):", missing_and_repeated(yours, STREAM_SAMPLES))
 
 # %% [markdown]
-# ### Exercise 2: weights for `WeightedRandomSampler`
+# ### Exercise 2: partial rebalancing
 #
-# Write `class_weights(targets, num_classes)`: given int64 labels `targets`
-# of shape `[N]` with values in `0..num_classes-1`, return a float tensor of
-# shape `[N]` with one weight per sample, inversely proportional to the size
-# of that sample's class, so that every class that occurs has the same total
-# weight. Some classes may not occur at all. When it passes, the cell feeds
-# your weights to a `WeightedRandomSampler` on the imbalanced MNIST set.
+# Balancing the classes completely, as above, draws the rarest digit as
+# often as the most common one, so each of its few images comes back many
+# times per epoch, and the model may overfit them.
+# Work on long-tailed recognition (Kang et al., "Decoupling Representation
+# and Classifier for Long-Tailed Recognition", ICLR 2020) samples class `c`
+# with probability proportional to `n_c ** q`, where `n_c` is the number of
+# samples of class `c`: `q = 1` keeps the data's own frequencies, `q = 0`
+# balances the classes, and `q = 0.5` ("square-root sampling") lies in
+# between.
+#
+# Write `sampling_weights(targets, num_classes, power)`: given int64 labels
+# `targets` of shape `[N]` with values in `0..num_classes-1` and the
+# exponent `power` (the `q` above), return a float tensor of shape `[N]`,
+# one weight per sample, with which `WeightedRandomSampler` draws class `c`
+# with probability `n_c ** power / (sum of n_k ** power over the classes)`.
+# Some classes may not occur at all. The `1 / n_c` weights above are the
+# case `power = 0` only; work out what a single sample must weigh so that
+# its whole class gets its share. When it passes, the cell feeds your weights
+# with `power = 0.5` to a `WeightedRandomSampler` on the imbalanced MNIST set.
 
 
 # %%
-def class_weights(targets, num_classes):
-    """One weight per sample, 1 / (number of samples of its class): float tensor [N]."""
+def sampling_weights(targets, num_classes, power):
+    """One weight per sample, such that class c is drawn with probability proportional to n_c ** power: float [N]."""
     raise NotImplementedError
 
 
 # %%
-result = check("06.class_weights", class_weights)
+result = check("06.sampling_weights", sampling_weights)
 if result.passed:
-    sampler = WeightedRandomSampler(class_weights(targets, 10), num_samples=REBALANCED_DRAWS, generator=generator)
+    sampler = WeightedRandomSampler(sampling_weights(targets, 10, 0.5), num_samples=REBALANCED_DRAWS,
+                                    generator=generator)
     freq = torch.bincount(targets[list(sampler)], minlength=10).double() / REBALANCED_DRAWS
+    target = class_counts.double().sqrt() / class_counts.double().sqrt().sum()
     print("class frequencies with your weights (%):", [round(100 * f, 1) for f in freq.tolist()])
+    print("n_c ** 0.5, as shares (%):              ", [round(100 * f, 1) for f in target.tolist()])
 
 # %% [markdown]
 # ## Summary

@@ -38,12 +38,44 @@ def test_shard_range_everything_to_every_worker_fails():
 
 
 def test_shard_range_last_worker_takes_the_rest_fails():
-    def last_takes_rest(n, worker_id, num_workers):  # covers everything, but unbalanced
+    def last_takes_rest(n, worker_id, num_workers):  # covers everything, but the last worker gets the remainder
         per_worker = n // num_workers
         stop = n if worker_id == num_workers - 1 else (worker_id + 1) * per_worker
         return range(worker_id * per_worker, stop)
 
-    assert_rejected("06.shard_range", last_takes_rest, "ceil")
+    assert_rejected("06.shard_range", last_takes_rest, "not fair", "differ in size by at most 1")
+
+
+def test_shard_range_ceil_split_fails():
+    def ceil_split(n, worker_id, num_workers):  # covers everything, but n=10 on 4 workers gives 3, 3, 3, 1
+        chunk = math.ceil(n / num_workers)
+        return range(min(n, worker_id * chunk), min(n, (worker_id + 1) * chunk))
+
+    assert_rejected("06.shard_range", ceil_split, "not fair")
+
+
+def test_shard_range_overlapping_blocks_fail():
+    def overlapping(n, worker_id, num_workers):  # blocks of ceil size that step by the floor size
+        per_worker = n // num_workers
+        return range(worker_id * per_worker, min(n, worker_id * per_worker + math.ceil(n / num_workers)))
+
+    assert_rejected("06.shard_range", overlapping, "overlap")
+
+
+def test_shard_range_gaps_between_blocks_fail():
+    def gaps(n, worker_id, num_workers):  # worker 1 starts one index too late
+        r = solution("06.shard_range")(n, worker_id, num_workers)
+        return r[1:] if worker_id == 1 else r
+
+    assert_rejected("06.shard_range", gaps, "gaps")
+
+
+def test_shard_range_off_by_one_stop_fails():
+    def past_the_end(n, worker_id, num_workers):
+        r = solution("06.shard_range")(n, worker_id, num_workers)
+        return range(r.start, r.stop + 1) if worker_id == num_workers - 1 else r
+
+    assert_rejected("06.shard_range", past_the_end, "outside")
 
 
 def test_shard_range_reversed_order_fails():
@@ -53,12 +85,46 @@ def test_shard_range_reversed_order_fails():
     assert_rejected("06.shard_range", reversed_order, "worker order")
 
 
-def test_shard_range_ceil_split_is_accepted():
-    def ceil_split(n, worker_id, num_workers):
-        chunk = math.ceil(n / num_workers)
-        return range(min(n, worker_id * chunk), min(n, (worker_id + 1) * chunk))
+def test_shard_range_torch_tensor_split_is_refused():
+    import torch
 
-    assert check("06.shard_range", ceil_split, show=False).passed
+    def library(n, worker_id, num_workers):
+        return range(n)[0:0] if n == 0 else torch.arange(n).tensor_split(num_workers)[worker_id].tolist()
+
+    assert_rejected("06.shard_range", library, "yourself", "tensor_split")
+
+
+def test_shard_range_torch_chunk_is_refused():
+    import torch
+
+    def library(n, worker_id, num_workers):
+        parts = torch.chunk(torch.arange(n), num_workers)
+        return parts[worker_id].tolist() if worker_id < len(parts) else []
+
+    assert_rejected("06.shard_range", library, "yourself", "chunk")
+
+
+def test_shard_range_numpy_array_split_is_refused():
+    import numpy as np
+
+    def library(n, worker_id, num_workers):
+        return np.array_split(np.arange(n), num_workers)[worker_id].tolist()
+
+    assert_rejected("06.shard_range", library, "yourself", "numpy.array_split")
+    assert np.array_split(np.arange(5), 2)[0].tolist() == [0, 1, 2], "numpy.array_split must be restored"
+
+
+def test_shard_range_numpy_array_split_imported_by_name_and_swallowed_is_refused():
+    from numpy import arange, array_split
+
+    def library(n, worker_id, num_workers):
+        try:
+            return array_split(arange(n), num_workers)[worker_id].tolist()
+        except AssertionError:  # hiding the refusal does not help
+            return solution("06.shard_range")(n, worker_id, num_workers)
+
+    assert_rejected("06.shard_range", library, "numpy.array_split")
+    assert array_split(arange(4), 2)[1].tolist() == [2, 3]
 
 
 def test_shard_range_list_is_accepted():
@@ -68,43 +134,75 @@ def test_shard_range_list_is_accepted():
     assert check("06.shard_range", as_list, show=False).passed
 
 
+def test_shard_range_remainder_to_the_last_workers_is_accepted():
+    def extra_at_the_end(n, worker_id, num_workers):  # also fair: the last n % k workers get one more
+        base, extra = divmod(n, num_workers)
+        first_big = num_workers - extra
+        start = worker_id * base + max(0, worker_id - first_big)
+        return range(start, start + base + (1 if worker_id >= first_big else 0))
+
+    assert check("06.shard_range", extra_at_the_end, show=False).passed
+
+
 # --------------------------------------------------------------------------
-# 06.class_weights
+# 06.sampling_weights
 # --------------------------------------------------------------------------
 
 
-def test_class_weights_per_class_fails():
-    def per_class(targets, num_classes):  # what WeightedRandomSampler does NOT want
-        return 1.0 / torch.bincount(targets, minlength=num_classes).double()
+def test_sampling_weights_per_class_fails():
+    def per_class(targets, num_classes, power):  # what WeightedRandomSampler does NOT want
+        return torch.bincount(targets, minlength=num_classes).double() ** (power - 1)
 
-    assert_rejected("06.class_weights", per_class, "per sample")
-
-
-def test_class_weights_counts_instead_of_inverse_fails():
-    def counts(targets, num_classes):
-        return torch.bincount(targets, minlength=num_classes)[targets].double()
-
-    assert_rejected("06.class_weights", counts, "inverse")
+    assert_rejected("06.sampling_weights", per_class, "per sample")
 
 
-def test_class_weights_integer_division_fails():
-    def integer(targets, num_classes):
+def test_sampling_weights_inverse_count_ignoring_power_fails():
+    def inverse(targets, num_classes, power):  # the chapter's class-balanced weights, for every power
+        return 1.0 / torch.bincount(targets, minlength=num_classes)[targets].double()
+
+    assert_rejected("06.sampling_weights", inverse, "as if power were 0")
+
+
+def test_sampling_weights_class_share_per_sample_fails():
+    def class_share(targets, num_classes, power):  # n_c ** power per sample: the class gets n_c times it
+        return torch.bincount(targets, minlength=num_classes)[targets].double() ** power
+
+    assert_rejected("06.sampling_weights", class_share, "n_c times")
+
+
+def test_sampling_weights_all_ones_fails():
+    def ones(targets, num_classes, power):
+        return torch.ones(len(targets), dtype=torch.float64)
+
+    assert_rejected("06.sampling_weights", ones, "natural class frequencies")
+
+
+def test_sampling_weights_wrong_sign_fails():
+    def wrong_sign(targets, num_classes, power):
+        return torch.bincount(targets, minlength=num_classes)[targets].double() ** (-power - 1)
+
+    assert_rejected("06.sampling_weights", wrong_sign, "share of the total weight")
+
+
+def test_sampling_weights_integer_fails():
+    def integer(targets, num_classes, power):
         return 1 // torch.bincount(targets, minlength=num_classes)[targets]
 
-    assert_rejected("06.class_weights", integer, "float")
+    assert_rejected("06.sampling_weights", integer, "float")
 
 
-def test_class_weights_one_minus_frequency_fails():
-    def one_minus_frequency(targets, num_classes):
-        freq = torch.bincount(targets, minlength=num_classes).double() / len(targets)
-        return (1 - freq)[targets]
+def test_sampling_weights_normalising_over_absent_classes_fails():
+    def normalised_per_class(targets, num_classes, power):
+        per_class = torch.bincount(targets, minlength=num_classes).double() ** (power - 1)
+        return (per_class / per_class.sum())[targets]  # an absent class is inf, so everything becomes nan
 
-    assert_rejected("06.class_weights", one_minus_frequency, "same total weight")
+    assert_rejected("06.sampling_weights", normalised_per_class, "positive and finite")
 
 
-def test_class_weights_normalised_float32_is_accepted():
-    def normalised(targets, num_classes):
-        w = 1.0 / torch.bincount(targets, minlength=num_classes)[targets].float()
+def test_sampling_weights_normalised_float32_is_accepted():
+    def normalised(targets, num_classes, power):
+        counts = torch.bincount(targets, minlength=num_classes)[targets].float()
+        w = counts.pow(power) / counts
         return w / w.sum()
 
-    assert check("06.class_weights", normalised, show=False).passed
+    assert check("06.sampling_weights", normalised, show=False).passed

@@ -35,7 +35,7 @@ def test_receptive_field_summing_kernels_fails():
     def summed(layers):
         return sum(k for k, _, _ in layers)
 
-    assert_rejected("07.receptive_field", summed, "kernel - 1")
+    assert_rejected("07.receptive_field", summed, "sum of the kernel sizes")
 
 
 def test_receptive_field_applying_own_stride_first_fails():
@@ -47,6 +47,31 @@ def test_receptive_field_applying_own_stride_first_fails():
         return field
 
     assert_rejected("07.receptive_field", own_stride, "own stride")
+
+
+def test_receptive_field_table_of_the_fixed_cases_fails():
+    def table(layers):  # right on every stack the checker always uses, wrong on the random ones
+        known = {
+            ((3, 1, 1),): 3, ((3, 1, 1), (3, 1, 1)): 5, ((3, 1, 2),): 5,
+            ((3, 1, 1), (2, 2, 1), (3, 1, 1)): 8, ((3, 1, 1), (3, 1, 1), (2, 2, 1)) * 3: 36,
+            ((7, 2, 1), (3, 2, 1)): 11, ((3, 1, 1), (3, 1, 2), (3, 1, 4)): 15,
+            ((3, 2, 1), (3, 1, 2), (5, 1, 1)): 19, (): 1,
+        }
+        return known.get(tuple(layers), 1)
+
+    for want_layers, field in [([(3, 1, 1)] * 2, 5), ([(3, 1, 1), (3, 1, 1), (2, 2, 1)] * 3, 36)]:
+        assert solution("07.receptive_field")(want_layers) == field, "the table above must hold the right answers"
+    for _ in range(3):  # new random stacks on every check
+        assert_rejected("07.receptive_field", table, "random stack")
+
+
+def test_receptive_field_random_stacks_differ_between_checks():
+    from helpers.exercises.ch07 import _random_stacks
+
+    first, second = _random_stacks(4), _random_stacks(4)
+    assert first != second, "the random stacks should be drawn anew on every check"
+    for _, layers in first:
+        assert any(s > 1 for _, s, _ in layers[:-1]) and any(d > 1 for _, _, d in layers)
 
 
 def test_receptive_field_returning_a_tensor_or_float_is_accepted():

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
+from collections.abc import Iterator
 
+import numpy as np
 import torch
 
-from . import exercise
+from . import Hint, Shortcut, exercise
 
 # --------------------------------------------------------------------------
 # 06.shard_range
@@ -26,18 +31,28 @@ def _shard_range(n: int, worker_id: int, num_workers: int) -> range:
         ``range(start, stop)``. The blocks of workers ``0..num_workers-1`` lie
         back to back in worker order and cover ``range(n)`` exactly once; the
         first ``n % num_workers`` workers get one index more than the others
-        (sizes ``n // num_workers`` or one more, as ``numpy.array_split``
-        splits), so no block exceeds ``ceil(n / num_workers)``.
+        (sizes ``n // num_workers`` or one more, the split ``numpy.array_split``
+        makes), so any two blocks differ in size by at most one.
     """
     base, extra = divmod(n, num_workers)
     start = worker_id * base + min(worker_id, extra)
     return range(start, start + base + (1 if worker_id < extra else 0))
 
 
+#: (n, num_workers): remainders 0 to k - 1, more workers than samples, and n = 0.
 _SHARD_CASES = [(n, k) for k in (1, 2, 3, 4, 5, 8) for n in (0, 1, 2, 3, 5, 7, 10, 11, 16, 33, 100, 1001)]
+_SHARD_CASES += [(10, 4), (9, 6), (1003, 7), (65, 64)]  # cases where a ceil-sized split leaves a worker 2+ short
+
+#: Library functions that split a sequence into near-equal parts for the learner.
+_LIBRARY_SPLITS = (
+    Shortcut("torch.tensor_split", does="`torch.tensor_split` (or `Tensor.tensor_split`)"),
+    Shortcut("torch.chunk", does="`torch.chunk` (or `Tensor.chunk`)"),
+)
 
 
 def _as_indices(result, n: int, worker_id: int, num_workers: int) -> list[int]:
+    if isinstance(result, torch.Tensor):
+        result = result.tolist()
     try:
         return [int(i) for i in result]
     except (TypeError, ValueError) as exc:
@@ -47,128 +62,245 @@ def _as_indices(result, n: int, worker_id: int, num_workers: int) -> list[int]:
         ) from exc
 
 
+@contextlib.contextmanager
+def _refusing_numpy_split(candidate) -> Iterator[list[str]]:
+    """Refuse ``numpy.array_split`` from the learner's code while the block runs.
+
+    ``helpers.exercises.guards`` sees torch functions and Python functions, but
+    ``numpy.array_split`` is a NumPy dispatcher object that neither route sees,
+    so it is rebound here: in the ``numpy`` module and wherever the learner may
+    have imported it by name (the answer's module, the notebook's ``__main__``,
+    the answer's closure).
+    Calls from inside NumPy itself are let through. Yields the list of refused
+    names, so that an answer that catches the refusal still fails.
+    """
+    original = np.array_split
+    used: list[str] = []
+    numpy_dir = os.path.dirname(np.__file__)
+
+    def refusing(*args, **kwargs):
+        caller = sys._getframe(1).f_code.co_filename
+        if not caller.startswith(numpy_dir):
+            used.append("numpy.array_split")
+            raise AssertionError(
+                "this exercise asks you to write the split yourself; `numpy.array_split` does it for you."
+            )
+        return original(*args, **kwargs)
+
+    spaces = {id(np.__dict__): np.__dict__}
+    for space in (getattr(candidate, "__globals__", None), vars(sys.modules.get("__main__", np))):
+        if isinstance(space, dict):
+            spaces[id(space)] = space
+    rebound = []
+    for space in spaces.values():
+        for name, value in list(space.items()):
+            if value is original:
+                space[name] = refusing
+                rebound.append((space, name))
+    cells = [c for c in (getattr(candidate, "__closure__", None) or ()) if _cell_holds(c, original)]
+    for cell in cells:  # imported by name inside an enclosing function
+        cell.cell_contents = refusing
+    try:
+        yield used
+    finally:
+        for space, name in rebound:
+            if space.get(name) is refusing:
+                space[name] = original
+        for cell in cells:
+            if _cell_holds(cell, refusing):
+                cell.cell_contents = original
+
+
+def _cell_holds(cell, value) -> bool:
+    try:
+        return cell.cell_contents is value
+    except ValueError:  # an empty cell
+        return False
+
+
+def _check_shards(candidate, n: int, k: int) -> None:
+    parts = [_as_indices(candidate(n, w, k), n, w, k) for w in range(k)]
+    flat = [i for part in parts for i in part]
+    sizes = [len(part) for part in parts]
+    outside = sorted({i for i in flat if not 0 <= i < n})
+    if outside:
+        raise Hint(f"for n={n} and {k} workers your shards contain {outside[:5]}, outside range({n}).",
+                   "A worker's block must stop at n: clip the stop of the last block.")
+    counts = [0] * n
+    for i in flat:
+        counts[i] += 1
+    missing = [i for i, c in enumerate(counts) if c == 0]
+    repeated = [i for i, c in enumerate(counts) if c > 1]
+    if missing and not repeated and missing == list(range(k * (n // k), n)) and set(sizes) == {n // k}:
+        raise Hint(
+            f"for n={n} and {k} workers the indices {missing[:5]} are never read: your blocks of n // num_workers "
+            f"drop the remainder ({n} % {k} = {n % k}).",
+            "The leftover n % num_workers indices must go to some workers: one extra index each for the first "
+            "n % num_workers workers keeps the split fair.",
+        )
+    if missing and repeated:
+        raise Hint(f"for n={n} and {k} workers (block sizes {sizes}) the indices {missing[:5]} are never read and "
+                   f"the indices {repeated[:5]} are read twice: neighbouring blocks overlap and leave gaps.",
+                   "Each block should start exactly where the previous one stops.")
+    if missing:
+        raise Hint(f"for n={n} and {k} workers (block sizes {sizes}) no worker reads the indices {missing[:5]}: "
+                   "there are gaps between the blocks.",
+                   "Each block should start exactly where the previous one stops, and the last one stop at n.")
+    if repeated:
+        raise Hint(
+            f"for n={n} and {k} workers the indices {repeated[:5]} are read by more than one worker (or twice by "
+            f"one): the blocks overlap (sizes {sizes}, {len(flat)} indices for a stream of {n}).",
+            "Each index must belong to exactly one worker: a block starts where the previous one stops.",
+        )
+    for w, part in enumerate(parts):
+        if part and part != list(range(part[0], part[0] + len(part))):
+            raise Hint(
+                f"for n={n} and {k} workers, worker {w} reads {part[:6]}{'...' if len(part) > 6 else ''}: "
+                "that is not one contiguous block.",
+                "Strided sharding is correct, but this exercise asks for range(start, stop) with step 1.",
+            )
+    if flat != list(range(n)):
+        raise Hint(
+            f"for n={n} and {k} workers the blocks are not in worker order: worker 0 must read the first block, "
+            "worker 1 the next one, and so on.",
+            "Compute each worker's start from the sizes of the blocks of the workers before it.",
+        )
+    if max(sizes) - min(sizes) > 1:
+        raise Hint(
+            f"for n={n} and {k} workers the block sizes are {sizes}: they differ by {max(sizes) - min(sizes)}. "
+            "The coverage is right, but the split is not fair: the epoch waits for the busiest worker while "
+            "another idles. Fair blocks differ in size by at most 1.",
+            f"Rounding every block up to ceil(n / num_workers) = {math.ceil(n / k)} leaves the last workers short. "
+            f"Give each worker n // num_workers = {n // k} indices, and one more to the first n % num_workers = {n % k}.",
+        )
+
+
 @exercise(
     "06.shard_range",
     "return the contiguous range of indices that worker `worker_id` of `num_workers` reads from a "
-    "stream of n samples: together the workers cover 0..n-1 exactly once, worker 0 first, and no "
-    "worker gets more than ceil(n / num_workers) indices.",
+    "stream of n samples: together the workers cover 0..n-1 exactly once, worker 0 first, and the "
+    "block sizes of any two workers differ by at most 1.",
     reference=_shard_range,
+    shortcuts=_LIBRARY_SPLITS,
+    goal="the split",
 )
 def _test_shard_range(candidate) -> None:
-    for n, k in _SHARD_CASES:
-        parts = [_as_indices(candidate(n, w, k), n, w, k) for w in range(k)]
-        flat = [i for part in parts for i in part]
-        outside = sorted({i for i in flat if not 0 <= i < n})
-        if outside:
-            raise AssertionError(
-                f"for n={n} and {k} workers your shards contain {outside[:5]}, outside range({n})"
-            )
-        counts = [0] * n
-        for i in flat:
-            counts[i] += 1
-        missing = [i for i, c in enumerate(counts) if c == 0]
-        repeated = [i for i, c in enumerate(counts) if c > 1]
-        if missing and not repeated and len(flat) == k * (n // k):
-            raise AssertionError(
-                f"for n={n} and {k} workers the indices {missing[:5]} are never read: `n // num_workers` "
-                f"drops the remainder ({n} % {k} = {n % k}); hand the leftover indices to some workers"
-            )
-        if missing:
-            raise AssertionError(f"for n={n} and {k} workers no worker reads the indices {missing[:5]}")
-        if repeated:
-            raise AssertionError(
-                f"for n={n} and {k} workers the indices {repeated[:5]} are read by more than one worker "
-                "(or twice by one): each index must belong to exactly one worker"
-            )
-        for w, part in enumerate(parts):
-            if part and part != list(range(part[0], part[0] + len(part))):
-                raise AssertionError(
-                    f"for n={n} and {k} workers, worker {w} reads {part[:6]}{'...' if len(part) > 6 else ''}: "
-                    "that is not one contiguous block (strided sharding is correct, but this exercise "
-                    "asks for range(start, stop) with step 1)"
-                )
-        if flat != list(range(n)):
-            raise AssertionError(
-                f"for n={n} and {k} workers the blocks are not in worker order: worker 0 must read the "
-                "first block, worker 1 the next one, and so on"
-            )
-        biggest = max(len(part) for part in parts)
-        if biggest > math.ceil(n / k):
-            sizes = [len(part) for part in parts]
-            raise AssertionError(
-                f"for n={n} and {k} workers the block sizes are {sizes}: no worker may get more than "
-                f"ceil({n} / {k}) = {math.ceil(n / k)}; share the work out"
-            )
+    with _refusing_numpy_split(candidate) as used:
+        for n, k in _SHARD_CASES:
+            _check_shards(candidate, n, k)
+    if used:
+        raise AssertionError(f"this exercise asks you to write the split yourself; `{used[0]}` does it for you.")
 
 
 # --------------------------------------------------------------------------
-# 06.class_weights
+# 06.sampling_weights
 # --------------------------------------------------------------------------
 
 
-def _class_weights(targets: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """Per-sample weights for ``WeightedRandomSampler`` that balance the classes.
+def _sampling_weights(targets: torch.Tensor, num_classes: int, power: float) -> torch.Tensor:
+    """Per-sample weights for ``WeightedRandomSampler`` that draw class ``c`` with probability ∝ ``n_c ** power``.
+
+    ``n_c`` is the number of samples of class ``c``. ``power=1`` keeps the
+    natural class frequencies (instance-balanced sampling), ``power=0``
+    balances the classes (class-balanced sampling, per-sample weight
+    ``1 / n_c``), and ``power=0.5`` is the square-root sampling in between
+    (Kang et al., "Decoupling Representation and Classifier for Long-Tailed
+    Recognition", ICLR 2020, eq. 1; Mahajan et al. 2018).
 
     Args:
         targets: int64 ``[N]`` labels in ``0..num_classes-1``.
         num_classes: number of classes (some may not occur in ``targets``).
+        power: the exponent ``q`` (a float; 0 and 1 included).
 
     Returns:
-        float64 ``[N]``: ``1 / count[targets[i]]``, where ``count`` is the
-        number of samples of each class. Every class that occurs then has a
-        total weight of 1, so each draw picks each such class with the same
-        probability.
+        float64 ``[N]``: ``n_c ** (power - 1)`` for a sample of class ``c``, so
+        that a class's total weight is ``n_c * n_c ** (power - 1) = n_c ** power``.
     """
-    counts = torch.bincount(targets, minlength=num_classes)
-    return 1.0 / counts[targets].double()
+    counts = torch.bincount(targets, minlength=num_classes).double()
+    return counts[targets] ** (power - 1)
 
 
-@exercise(
-    "06.class_weights",
-    "return one float weight per sample (shape [N]), inversely proportional to the number of samples "
-    "of that sample's class, so that every class present has the same total weight.",
-    reference=_class_weights,
-)
-def _test_class_weights(candidate) -> None:
-    g = torch.Generator().manual_seed(6)
-    sizes = {0: 40, 1: 10, 2: 5, 4: 25}  # class 3 does not occur
+#: (class sizes, power); each case has a class that does not occur.
+_WEIGHT_CASES = [
+    ({0: 40, 1: 10, 2: 5, 4: 25}, 0.5),
+    ({0: 40, 1: 10, 2: 5, 4: 25}, 0.0),
+    ({1: 300, 2: 12, 3: 75, 5: 3}, 0.25),
+    ({0: 7, 2: 63, 3: 28}, 1.0),
+    ({0: 9, 1: 100, 3: 1, 4: 36}, 0.7),
+]
+
+
+def _shares(totals: torch.Tensor) -> torch.Tensor:
+    return totals / totals.sum()
+
+
+def _check_weights(candidate, sizes: dict[int, int], power: float, g: torch.Generator) -> None:
+    num_classes = max(sizes) + 2  # the last class never occurs
     targets = torch.cat([torch.full((n,), c) for c, n in sizes.items()])
     targets = targets[torch.randperm(len(targets), generator=g)]
-    num_classes = 5
-    weights = candidate(targets.clone(), num_classes)
+    n = len(targets)
+    case = f"for class sizes {dict(sorted(sizes.items()))} (classes 0..{num_classes - 1}) and power={power}"
+    weights = candidate(targets.clone(), num_classes, power)
     if not isinstance(weights, torch.Tensor):
         try:
             weights = torch.as_tensor(weights)
         except (TypeError, ValueError, RuntimeError) as exc:
-            raise AssertionError(f"return a tensor of shape [N]; got {type(weights).__name__}") from exc
-    n = len(targets)
+            raise AssertionError(f"{case}: return a tensor of shape [N]; got {type(weights).__name__}") from exc
     if weights.shape == (num_classes,):
-        raise AssertionError(
-            f"you returned {num_classes} per-class weights; WeightedRandomSampler needs one weight per "
-            f"sample, shape [{n}]: index the per-class weights with the targets"
+        raise Hint(
+            f"{case} you returned {num_classes} per-class weights; WeightedRandomSampler needs one weight per "
+            f"sample, shape [{n}].",
+            "Compute one number per class, then give every sample the number of its class (index with the targets).",
         )
-    assert weights.shape == (n,), f"expected one weight per sample, shape [{n}]; got {tuple(weights.shape)}"
-    assert weights.is_floating_point(), (
-        f"the weights must be floats, got {weights.dtype} (integer division rounds 1/count to 0)"
-    )
-    assert torch.isfinite(weights).all() and (weights > 0).all(), "every sample's weight must be positive and finite"
-    counts = torch.bincount(targets, minlength=num_classes).double()
+    if weights.shape != (n,):
+        raise AssertionError(f"{case}: expected one weight per sample, shape [{n}]; got {tuple(weights.shape)}")
+    if not weights.is_floating_point():
+        raise Hint(f"{case}: the weights must be floats, got {weights.dtype}.",
+                   "Integer arithmetic rounds fractional weights such as 1 / n_c to 0: convert the counts to float first.")
+    if not (torch.isfinite(weights).all() and (weights > 0).all()):
+        raise Hint(
+            f"{case}: some weights are not positive and finite: {sorted(set(weights.tolist()))[:4]}.",
+            "A class that does not occur has 0 samples: anything you compute for it must not leak into the "
+            "weights of the samples that exist (0 ** negative is inf, inf / inf is nan).",
+        )
     w = weights.double()
-    per_class = torch.bincount(targets, weights=w, minlength=num_classes)
-    present = counts > 0
-    count_like = counts[targets] / counts[targets].sum()
-    if torch.allclose(w / w.sum(), count_like, rtol=1e-4):
-        raise AssertionError(
-            "your weights grow with the class size, so the common classes get drawn even more often; "
-            "use the inverse, 1 / (number of samples of the class)"
-        )
-    for c in range(num_classes):
+    for c in sizes:
         members = w[targets == c]
-        if len(members) and not torch.allclose(members, members[0].expand_as(members), rtol=1e-6):
-            raise AssertionError(f"samples of the same class ({c}) must all get the same weight")
-    total = per_class[present]
-    assert torch.allclose(total, total.mean().expand_as(total), rtol=1e-4), (
-        f"each class should end up with the same total weight, but the totals per class are "
-        f"{[round(v, 3) for v in total.tolist()]} for class sizes {counts[present].int().tolist()}: "
-        "weight each sample by 1 / (size of its class)"
-    )
+        if not torch.allclose(members, members[0].expand_as(members), rtol=1e-6):
+            raise AssertionError(f"{case}: the samples of class {c} must all get the same weight")
+    counts = torch.tensor([float(sizes[c]) for c in sorted(sizes)], dtype=torch.float64)
+    got = _shares(torch.stack([w[targets == c].sum() for c in sorted(sizes)]))
+    want = _shares(counts**power)
+    if torch.allclose(got, want, rtol=1e-4):
+        return
+    shown = f"each class's share of the total weight: expected {[round(v, 3) for v in want.tolist()]}, got " \
+            f"{[round(v, 3) for v in got.tolist()]}"
+    if torch.allclose(got, _shares(counts**0), rtol=1e-4):
+        raise Hint(f"{case} your weights balance the classes completely, as if power were 0; {shown}.",
+                   "The class with n_c samples should receive n_c ** power of the total weight, not the same share "
+                   "as every other class; 1 / n_c per sample is only the case power = 0.")
+    if torch.allclose(got, _shares(counts ** (power + 1)), rtol=1e-4):
+        raise Hint(
+            f"{case} you gave each sample the weight its whole class should get, so a class of n_c samples ends "
+            f"up with n_c times it; {shown}.",
+            "The class total is (number of samples) x (weight per sample); solve that for the weight per sample.",
+        )
+    if torch.allclose(got, _shares(counts), rtol=1e-4):
+        raise Hint(f"{case} your weights keep the natural class frequencies, whatever power is; {shown}.",
+                   "Only power = 1 keeps them; the weight per sample must depend on the class size and on power.")
+    raise Hint(f"{case}: {shown}.",
+               "Class c must be drawn with probability n_c ** power / sum over the classes of n_k ** power; "
+               "the sampler draws a class with probability (its total weight) / (all the weight).")
+
+
+@exercise(
+    "06.sampling_weights",
+    "return one float weight per sample (shape [N]) such that WeightedRandomSampler draws class c with "
+    "probability proportional to n_c ** power, where n_c is the number of samples of class c "
+    "(power=1: natural frequencies; power=0: balanced classes; power=0.5: square-root sampling).",
+    reference=_sampling_weights,
+)
+def _test_sampling_weights(candidate) -> None:
+    g = torch.Generator().manual_seed(6)
+    for sizes, power in _WEIGHT_CASES:
+        _check_weights(candidate, sizes, power, g)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import random
 from collections import OrderedDict
 
 import torch
 from torch import nn
 
-from . import exercise
+from . import Hint, exercise
 
 # --------------------------------------------------------------------------
 # 07.receptive_field
@@ -66,6 +67,24 @@ def _as_int(value, layers) -> int:
     return value
 
 
+def _random_stacks(count: int) -> list[tuple[str, list[tuple[int, int, int]]]]:
+    """``count`` random stacks of 1 to 5 layers, drawn anew on every check (so no table of answers passes).
+
+    Each stack has a stride above 1 before its last layer and a dilation above 1 somewhere, so
+    that every shortcut below gives a wrong number on it.
+    """
+    rng = random.Random()  # a fresh, unseeded generator: the notebook's random streams are not touched
+    stacks = []
+    while len(stacks) < count:
+        layers = [(rng.choice((1, 2, 3, 5, 7)), rng.choice((1, 2, 3)), rng.choice((1, 2, 3)))
+                  for _ in range(rng.randint(2, 5))]
+        strided_early = any(s > 1 for _, s, _ in layers[:-1])
+        dilated = any(d > 1 and k > 1 for k, _, d in layers)
+        if strided_early and dilated and _receptive_field(layers) <= 160:
+            stacks.append(("a random stack", layers))
+    return stacks
+
+
 @exercise(
     "07.receptive_field",
     "return the receptive field (side length in input pixels) of one output pixel of a stack of "
@@ -82,29 +101,31 @@ def _test_receptive_field(candidate) -> None:
         ("a 7x7 stride-2 stem and a 3x3 stride-2 pool", [(7, 2, 1), (3, 2, 1)]),
         ("dilated convolutions 1, 2, 4", [(3, 1, 1), (3, 1, 2), (3, 1, 4)]),
         ("stride 2, then a dilated convolution", [(3, 2, 1), (3, 1, 2), (5, 1, 1)]),
+        ("an empty stack (the input itself)", []),
+        *_random_stacks(4),
     ]
     for label, layers in cases:
-        want = _measured_receptive_field(layers, _receptive_field(layers))
+        want = _measured_receptive_field(layers, _receptive_field(layers)) if layers else 1
         got = _as_int(candidate([tuple(layer) for layer in layers]), layers)
         if got == want:
             continue
+        case = f"{label} {layers}: the receptive field measured with autograd is {want} pixels, you returned {got}"
         no_stride = 1 + sum(d * (k - 1) for k, _, d in layers)
         no_dilation = _receptive_field([(k, s, 1) for k, s, _ in layers])
         if got == no_stride:
-            raise AssertionError(
-                f"{label} {layers}: you returned {got}, as if every stride were 1. After a layer with stride s, "
-                f"one step of the next layer covers s input pixels: multiply each (kernel - 1) by the product of "
-                f"the strides *before* it (the measured answer is {want})"
+            raise Hint(
+                f"{case}, as if every stride were 1.",
+                "After a layer with stride s, one step of the next layer covers s input pixels: each layer's "
+                "(kernel - 1) counts in steps of its own input, which are the product of the strides of the "
+                "layers before it.",
             )
         if got == no_dilation:
-            raise AssertionError(
-                f"{label} {layers}: you returned {got}, as if the dilation were 1. A kernel k with dilation d "
-                f"spans d * (k - 1) + 1 pixels (the measured answer is {want})"
-            )
-        if got == sum(k for k, _, _ in layers):
-            raise AssertionError(
-                f"{label} {layers}: you returned {got}, the sum of the kernel sizes. Stacking adds (kernel - 1) "
-                f"per layer to a start of 1: two 3x3 convolutions see 5 pixels, not 6 (the measured answer is {want})"
+            raise Hint(f"{case}, as if every dilation were 1.",
+                       "A kernel k with dilation d spans d * (k - 1) + 1 pixels of its input.")
+        if layers and got == sum(k for k, _, _ in layers):
+            raise Hint(
+                f"{case}: that is the sum of the kernel sizes.",
+                "Stacking adds (kernel - 1) per layer to a start of 1: two 3x3 convolutions see 5 pixels, not 6.",
             )
         with_own_stride = 1
         jump = 1
@@ -112,14 +133,14 @@ def _test_receptive_field(candidate) -> None:
             jump *= s
             with_own_stride += d * (k - 1) * jump
         if got == with_own_stride:
-            raise AssertionError(
-                f"{label} {layers}: you returned {got}: a layer's own stride does not widen its own window, "
-                f"only the layers after it; update the product of strides after adding the layer's span "
-                f"(the measured answer is {want})"
+            raise Hint(
+                f"{case}: you multiplied each layer's span by its own stride too.",
+                "A layer's own stride does not widen its own window, only the windows of the layers after it: "
+                "update the product of strides after adding the layer's span.",
             )
-        raise AssertionError(
-            f"{label} {layers}: the receptive field measured with autograd is {want} pixels, you returned {got}"
-        )
+        raise Hint(f"{case}.",
+                   "Start from 1 pixel; each layer adds dilation * (kernel - 1) steps, and one step is the product "
+                   "of the strides of the layers before it.")
 
 
 # --------------------------------------------------------------------------
