@@ -55,6 +55,11 @@ def _sums_over_everything(x, dim):
     return e / e.sum()
 
 
+def _one_shift_for_the_whole_tensor(x, dim):  # fine in float64 here; float32 row [-1000, ..., 60] - 1000 underflows
+    e = (x - x.max()).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
 def _squares_the_exponentials(x, dim):
     e = (x - x.amax(dim=dim, keepdim=True)).exp() ** 2  # still sums to 1, wrong values
     return e / e.sum(dim=dim, keepdim=True)
@@ -74,6 +79,7 @@ def _returns_float32(x, dim):
         (_subtracts_in_place, "in place"),
         (_always_last_dim, "sum to 1"),
         (_sums_over_everything, "sum to 1"),
+        (_one_shift_for_the_whole_tensor, "row 1 of your result is nan"),
         (_squares_the_exponentials, "off by"),
         (_returns_float32, "should stay torch.float64, got torch.float32"),
     ],
@@ -90,6 +96,7 @@ def test_softmax_wrong_answers_fail(wrong, fragment):
         lambda x, dim: x.softmax(dim),
         lambda x, dim: nn.Softmax(dim=dim)(x),
         lambda x, dim: torch.special.softmax(x, dim),
+        lambda x, dim: torch.special.log_softmax(x, dim).exp(),
         lambda x, dim: F.log_softmax(x, dim=dim).exp(),
         lambda x, dim: x.log_softmax(dim).exp(),
         lambda x, dim: nn.LogSoftmax(dim=dim)(x).exp(),
@@ -107,7 +114,8 @@ def test_softmax_wrong_answers_fail(wrong, fragment):
         lambda x, dim: torch._refs.nn.functional.softmin(-x, dim),
         lambda x, dim: torch._decomp.decompositions._softmax(x, dim, False),
     ],
-    ids=["torch.softmax", "F.softmax", "Tensor.softmax", "nn.Softmax", "torch.special.softmax", "F.log_softmax",
+    ids=["torch.softmax", "F.softmax", "Tensor.softmax", "nn.Softmax", "torch.special.softmax",
+         "torch.special.log_softmax", "F.log_softmax",
          "Tensor.log_softmax", "nn.LogSoftmax", "torch._softmax", "torch._log_softmax", "aten._softmax",
          "aten._softmax.default", "aten.softmax", "aten.softmax.int", "aten._log_softmax.default", "F.softmin",
          "nn.Softmin", "torch._safe_softmax", "torch._refs.softmax", "torch._refs.softmin", "torch._decomp._softmax"],
@@ -134,10 +142,11 @@ def _attention_weights(x, dim):  # one query of ones against keys x: the attenti
 @pytest.mark.parametrize(
     ("shortcut", "fragment"),
     [
-        (_categorical_probs, "a `torch.distributions` distribution"),
-        (_categorical_logits, "a `torch.distributions` distribution"),
+        # Categorical normalises its logits with logsumexp before Distribution.__init__ runs: that is seen first
+        (_categorical_probs, "which your code reached through `torch.distributions`"),
+        (_categorical_logits, "which your code reached through `torch.distributions`"),
         (lambda x, dim: torch.distributions.OneHotCategorical(logits=x.movedim(dim, -1)).probs.movedim(-1, dim),
-         "a `torch.distributions` distribution"),
+         "which your code reached through `torch.distributions`"),
         # no class is constructed here: the operator itself is seen, below the torch function that issued it
         (lambda x, dim: torch.distributions.utils.logits_to_probs(x.movedim(dim, -1)).movedim(-1, dim),
          "`torch.ops.aten._softmax.default`, which your code reached through `torch.distributions`"),
@@ -170,24 +179,66 @@ def test_softmax_first_hint_names_the_failure_but_not_the_fix():
     assert "maximum along dim" in second and "keepdim=True" in second, "the second failure should add the fuller hint"
 
 
-def test_softmax_first_overflow_hint_leaves_out_the_fix():
-    first = assert_rejected("01.softmax", _no_max_subtracted, "overflowed", "88.7").message
-    assert "amax" not in first and "keepdim" not in first, first
+def test_softmax_first_overflow_hint_gives_the_shift_invariance_but_not_the_fix():
+    first = assert_rejected("01.softmax", _no_max_subtracted, "overflowed", "88.7", "multiplied by exp(-c)").message
+    assert "amax" not in first and "keepdim" not in first and "maximum" not in first, first
 
 
-def test_softmax_through_logsumexp_is_accepted():
-    assert check("01.softmax", lambda x, dim: (x - torch.logsumexp(x, dim, keepdim=True)).exp(), show=False).passed
+def test_softmax_one_shift_for_the_whole_tensor_is_named_as_underflow_not_overflow():
+    x = torch.randn(2, 3, 5, dtype=torch.float64)
+    torch.testing.assert_close(_one_shift_for_the_whole_tensor(x, 1), x.softmax(1))  # right wherever nothing underflows
+    first = assert_rejected("01.softmax", _one_shift_for_the_whole_tensor, "float32 logits up to 1000",
+                            "underflowed to 0", "0 / 0 is nan", "one shift for the whole tensor").message
+    assert "overflowed" not in first and "own shift" not in first and "keepdim" not in first, first
+    second = check("01.softmax", _one_shift_for_the_whole_tensor, show=False).message
+    assert "Each slice along dim needs its own shift" in second and "own maximum along dim" in second, second
+
+
+def test_softmax_nan_from_overflow_is_still_called_overflow():
+    def shifts_by_the_smallest_entry(x, dim):  # a per-slice shift, but the wrong one: exp(1000 - 0) overflows
+        e = (x - x.amin(dim=dim, keepdim=True)).exp()
+        return e / e.sum(dim=dim, keepdim=True)
+
+    assert_rejected("01.softmax", shifts_by_the_smallest_entry, "float32 logits up to 1000", "exp overflowed")
+
+
+def _softmax_from_lse(lse):
+    return lambda x, dim: (x - lse(x, dim)).exp()
+
+
+@pytest.mark.parametrize(
+    ("through_logsumexp", "fragment"),
+    [
+        (_softmax_from_lse(lambda x, dim: torch.logsumexp(x, dim, keepdim=True)), "log-sum-exp (`torch.logsumexp`"),
+        (_softmax_from_lse(lambda x, dim: x.logsumexp(dim, keepdim=True)), "log-sum-exp (`torch.logsumexp`"),
+        (_softmax_from_lse(lambda x, dim: torch.special.logsumexp(x, dim, keepdim=True)), "log-sum-exp"),
+        (_softmax_from_lse(lambda x, dim: torch.ops.aten.logsumexp(x, [dim], True)), "log-sum-exp"),
+        (_softmax_from_lse(lambda x, dim: torch.ops.aten.logsumexp.default(x, [dim], True)), "log-sum-exp"),
+        (_softmax_from_lse(lambda x, dim: torch._refs.logsumexp(x, dim, keepdim=True)), "log-sum-exp"),
+        (_softmax_from_lse(lambda x, dim: torch.masked.logsumexp(x, dim, keepdim=True)),
+         "which your code reached through `torch.masked`"),
+    ],
+    ids=["torch.logsumexp", "Tensor.logsumexp", "torch.special.logsumexp", "aten.logsumexp",
+         "aten.logsumexp.default", "torch._refs.logsumexp", "torch.masked.logsumexp"],
+)
+def test_softmax_through_logsumexp_is_refused(through_logsumexp, fragment):
+    x = torch.randn(2, 3, 5, dtype=torch.float64)
+    torch.testing.assert_close(through_logsumexp(x, 1), x.softmax(1))  # each really is a softmax
+    assert_rejected("01.softmax", through_logsumexp, "write softmax yourself", fragment, "does it for you")
 
 
 def test_softmax_task_states_the_goal_but_leaves_the_recipe_to_the_hints():
     message = check("01.softmax", lambda x, dim: (_ for _ in ()).throw(NotImplementedError), show=False).message
     assert "as large as 1000" in message and "88.7" in message and "Leave x unchanged" in message, message
+    assert "no library softmax and no logsumexp" in message, message
     assert "amax" not in message and "keepdim" not in message, message
+    assert "subtract" not in message.lower() and "shift" not in message.lower(), "the task should not give the trick away"
 
 
 def test_softmax_hint_before_any_attempt_is_the_general_one():
     general = hint("01.softmax", show=False)
     assert "maximum along dim" in general and "keepdim=True" in general, general
+    assert "amax" not in general, "the general hint names the idea, not the call"
 
 
 def test_pairwise_distance_library_is_refused():
@@ -345,7 +396,8 @@ def test_fuller_hints_do_not_paste_the_reference_solutions():
     wrong_answers = {
         "01.pairwise_sq_dists": (_no_broadcast, _sums_wrong_axis, _loops_over_the_rows),
         "01.one_hot": (_slice_instead_of_pairs, _scaled_identity, _width_from_the_largest_label),
-        "01.softmax": (_no_keepdim, _no_max_subtracted, _subtracts_in_place, _sums_over_everything),
+        "01.softmax": (_no_keepdim, _no_max_subtracted, _subtracts_in_place, _sums_over_everything,
+                       _one_shift_for_the_whole_tensor),
     }
     for name, answers in wrong_answers.items():
         texts = [hint(name, show=False)]

@@ -10,7 +10,9 @@ calls the candidate on copies of its inputs and fails an answer that changes the
 
 Library shortcuts are refused through :mod:`helpers.exercises.guards`: by name, and for the ATen
 operators that do the work (``aten._softmax``, ``aten._cdist_forward``, ...) whichever torch function
-the learner's code reaches them through (``Shortcut(..., reached=True)``). One-hot rows read out of an
+the learner's code reaches them through (``Shortcut(..., reached=True)``). ``01.softmax`` also refuses
+log-sum-exp (``torch.logsumexp``, ``aten.logsumexp``): ``exp(x - logsumexp(x))`` is a softmax whose
+overflow-safe shift the library does for the learner. One-hot rows read out of an
 identity matrix are found by their values (:class:`_IdentityRows`), however the identity was built, and
 also when it is scaled, shifted, complemented or has its rows reordered (:func:`_one_hot_table`).
 """
@@ -375,8 +377,10 @@ def _softmax_reference(x: torch.Tensor, dim: int) -> torch.Tensor:
 #: the learner's code reaches them through (torch.masked.softmax, F.gumbel_softmax, attention, ...):
 #: the ATen operators that compute a softmax, each with every overload. Composite ones
 #: (aten.softmax.int) are decomposed before dispatch, so they are named too, for a direct call.
-#: tests/test_exercises_ch01.py calls each route; a softmax assembled from other operators, such
-#: as exp(x - logsumexp(x)), is the learner's own and is accepted.
+#: tests/test_exercises_ch01.py calls each route. log-sum-exp is refused too, by name and as the ATen
+#: operator whatever reaches it: exp(x - logsumexp(x)) is a softmax whose overflow-safe shift
+#: torch.logsumexp does for you, and that shift is what this exercise is about.
+_LOGSUMEXP_DOES = "log-sum-exp (`torch.logsumexp` subtracts the maximum before exp, the step this exercise asks for)"
 _LIBRARY_SOFTMAX = (
     "torch.softmax", "torch.log_softmax", "torch.special.softmax", "torch.special.log_softmax",
     "torch.nn.functional.softmax", "torch.nn.functional.log_softmax", "torch.nn.functional.softmin",
@@ -391,6 +395,10 @@ _LIBRARY_SOFTMAX = (
     *_aten("softmax", "log_softmax"),
     *_aten("_softmax", "_log_softmax", "_safe_softmax", "_masked_softmax", "_sparse_softmax", "_sparse_log_softmax",
            reached=True),
+    Shortcut("torch.logsumexp", does=_LOGSUMEXP_DOES),
+    Shortcut("torch.special.logsumexp", does=_LOGSUMEXP_DOES),
+    Shortcut("torch._refs.logsumexp", does=_LOGSUMEXP_DOES),
+    Shortcut("torch.ops.aten.logsumexp", reached=True, does=_LOGSUMEXP_DOES),
 )
 
 
@@ -414,17 +422,62 @@ def _run_softmax(softmax: Callable, x: torch.Tensor, dim: int, label: str):
     return got
 
 
+_SHIFT_IDEA = (
+    "Subtract from each slice along dim its own maximum along dim before exp: the largest exponent in "
+    "every slice becomes exactly 0, so exp cannot overflow and each slice's sum is at least 1, and the "
+    "shift cancels between numerator and denominator. Both reductions (the maximum and the sum) need "
+    "keepdim=True, so that they broadcast back against x."
+)
+
+
+def _slice_name(index: tuple[int, ...], ndim: int, dim: int) -> str:
+    """'row 1' for a 2-D x reduced along its columns, 'column 2' along its rows, else 'the slice at (i, j)'."""
+    if ndim == 2:
+        return f"row {index[0]}" if dim % 2 == 1 else f"column {index[0]}"
+    return f"the slice at {index} (x with dim={dim} left out)"
+
+
+def _explain_not_finite(x: torch.Tensor, got: torch.Tensor, dim: int, label: str) -> None:
+    """Raise the Hint for a result with inf or nan: a slice whose exps all underflowed, or exp overflowing.
+
+    A slice comes out nan in every entry, with no overflow, when every one of its exps underflowed to 0
+    (0 / 0): float32 exp is 0 below about -104. One shift for the whole tensor (its overall maximum) does
+    that to a slice whose entries all lie far below that maximum, and that is what the first message
+    names. An overflow instead leaves 0 (finite / inf) beside the nans, or happens in a slice whose exp
+    overflows as given.
+    """
+    all_nan = got.isnan().all(dim=dim)  # 0 / 0 in every entry; an overflow leaves finite / inf = 0 beside its nans
+    fits = torch.isfinite(x.exp()).all(dim=dim)  # exp of the slice as given does not overflow
+    emptied = (x - x.amax()).exp().sum(dim=dim) == 0  # what one shift for the whole tensor leaves
+    starved = all_nan & fits & emptied
+    if bool(starved.any()):
+        index = tuple(int(i) for i in starved.nonzero()[0])
+        where = _slice_name(index, x.ndim, dim)
+        raise Hint(
+            f"for {label}, {where} of your result is nan, although exp of that slice's own entries does not "
+            f"overflow: every exp in that slice underflowed to 0 (exp of a large negative number is 0; in float32, "
+            "below about -104), so its "
+            "sum was 0 and 0 / 0 is nan. That is what one shift for the whole tensor does (subtracting, say, "
+            "the largest entry of all of x): a slice whose entries all lie far below that value loses all of them.",
+            "Each slice along dim needs its own shift. " + _SHIFT_IDEA,
+        )
+    raise Hint(
+        f"for {label} your result contains inf or nan: exp overflowed (float32 exp is inf above about "
+        "88.7), and inf / inf is nan. Softmax does not change when the same number c is subtracted from "
+        "every entry of a slice along dim: numerator and denominator are both multiplied by exp(-c).",
+        "Choose c for each slice on its own. " + _SHIFT_IDEA,
+    )
+
+
 @exercise(
     "01.softmax",
     "write softmax(x, dim): exp(x) / exp(x).sum(dim) along dim, for a float tensor x of any shape, "
     "with the same shape and dtype as x and finite even for entries as large as 1000 (float32 exp "
-    "overflows above about 88.7). Leave x unchanged; no library softmax.",
+    "overflows above about 88.7). Leave x unchanged; no library softmax and no logsumexp.",
     _softmax_reference,
     shortcuts=_LIBRARY_SOFTMAX,
     goal="softmax",
-    hint="Subtract each slice's maximum along dim before exp: the largest exponent becomes 0, so exp "
-         "cannot overflow, and the shift cancels between numerator and denominator. Take the maximum "
-         "(amax) and the sum along dim with keepdim=True, so that both broadcast back against x.",
+    hint=_SHIFT_IDEA,
 )
 def _test_softmax(softmax: Callable) -> None:
     g = torch.Generator().manual_seed(1)
@@ -452,10 +505,7 @@ def _test_softmax(softmax: Callable) -> None:
             raise Hint(f"for {label} the result should stay {x.dtype}, got {got.dtype}.",
                        "Leave the dtype alone: no .float() or .double(); arithmetic on x keeps its dtype.")
         if not torch.isfinite(got).all():
-            raise Hint(f"for {label} your result contains inf or nan: exp overflowed (float32 exp is inf "
-                       "above about 88.7).",
-                       "Subtract each slice's maximum along dim (amax, with keepdim=True) before exp: the "
-                       "largest exponent is then 0, and the shift does not change the softmax.")
+            _explain_not_finite(x, got, dim, label)
         sums = got.sum(dim=dim)
         if not torch.allclose(sums, torch.ones_like(sums), atol=1e-5):
             raise Hint(
