@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import re
 
+import functorch  # the deprecated package, whose aliases of torch.func must be refused too
 import pytest
 import torch
+import torch._functorch.apis as functorch_apis
+import torch._functorch.eager_transforms as functorch_impl
 import torch.autograd.forward_ad as fwAD
 import torch.func
 
@@ -22,6 +25,7 @@ from tests.exercise_support import assert_rejected
 pytestmark = [
     pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning"),  # inside torch.func.jacfwd
     pytest.mark.filterwarnings(r"ignore:Using backward\(\) with create_graph=True:UserWarning"),  # the f' + f'' answer
+    pytest.mark.filterwarnings("ignore:We've integrated functorch into PyTorch:FutureWarning"),  # functorch.* outside a check
 ]
 
 
@@ -107,6 +111,42 @@ def derivative_func_grad_and_value(f, x):
     return torch.func.grad_and_value(f)(torch.tensor(x, dtype=torch.float64))[0].item()
 
 
+def derivative_functorch_grad(f, x):
+    """The deprecated functorch package: a wrapper that calls torch.func.grad from inside torch."""
+    return functorch.grad(f)(torch.tensor(x, dtype=torch.float64)).item()
+
+
+def derivative_functorch_grad_and_value(f, x):
+    return functorch.grad_and_value(f)(torch.tensor(x, dtype=torch.float64))[0].item()
+
+
+def derivative_functorch_vjp(f, x):
+    _, vjp_fn = functorch.vjp(f, torch.tensor(x, dtype=torch.float64))
+    return vjp_fn(torch.tensor(1.0, dtype=torch.float64))[0].item()
+
+
+def derivative_functorch_jvp(f, x):
+    one = torch.tensor(1.0, dtype=torch.float64)
+    return functorch.jvp(f, (torch.tensor(x, dtype=torch.float64),), (one,))[1].item()
+
+
+def derivative_functorch_imported_inside(f, x):
+    """functorch imported by the answer itself (not yet in sys.modules when the check starts)."""
+    import functorch as ft
+
+    return ft.grad(f)(torch.tensor(x, dtype=torch.float64)).item()
+
+
+def derivative_private_apis_grad(f, x):
+    """torch.func.grad where torch.func gets it from."""
+    return functorch_apis.grad(f)(torch.tensor(x, dtype=torch.float64)).item()
+
+
+def derivative_private_vjp(f, x):
+    _, vjp_fn = functorch_impl.vjp(f, torch.tensor(x, dtype=torch.float64))
+    return vjp_fn(torch.tensor(1.0, dtype=torch.float64))[0].item()
+
+
 def derivative_integer_point(f, x):
     t = torch.tensor(int(x))  # an integer tensor cannot require grad
     return f(t).item()
@@ -185,6 +225,26 @@ def second_derivative_hvp(f, x):
 
 def second_derivative_jacfwd_of_jacrev(f, x):
     return torch.func.jacfwd(torch.func.jacrev(f))(torch.tensor(x, dtype=torch.float64)).item()
+
+
+def second_derivative_functorch_hessian(f, x):
+    return functorch.hessian(f)(torch.tensor(x, dtype=torch.float64)).item()
+
+
+def second_derivative_functorch_grad_twice(f, x):
+    return functorch.grad(functorch.grad(f))(torch.tensor(x, dtype=torch.float64)).item()
+
+
+def second_derivative_functorch_jacfwd_of_jacrev(f, x):
+    return functorch.jacfwd(functorch.jacrev(f))(torch.tensor(x, dtype=torch.float64)).item()
+
+
+def second_derivative_private_hessian(f, x):
+    return functorch_impl.hessian(f)(torch.tensor(x, dtype=torch.float64)).item()
+
+
+def second_derivative_private_grad_twice(f, x):
+    return functorch_apis.grad(functorch_apis.grad(f))(torch.tensor(x, dtype=torch.float64)).item()
 
 
 # --------------------------------------------------------------------------
@@ -292,13 +352,44 @@ def jacobian_finite_differences_under_func_vmap(f, x):
 
 
 def jacobian_finite_differences_under_hidden_vmap(f, x):
-    """The same through torch._functorch.apis.vmap, a name the guard does not rebind: f sees batched tensors."""
+    """The same through torch._functorch.apis.vmap, where torch.func gets vmap from: refused by name too."""
     from torch._functorch.apis import vmap
 
     h = 1e-6
     steps = torch.eye(x.shape[0], dtype=torch.float64) * h
     xr = x.detach().requires_grad_(True)
     return (vmap(lambda e: (f(xr + e) - f(xr - e)) / (2 * h))(steps)).T
+
+
+def jacobian_functorch_jacrev(f, x):
+    return functorch.jacrev(f)(x)
+
+
+def jacobian_functorch_jacfwd(f, x):
+    return functorch.jacfwd(f)(x)
+
+
+def jacobian_functorch_jvp(f, x):
+    return torch.stack([functorch.jvp(f, (x,), (e,))[1] for e in torch.eye(x.shape[0], dtype=x.dtype)], 1)
+
+
+def jacobian_functorch_vmap(f, x):
+    """Finite differences with all columns batched by functorch.vmap."""
+    h = 1e-6
+    steps = torch.eye(x.shape[0], dtype=torch.float64) * h
+    return (functorch.vmap(lambda e: (f(x + e) - f(x - e)) / (2 * h))(steps)).T
+
+
+def jacobian_private_jacrev(f, x):
+    return functorch_impl.jacrev(f)(x)
+
+
+def jacobian_private_jacfwd(f, x):
+    return functorch_impl.jacfwd(f)(x)
+
+
+def jacobian_private_jvp(f, x):
+    return torch.stack([functorch_impl.jvp(f, (x,), (e,))[1] for e in torch.eye(x.shape[0], dtype=x.dtype)], 1)
 
 
 # --------------------------------------------------------------------------
@@ -456,6 +547,12 @@ WRONG = [
     ("02.derivative", derivative_func_grad, "torch.func.grad"),
     ("02.derivative", derivative_func_grad_and_value, "torch.func.grad_and_value"),
     ("02.derivative", derivative_functional_vjp, "torch.autograd.functional.vjp"),
+    ("02.derivative", derivative_functorch_grad, "functorch.grad"),
+    ("02.derivative", derivative_functorch_grad_and_value, "functorch.grad_and_value"),
+    ("02.derivative", derivative_functorch_vjp, "functorch.vjp"),
+    ("02.derivative", derivative_functorch_jvp, "functorch.jvp"),
+    ("02.derivative", derivative_private_apis_grad, "torch._functorch.apis.grad"),
+    ("02.derivative", derivative_private_vjp, "torch._functorch.eager_transforms.vjp"),
     ("02.second_derivative", second_derivative_finite_difference_with_grad, "finite differences"),
     ("02.second_derivative", second_derivative_of_autograd_by_differences, "finite differences"),
     ("02.second_derivative", second_derivative_is_first, "FIRST derivative"),
@@ -467,6 +564,11 @@ WRONG = [
     ("02.second_derivative", second_derivative_func_grad_twice, "torch.func.grad"),
     ("02.second_derivative", second_derivative_hvp, "torch.autograd.functional.hvp"),
     ("02.second_derivative", second_derivative_jacfwd_of_jacrev, "torch.func.jac"),
+    ("02.second_derivative", second_derivative_functorch_hessian, "functorch.hessian"),
+    ("02.second_derivative", second_derivative_functorch_grad_twice, "functorch.grad"),
+    ("02.second_derivative", second_derivative_functorch_jacfwd_of_jacrev, "functorch.jac"),
+    ("02.second_derivative", second_derivative_private_hessian, "torch._functorch.eager_transforms.hessian"),
+    ("02.second_derivative", second_derivative_private_grad_twice, "torch._functorch.apis.grad"),
     ("02.jacobian", jacobian_accumulating, "accumulates"),
     ("02.jacobian", jacobian_complex_step, "complex-step"),
     ("02.jacobian", jacobian_aliased_rows, "LAST row"),
@@ -477,7 +579,14 @@ WRONG = [
     ("02.jacobian", jacobian_forward_ad, "torch.autograd.forward_ad.make_dual"),
     ("02.jacobian", jacobian_batched_grad, "is_grads_batched=True"),
     ("02.jacobian", jacobian_finite_differences_under_func_vmap, "torch.func.vmap"),
-    ("02.jacobian", jacobian_finite_differences_under_hidden_vmap, "cannot be read"),
+    ("02.jacobian", jacobian_finite_differences_under_hidden_vmap, "torch._functorch.apis.vmap"),
+    ("02.jacobian", jacobian_functorch_jacrev, "functorch.jacrev"),
+    ("02.jacobian", jacobian_functorch_jacfwd, "functorch.jacfwd"),
+    ("02.jacobian", jacobian_functorch_jvp, "functorch.jvp"),
+    ("02.jacobian", jacobian_functorch_vmap, "functorch.vmap"),
+    ("02.jacobian", jacobian_private_jacrev, "torch._functorch.eager_transforms.jacrev"),
+    ("02.jacobian", jacobian_private_jacfwd, "torch._functorch.eager_transforms.jacfwd"),
+    ("02.jacobian", jacobian_private_jvp, "torch._functorch.eager_transforms.jvp"),
     ("02.jacobian", lambda f, x: torch.autograd.functional.jacobian(f, x), "torch.autograd.functional.jacobian"),
     ("02.jacobian", lambda f, x: torch.func.jacrev(f)(x), "torch.func.jacrev"),
     ("02.jacobian", lambda f, x: torch.func.jacfwd(f)(x), "torch.func.jacfwd"),
@@ -617,6 +726,41 @@ def test_the_shortcut_candidates_would_be_right_if_allowed():
     assert torch.allclose(jacobian_complex_step(ch02._f_coupled, point), want, atol=1e-12)
 
 
+def test_the_functorch_routes_would_be_right_if_allowed():
+    """The functorch aliases and the torch._functorch functions are refused as shortcuts, not for wrong values."""
+    d1, d2, jac = solution("02.derivative"), solution("02.second_derivative"), solution("02.jacobian")
+    for derivative in (derivative_functorch_grad, derivative_functorch_grad_and_value, derivative_functorch_vjp,
+                       derivative_functorch_jvp, derivative_private_apis_grad, derivative_private_vjp):
+        assert derivative(torch.sin, 0.7) == pytest.approx(d1(torch.sin, 0.7), rel=1e-12), derivative.__name__
+    for second in (second_derivative_functorch_hessian, second_derivative_functorch_grad_twice,
+                   second_derivative_functorch_jacfwd_of_jacrev, second_derivative_private_hessian,
+                   second_derivative_private_grad_twice):
+        assert second(torch.sin, 0.7) == pytest.approx(d2(torch.sin, 0.7), rel=1e-12), second.__name__
+    x = torch.tensor([0.3, -1.0, 2.0, 0.5], dtype=torch.float64)
+    want = jac(ch02._f_coupled, x)
+    for jacobian in (jacobian_functorch_jacrev, jacobian_functorch_jacfwd, jacobian_functorch_jvp,
+                     jacobian_private_jacrev, jacobian_private_jacfwd, jacobian_private_jvp):
+        assert torch.allclose(jacobian(ch02._f_coupled, x), want, atol=1e-10), jacobian.__name__
+    assert torch.allclose(jacobian_functorch_vmap(ch02._f_coupled, x), want, atol=1e-6)
+
+
+def test_functorch_imported_inside_the_answer_is_refused(monkeypatch):
+    """A lazy shortcut: functorch not yet imported when the check starts, imported by the answer itself."""
+    import sys
+
+    monkeypatch.delitem(sys.modules, "functorch")
+    assert_rejected("02.derivative", derivative_functorch_imported_inside, "functorch.grad")
+
+
+def test_the_checks_leave_functorch_and_torch_func_working():
+    """The names are rebound only during a check."""
+    check("02.jacobian", jacobian_functorch_jacrev, show=False)
+    check("02.second_derivative", second_derivative_private_hessian, show=False)
+    assert functorch_impl.jacrev is torch.func.jacrev and functorch_apis.grad is torch.func.grad
+    assert functorch.grad.__module__ == "torch._functorch.deprecated"
+    assert torch.func.grad(torch.sin)(torch.tensor(0.0)).item() == pytest.approx(1.0)
+
+
 def test_the_refused_sgd_steps_would_be_right_if_allowed():
     """torch.optim.SGD, its functional form and the .data update give the reference's values."""
     for step in (sgd_torch_optim, sgd_functional, sgd_through_data):
@@ -700,6 +844,28 @@ def jacobian_float32(f, x):
     return solution("02.jacobian")(lambda t: f(t.double()).float(), x.float())
 
 
+def jacobian_plain_float32(f, x):
+    """The reference's method in float32 throughout: f sees a float32 x (and A @ x must work in float32)."""
+    x = x.detach().float().requires_grad_(True)
+    y = f(x)
+    return torch.stack([torch.autograd.grad(y[i], x, retain_graph=True)[0] for i in range(y.shape[0])])
+
+
+def jacobian_reads_shape_first(f, x):
+    """Calls f once on the plain x (no grad) to read m, then one autograd.grad per row on a copy that requires grad."""
+    m = f(x).shape[0]
+    xr = x.detach().clone().requires_grad_(True)
+    return torch.stack([torch.autograd.grad(f(xr)[i], xr)[0] for i in range(m)])
+
+
+def derivative_prints_value_first(f, x):
+    """Evaluates f at the plain x first (to look at it), then differentiates on a tensor that requires grad."""
+    _ = f(torch.tensor(x, dtype=torch.float64))
+    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(f(t), t)
+    return g.item()
+
+
 def jacobian_func_vjp(f, x):
     """torch.func.vjp once, then one vector-Jacobian product per row: the exercise, functionally."""
     y, vjp_fn = torch.func.vjp(f, x)
@@ -740,6 +906,9 @@ RIGHT = [
     ("02.jacobian", jacobian_backward_with_reset),
     ("02.jacobian", jacobian_zero_and_clone),
     ("02.jacobian", jacobian_float32),
+    ("02.jacobian", jacobian_plain_float32),
+    ("02.jacobian", jacobian_reads_shape_first),
+    ("02.derivative", derivative_prints_value_first),
     ("02.jacobian", jacobian_func_vjp),
     ("02.sgd_step", sgd_add_alpha_and_zero),
     ("02.sgd_step", sgd_decorated_sub),
@@ -819,7 +988,61 @@ def test_a_16_bit_point_is_named_as_the_cause(name, make, dtype, bits):
     [("02.derivative", _derivative_in), ("02.second_derivative", _second_derivative_in), ("02.jacobian", _jacobian_in)],
 )
 def test_the_same_answers_in_float32_and_float64_pass(name, make):
-    """The dtype is the only mistake in the answers above (02.jacobian's A @ x case is float64 only)."""
-    for dtype in (torch.float64,) if name == "02.jacobian" else (torch.float32, torch.float64):
+    """The dtype is the only mistake in the answers above (the checker's A @ x follows the answer's dtype)."""
+    for dtype in (torch.float32, torch.float64):
         result = check(name, make(dtype), show=False)
         assert result.status == "passed", result.message
+
+
+# --------------------------------------------------------------------------
+# Calls without requires_grad: refused only when no call required grad
+# --------------------------------------------------------------------------
+
+
+def _derivative_backward_without_grad(f, x):
+    t = torch.tensor(x, dtype=torch.float64)
+    f(t).backward()  # RuntimeError: element 0 of tensors does not require grad
+    return t.grad.item()
+
+
+def _second_derivative_without_grad(f, x):
+    t = torch.tensor(x, dtype=torch.float64)
+    (g,) = torch.autograd.grad(f(t), t, create_graph=True)  # RuntimeError: does not require grad
+    (g2,) = torch.autograd.grad(g, t)
+    return g2.item()
+
+
+def _jacobian_rows_without_grad(f, x):
+    y = f(x)
+    return torch.stack([torch.autograd.grad(y[i], x, retain_graph=True)[0] for i in range(y.shape[0])])
+
+
+@pytest.mark.parametrize(
+    ("name", "wrong"),
+    [
+        ("02.derivative", _derivative_backward_without_grad),
+        ("02.second_derivative", _second_derivative_without_grad),
+        ("02.jacobian", _jacobian_rows_without_grad),
+    ],
+)
+def test_a_crash_without_requires_grad_is_blamed_on_the_point(name, wrong):
+    """autograd's own RuntimeError is replaced by the hint that names the cause: x does not require grad."""
+    result = assert_rejected(name, wrong, "every call had a tensor that does not require grad")
+    assert "raised RuntimeError" not in result.message and "create_graph" not in result.message, result.message
+
+
+def test_a_call_without_grad_next_to_one_with_grad_is_allowed():
+    """_Watched refuses only an answer that never called f on a tensor that requires grad."""
+    watched = ch02._Watched(torch.sin, "f = sin(x)", 0.7)
+    watched(torch.tensor(0.7))
+    with pytest.raises(AssertionError, match="every call had a tensor that does not require grad"):
+        watched.verify()
+    watched(torch.tensor(0.7, requires_grad=True))
+    watched.verify()  # now one call required grad: nothing to refuse
+
+
+def test_the_linear_case_follows_the_answer_dtype():
+    """A float32 x gives a float32 A @ x, equal to the float64 one to float32 rounding."""
+    x = torch.tensor([1.0, 2.0, -1.0])
+    assert ch02._f_linear(x).dtype == torch.float32
+    assert torch.allclose(ch02._f_linear(x).double(), ch02._f_linear(x.double()))

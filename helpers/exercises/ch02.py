@@ -14,16 +14,17 @@ Exercises:
 Each checker raises a :class:`~helpers.exercises.Hint` for a wrong answer: the
 case, the expected and the actual value first, the fix on a second failure (see
 :func:`helpers.exercises.check`). The test functions ``f`` it passes to the
-candidate insist on being called at the point itself, on a tensor that requires
-grad and whose values can be read, so a finite-difference answer, which
+candidate insist on being called at the point itself, on a tensor whose values
+can be read, at least once with requires_grad, so a finite-difference answer, which
 evaluates f at x + h and x - h, is refused rather than passed because it happens
 to be accurate enough, and so is one that hides its evaluations inside
 ``torch.func.vmap`` or one that evaluates f at a complex point (the complex-step
 method, Im f(x + ih) / h). Library functions that compute the asked-for
 derivative (``torch.func.grad``, ``torch.autograd.functional.hessian``,
 ``torch.func.jacrev``, forward mode, ...) are named as shortcuts and refused
-(:mod:`helpers.exercises.guards`), and so are the ``torch.optim`` optimizers in
-``02.sgd_step``.
+(:mod:`helpers.exercises.guards`), under their ``torch._functorch`` names and
+their deprecated ``functorch`` aliases too, and so are the ``torch.optim``
+optimizers in ``02.sgd_step``.
 """
 
 from __future__ import annotations
@@ -157,10 +158,14 @@ class _Watched:
     Autograd needs ``f`` evaluated at the point itself; finite differences
     evaluate it at ``x + h`` and ``x - h`` and only approximate the derivative.
     Each call's input must therefore be a readable tensor (not a batched one
-    inside ``vmap``, whose values cannot be checked), equal ``point`` in some
-    float dtype and require grad. The first problem is raised at once as a
-    :class:`Hint` and also kept in ``problem``, in case the learner's code
-    swallows the error.
+    inside ``vmap``, whose values cannot be checked) and equal ``point`` in some
+    float dtype. The first such problem is raised at once as a :class:`Hint`
+    and also kept in ``problem``, in case the learner's code swallows the error.
+
+    A call on a tensor that does not require grad is allowed (a correct answer
+    may call ``f(x)`` once on the plain ``x``, for instance to read the output's
+    shape); :meth:`verify` refuses the answer only when *no* call required grad,
+    since then autograd recorded nothing.
     """
 
     def __init__(self, f: Callable, label: str, point) -> None:
@@ -169,6 +174,8 @@ class _Watched:
         self.allowed = _roundings(point)
         self.problem: Hint | None = None
         self.dtypes: set[torch.dtype] = set()
+        self.calls_with_grad = 0
+        self.calls_without_grad = 0
 
     def _refuse(self, what: str, more: str = _AUTOGRAD_AT_X):
         self.problem = self.problem or Hint(what, more)
@@ -203,17 +210,46 @@ class _Watched:
                 f"{self.label} was called at {_show(values)}, not at the point x = {_show(self.point)}: that "
                 "looks like finite differences, (f(x + h) - f(x - h)) / 2h, which only approximate the derivative."
             )
-        if not t.requires_grad:
-            self._refuse(
-                f"{self.label} was called at x with a tensor that does not require grad, so autograd records "
-                "nothing and cannot differentiate it."
-            )
+        if t.requires_grad:
+            self.calls_with_grad += 1
+        else:
+            self.calls_without_grad += 1
         return self.f(t)
 
+    def no_grad_problem(self) -> Hint | None:
+        """The hint for an answer that called f only on tensors that do not require grad, else None."""
+        if self.calls_without_grad and not self.calls_with_grad:
+            return Hint(
+                f"{self.label} was called at x, but every call had a tensor that does not require grad, so "
+                "autograd recorded nothing and cannot differentiate it.",
+                _AUTOGRAD_AT_X,
+            )
+        return None
+
     def verify(self) -> None:
-        """Raise the first refused call again (the learner's code may have caught it)."""
+        """Raise the first refused call again (the learner's code may have caught it), or refuse an answer
+        whose calls of f all had tensors that do not require grad."""
         if self.problem is not None:
             raise self.problem
+        problem = self.no_grad_problem()
+        if problem is not None:
+            raise problem
+
+    def run(self, candidate: Callable, *args):
+        """``candidate(self, *args)``; if it crashes after calling f only without grad, say that instead.
+
+        Without ``requires_grad`` the learner's ``backward()`` or ``torch.autograd.grad`` raises a
+        RuntimeError ("does not require grad and does not have a grad_fn"); the cause is the point.
+        """
+        try:
+            return candidate(self, *args)
+        except Exception as exc:
+            if isinstance(exc, AssertionError):  # a refusal (Hint) or a shortcut: already says what is wrong
+                raise
+            problem = self.problem or self.no_grad_problem()
+            if problem is not None:
+                raise problem from exc
+            raise
 
     def refuse_low_precision(self, what: str) -> None:
         """Raise a :class:`Hint` if f was called in a 16-bit float dtype; ``what`` names the wrong answer.
@@ -270,6 +306,17 @@ _LIBRARY_DERIVATIVES = (
     "torch.func.jvp",
     "torch.func.linearize",
     "torch.autograd.forward_ad.make_dual",
+    # the same function objects where torch.func gets them from (the guard rebinds names, not objects)
+    "torch._functorch.apis.grad",
+    "torch._functorch.apis.grad_and_value",
+    "torch._functorch.eager_transforms.hessian",
+    "torch._functorch.eager_transforms.jacrev",
+    "torch._functorch.eager_transforms.jacfwd",
+    "torch._functorch.eager_transforms.vjp",
+    "torch._functorch.eager_transforms.jvp",
+    "torch._functorch.eager_transforms.linearize",
+    # the deprecated functorch package: thin wrappers that call the functions above from inside torch
+    *(Shortcut(f"functorch.{name}", lazy=True) for name in ("grad", "grad_and_value", "hessian", "jacrev", "jacfwd", "vjp", "jvp")),
 )
 
 
@@ -286,7 +333,7 @@ _LIBRARY_DERIVATIVES = (
 def _check_derivative(candidate: Callable) -> None:
     for label, f, x, value, first, _ in _SCALAR_CASES:
         watched = _Watched(f, f"f = {label}", x)
-        got = candidate(watched, x)
+        got = watched.run(candidate, x)
         watched.verify()
         expect_type(got, float, f"derivative({label}, {x})")
         if _close(got, first):
@@ -327,7 +374,7 @@ def _check_second_derivative(candidate: Callable) -> None:
     for label, f, x, value, first, second in _SCALAR_CASES:
         watched = _Watched(f, f"f = {label}", x)
         try:
-            got = candidate(watched, x)
+            got = watched.run(candidate, x)
         except RuntimeError as exc:
             if "does not require grad and does not have a grad_fn" not in str(exc):
                 raise
@@ -383,7 +430,7 @@ _A = torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.0, -1.0]], dtype=torch.float64)
 
 
 def _f_linear(x):
-    return _A @ x
+    return _A.to(x.dtype) @ x  # in the dtype of the answer's x: float32 @ float64 would raise
 
 
 _JACOBIAN_CASES = [
@@ -403,6 +450,15 @@ _JACOBIAN_SHORTCUTS = (
     Shortcut("torch.func.vmap", does="`torch.func.vmap`, which batches all the rows (or columns) into one call,"),
     Shortcut("torch.vmap", does="`torch.vmap`, which batches all the rows (or columns) into one call,"),
     "torch.autograd.forward_ad.make_dual",
+    # the same function objects where torch.func gets them from (the guard rebinds names, not objects)
+    "torch._functorch.eager_transforms.jacrev",
+    "torch._functorch.eager_transforms.jacfwd",
+    "torch._functorch.eager_transforms.jvp",
+    "torch._functorch.eager_transforms.linearize",
+    Shortcut("torch._functorch.apis.vmap", does="`torch._functorch.apis.vmap` (torch.vmap under another name), which batches all the rows (or columns) into one call,"),
+    # the deprecated functorch package: thin wrappers that call the functions above from inside torch
+    *(Shortcut(f"functorch.{name}", lazy=True) for name in ("jacrev", "jacfwd", "jvp")),
+    Shortcut("functorch.vmap", lazy=True, does="`functorch.vmap`, which batches all the rows (or columns) into one call,"),
     Shortcut(
         "torch.autograd.grad",
         when=lambda a, k: bool(k.get("is_grads_batched")),
@@ -440,7 +496,7 @@ def _check_jacobian(candidate: Callable) -> None:
         x = torch.tensor(point, dtype=torch.float64)
         want = torch.autograd.functional.jacobian(f, x)
         watched = _Watched(f, f"f = {label}", point)
-        got = candidate(watched, x.clone())
+        got = watched.run(candidate, x.clone())
         watched.verify()
         expect_type(got, torch.Tensor, f"jacobian(f = {label})")
         got = got.detach().to(torch.float64)
