@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from numpy import (
+    array_split as renamed_numpy_split,  # a learner's alias of a C callable outside torch
+)
 from torch import cdist as renamed_cdist  # a learner's alias: must still be seen
 from torch.nn.utils import clip_grad_norm_
 
@@ -386,3 +390,30 @@ def test_a_lazy_shortcut_imported_inside_the_answer_is_still_caught(register, mo
 
     result = check("99.lazy2", imports_then_calls, show=False)
     assert result.status == "failed" and "course_fake_lazy_pkg2.add_one" in result.message, result.message
+
+
+def test_a_c_callable_outside_torch_is_refused_by_name_and_restored(register):
+    """numpy.array_split is a NumPy dispatcher object, which no torch mode sees: it is rebound by name."""
+    def checker(candidate):
+        blocks = candidate(10, 3)
+        assert [len(b) for b in blocks] == [4, 3, 3], "blocks of 4, 3 and 3"
+
+    def reference(n, k):
+        sizes = [n // k + (i < n % k) for i in range(k)]
+        starts = [sum(sizes[:i]) for i in range(k)]
+        return [list(range(s, s + z)) for s, z in zip(starts, sizes, strict=True)]
+
+    register("99.split", checker, reference, shortcuts=("numpy.array_split",), goal="the split")
+    original = np.array_split
+    assert "numpy.array_split" in check("99.split", lambda n, k: np.array_split(np.arange(n), k), show=False).message
+    assert "numpy.array_split" in check("99.split", lambda n, k: renamed_numpy_split(np.arange(n), k), show=False).message
+    def answer_with_a_local_import():
+        from numpy import array_split as local_split  # a closure variable of the answer below
+
+        return lambda n, k: local_split(np.arange(n), k)
+
+    assert "numpy.array_split" in check("99.split", answer_with_a_local_import(), show=False).message
+    # numpy.split calls array_split from inside numpy: that is numpy calling itself, not the learner's shortcut
+    assert check("99.split", lambda n, k: np.split(np.arange(n), [4, 7]), show=False).passed
+    assert np.array_split is original and renamed_numpy_split is original, "the names must be restored"
+    assert check("99.split", reference, show=False).passed

@@ -267,7 +267,8 @@ def check(name: str, candidate: Callable, *, show: bool = True) -> ExerciseResul
         for _attempt in range(2):
             with torch.random.fork_rng(devices=[]):
                 with guard(ex.shortcuts, goal=ex.goal, checker_code=ex.is_checker_code,
-                           learner_globals=_learner_namespaces(candidate)) as g:
+                           learner_globals=_learner_namespaces(candidate),
+                           learner_cells=getattr(candidate, "__closure__", None) or ()) as g:
                     used = g.used
                     ex.test(candidate)
             # a lazy shortcut's package imported by the answer itself: check again, now guarded

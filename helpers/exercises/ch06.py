@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import sys
-from collections.abc import Iterator
 
-import numpy as np
 import torch
 
 from . import Hint, Shortcut, exercise
@@ -47,6 +42,7 @@ _SHARD_CASES += [(10, 4), (9, 6), (1003, 7), (65, 64)]  # cases where a ceil-siz
 _LIBRARY_SPLITS = (
     Shortcut("torch.tensor_split", does="`torch.tensor_split` (or `Tensor.tensor_split`)"),
     Shortcut("torch.chunk", does="`torch.chunk` (or `Tensor.chunk`)"),
+    Shortcut("numpy.array_split"),
 )
 
 
@@ -60,62 +56,6 @@ def _as_indices(result, n: int, worker_id: int, num_workers: int) -> list[int]:
             f"shard_range({n}, {worker_id}, {num_workers}) returned {type(result).__name__}; "
             "return a range of ints, e.g. range(start, stop)"
         ) from exc
-
-
-@contextlib.contextmanager
-def _refusing_numpy_split(candidate) -> Iterator[list[str]]:
-    """Refuse ``numpy.array_split`` from the learner's code while the block runs.
-
-    ``helpers.exercises.guards`` sees torch functions and Python functions, but
-    ``numpy.array_split`` is a NumPy dispatcher object that neither route sees,
-    so it is rebound here: in the ``numpy`` module and wherever the learner may
-    have imported it by name (the answer's module, the notebook's ``__main__``,
-    the answer's closure).
-    Calls from inside NumPy itself are let through. Yields the list of refused
-    names, so that an answer that catches the refusal still fails.
-    """
-    original = np.array_split
-    used: list[str] = []
-    numpy_dir = os.path.dirname(np.__file__)
-
-    def refusing(*args, **kwargs):
-        caller = sys._getframe(1).f_code.co_filename
-        if not caller.startswith(numpy_dir):
-            used.append("numpy.array_split")
-            raise AssertionError(
-                "this exercise asks you to write the split yourself; `numpy.array_split` does it for you."
-            )
-        return original(*args, **kwargs)
-
-    spaces = {id(np.__dict__): np.__dict__}
-    for space in (getattr(candidate, "__globals__", None), vars(sys.modules.get("__main__", np))):
-        if isinstance(space, dict):
-            spaces[id(space)] = space
-    rebound = []
-    for space in spaces.values():
-        for name, value in list(space.items()):
-            if value is original:
-                space[name] = refusing
-                rebound.append((space, name))
-    cells = [c for c in (getattr(candidate, "__closure__", None) or ()) if _cell_holds(c, original)]
-    for cell in cells:  # imported by name inside an enclosing function
-        cell.cell_contents = refusing
-    try:
-        yield used
-    finally:
-        for space, name in rebound:
-            if space.get(name) is refusing:
-                space[name] = original
-        for cell in cells:
-            if _cell_holds(cell, refusing):
-                cell.cell_contents = original
-
-
-def _cell_holds(cell, value) -> bool:
-    try:
-        return cell.cell_contents is value
-    except ValueError:  # an empty cell
-        return False
 
 
 def _check_shards(candidate, n: int, k: int) -> None:
@@ -185,11 +125,8 @@ def _check_shards(candidate, n: int, k: int) -> None:
     goal="the split",
 )
 def _test_shard_range(candidate) -> None:
-    with _refusing_numpy_split(candidate) as used:
-        for n, k in _SHARD_CASES:
-            _check_shards(candidate, n, k)
-    if used:
-        raise AssertionError(f"this exercise asks you to write the split yourself; `{used[0]}` does it for you.")
+    for n, k in _SHARD_CASES:
+        _check_shards(candidate, n, k)
 
 
 # --------------------------------------------------------------------------

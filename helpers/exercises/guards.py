@@ -20,9 +20,12 @@ How calls are seen:
 - **Python classes** (``torch.optim.SGD``, ``nn.Linear``) by a temporary
   ``__init__``, so constructing the class, or a torch subclass of it, is seen
   (a learner's own subclass calling ``super().__init__`` is a direct use too);
-- **Python functions** (``clip_grad_norm_``, ``torch.autograd.functional.*``)
-  by temporarily rebinding the name in its module, in the module it was
-  reached from, and in the learner's globals;
+- **Python functions** (``clip_grad_norm_``, ``torch.autograd.functional.*``),
+  and callables written in C outside torch (``numpy.array_split``, which no
+  torch mode sees), by temporarily rebinding the name in its module, in the
+  module it was reached from, and in the learner's globals; a call from inside
+  the function's own package (``numpy.split`` calling ``array_split``) is the
+  package calling itself;
 - **ATen operators** (``torch.ops.aten._softmax``): an overload packet stands for
   itself and every overload (``torch.ops.aten._softmax.default``), seen by the
   torch-function mode like any torch operator. With ``Shortcut(..., reached=True)``
@@ -168,7 +171,7 @@ class _Guard:
         self.used: list[str] = []
         self.ops: dict[object, Shortcut] = {}  # torch operators, seen by the mode
         self.classes: list[tuple[type, Shortcut]] = []
-        self.functions: list[tuple[object, str, FunctionType, Shortcut]] = []
+        self.functions: list[tuple[object, str, Callable, Shortcut]] = []
         self.reached: dict[torch._ops.OpOverload, Shortcut] = {}  # ATen overloads, seen by the dispatch mode
         for item in shortcuts:
             for shortcut, owner, attr, obj in _expand(_as_shortcut(item)):
@@ -177,6 +180,9 @@ class _Guard:
                 if isinstance(obj, type):
                     self.classes.append((obj, shortcut))
                 elif isinstance(obj, FunctionType) and not _torch_function_aware(obj):
+                    self.functions.append((owner, attr, obj, shortcut))
+                elif not _seen_by_torch_function_mode(owner, obj):
+                    # a callable written in C outside torch (numpy.array_split, math.prod): rebound by name
                     self.functions.append((owner, attr, obj, shortcut))
                 else:  # a builtin operator, or a Python function that dispatches __torch_function__
                     self.ops[obj] = shortcut
@@ -187,8 +193,12 @@ class _Guard:
                         self.ops[method] = shortcut
 
     # -- who called? ------------------------------------------------------
-    def learner_called(self, skip: CodeType | set[CodeType] | None = None) -> bool:
-        """Is the nearest caller that is not plumbing (nor ``skip``) the learner's code?"""
+    def learner_called(self, skip: CodeType | set[CodeType] | None = None, library: str = _TORCH_DIR) -> bool:
+        """Is the nearest caller that is not plumbing (nor ``skip``) the learner's code?
+
+        A caller inside torch, or inside ``library`` (the folder of the shortcut's own package,
+        such as numpy's), is that library calling itself, not the learner.
+        """
         skip_codes = skip if isinstance(skip, set) else {skip}
         frame = sys._getframe(1)
         while frame is not None:
@@ -197,8 +207,8 @@ class _Guard:
             if _is_plumbing(code) or code in skip_codes:
                 frame = frame.f_back
                 continue
-            if filename.startswith(_TORCH_DIR):
-                return False  # torch calling itself
+            if filename.startswith(_TORCH_DIR) or filename.startswith(library):
+                return False  # torch (or the shortcut's own package) calling itself
             return not self.is_checker(code)
         return False
 
@@ -244,6 +254,14 @@ def _torch_module(filename: str) -> str:
     """``.../torch/distributions/utils.py`` -> ``"torch.distributions"``; ``.../torch/functional.py`` -> ``"torch.functional"``."""
     parts = Path(filename).resolve().relative_to(_TORCH_DIR).with_suffix("").parts
     return ".".join(("torch", *parts[:1])) if parts and parts[0] != "__init__" else "torch"
+
+
+def _seen_by_torch_function_mode(owner: object, obj: object) -> bool:
+    """Does a TorchFunctionMode see calls of ``obj``? Only torch's own operators and Tensor methods."""
+    if isinstance(obj, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
+        return True
+    home = owner.__name__ if isinstance(owner, ModuleType) else getattr(owner, "__module__", "") or ""
+    return home == "torch" or home.startswith("torch.")
 
 
 def _torch_function_aware(fn: FunctionType) -> bool:
@@ -316,15 +334,26 @@ def _patch_class(guard: _Guard, cls: type, shortcut: Shortcut) -> Callable[[], N
     return restore
 
 
-def _patch_function(guard: _Guard, owner: object, attr: str, fn: FunctionType, shortcut: Shortcut,
-                    extra_namespaces: list[dict]) -> Callable[[], None]:
+def _cell_holds(cell, value) -> bool:
+    try:
+        return cell.cell_contents is value
+    except ValueError:  # an empty cell
+        return False
+
+
+def _patch_function(guard: _Guard, owner: object, attr: str, fn: Callable, shortcut: Shortcut,
+                    extra_namespaces: list[dict], cells: list) -> Callable[[], None]:
+    package = sys.modules.get(shortcut.package)
+    library = str(Path(package.__file__).parent) + "/" if getattr(package, "__file__", None) else _TORCH_DIR
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if guard.wants(shortcut, args, kwargs) and guard.learner_called(fn.__code__):
+        if guard.wants(shortcut, args, kwargs) and guard.learner_called(getattr(fn, "__code__", None), library):
             guard.refuse(shortcut)
         return fn(*args, **kwargs)
 
-    namespaces = [vars(owner), vars(sys.modules[fn.__module__]), *extra_namespaces]
+    home = sys.modules.get(getattr(fn, "__module__", None) or "")
+    namespaces = [vars(owner), *([vars(home)] if home is not None else []), *extra_namespaces]
     rebound: list[tuple[dict, str]] = []
     for ns in namespaces:
         for name, value in list(ns.items()):
@@ -332,17 +361,24 @@ def _patch_function(guard: _Guard, owner: object, attr: str, fn: FunctionType, s
                 ns[name] = wrapper
                 rebound.append((ns, name))
 
+    held = [cell for cell in cells if _cell_holds(cell, fn)]
+    for cell in held:  # imported by name inside a function that encloses the answer
+        cell.cell_contents = wrapper
+
     def restore() -> None:
         for ns, name in rebound:
             if ns.get(name) is wrapper:
                 ns[name] = fn
+        for cell in held:
+            if _cell_holds(cell, wrapper):
+                cell.cell_contents = fn
 
     return restore
 
 
 @contextmanager
 def guard(shortcuts: Iterable[str | Shortcut], *, goal: str, checker_code: Callable[[CodeType], bool],
-          learner_globals: Iterable[dict] = ()) -> Iterator[_Guard]:
+          learner_globals: Iterable[dict] = (), learner_cells: Iterable = ()) -> Iterator[_Guard]:
     """Refuse direct calls of ``shortcuts`` from the learner's code inside the block.
 
     Args:
@@ -351,6 +387,8 @@ def guard(shortcuts: Iterable[str | Shortcut], *, goal: str, checker_code: Calla
         checker_code: true for the code objects of the checker itself (its calls are allowed).
         learner_globals: namespaces where the learner may have imported a function by name
             (the candidate's ``__globals__``, the notebook's ``__main__``).
+        learner_cells: the closure cells of the answer (a name imported inside the function
+            that defines it); a cell holding a named Python function is rebound too.
 
     Yields:
         The guard; ``guard.used`` lists the shortcuts that were called, even if the learner's
@@ -366,7 +404,7 @@ def guard(shortcuts: Iterable[str | Shortcut], *, goal: str, checker_code: Calla
             restores.append(_patch_class(g, cls, shortcut))
         unique = {id(ns): ns for ns in learner_globals}
         for owner, attr, fn, shortcut in g.functions:
-            restores.append(_patch_function(g, owner, attr, fn, shortcut, list(unique.values())))
+            restores.append(_patch_function(g, owner, attr, fn, shortcut, list(unique.values()), list(learner_cells)))
         with ExitStack() as modes:
             if g.ops:
                 modes.enter_context(_Mode(g))
