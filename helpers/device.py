@@ -677,7 +677,8 @@ def _threads_check() -> Check:
     return Check(
         "threads",
         "warn",
-        f"{detail}: the extra threads wait for cores, which slows large operations down",
+        f"{detail}: the extra threads compete for the cores, which can slow large operations down "
+        "(chapter 00, section 4, measures what waiting threads cost)",
         f"set OMP_NUM_THREADS={cpus} before starting Python, or call torch.set_num_threads({cpus})",
     )
 

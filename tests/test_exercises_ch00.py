@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from collections import namedtuple
 
+import numpy as np
 import pytest
 import torch
 
@@ -147,6 +148,73 @@ def test_seed_all_check_restores_the_seed_everything_name():
     before = helpers.device.seed_everything
     check("00.seed_all", _calls_the_course_helper, show=False)
     assert helpers.device.seed_everything is before
+
+
+def _forgets_numpy(seed):  # torch and random right, NumPy's global generator never seeded
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _numpy_default_rng(seed):  # a new NumPy Generator: the global np.random stream stays unseeded
+    random.seed(seed)
+    torch.manual_seed(seed)
+    np.random.default_rng(seed)
+
+
+def _numpy_shrunk_seed(seed):
+    random.seed(seed)
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**31)
+
+
+def _numpy_fixed_seed(seed):
+    random.seed(seed)
+    torch.manual_seed(seed)
+    np.random.seed(0)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "fragments"),
+    [
+        (_forgets_numpy, ("after seed_all(123), np.random.rand(3) gave", "The same seed should give the same numbers")),
+        (_numpy_default_rng, ("after seed_all(123), np.random.rand(3) gave",)),
+        (_numpy_shrunk_seed, ("after seed_all(2147483653), np.random.rand(3) gave", "seed itself")),
+        (_numpy_fixed_seed, ("same np.random.rand(3) numbers for every one of the seeds",)),
+    ],
+)
+def test_seed_all_numpy_mistakes_fail(wrong, fragments):
+    assert_rejected("00.seed_all", wrong, *fragments)
+
+
+def test_seed_all_fuller_hint_for_default_rng_names_the_global_generator():
+    check("00.seed_all", _numpy_default_rng, show=False)
+    fuller = hint("00.seed_all", show=False)
+    assert "NumPy's global generator" in fuller and "default_rng" in fuller, fuller
+    assert "np.random.seed" not in fuller, f"the fuller hint should name the family, not the call: {fuller}"
+
+
+def test_seed_all_reference_seeds_numpy_like_a_fresh_random_state():
+    solution("00.seed_all")(2**32 - 2)
+    assert np.random.rand(3).tolist() == np.random.RandomState(2**32 - 2).rand(3).tolist()
+
+
+def test_seed_all_check_leaves_the_numpy_stream_alone():
+    np.random.seed(5)
+    expected = np.random.rand(2).tolist()
+    np.random.seed(5)
+    check("00.seed_all", solution("00.seed_all"), show=False)
+    assert np.random.rand(2).tolist() == expected
+
+
+def test_seed_all_general_hint_names_the_idea_not_the_code(monkeypatch):
+    from helpers.exercises import EXERCISES
+
+    monkeypatch.delitem(exercises._fuller, "00.seed_all", raising=False)  # before any attempt
+    general = EXERCISES["00.seed_all"].hint
+    assert hint("00.seed_all", show=False) == general
+    assert "own" in general and "NumPy" in general and "Python's random" in general, general
+    for code in ("manual_seed(", "random.seed(", "np.random.seed(", "seed_everything"):
+        assert code not in general, f"the general hint pastes {code!r}: {general}"
 
 
 # ---------------------------------------------------------------- 00.to_device
@@ -391,3 +459,58 @@ def test_to_device_lightning_walks_are_refused():
                     lambda batch, device: utilities_apply.apply_to_collection(batch, torch.Tensor, lambda t: t.to(device)),
                     "the walk over nested containers", "apply_to_collection")
     assert_rejected("00.to_device", fabric_apply.move_data_to_device, "move_data_to_device")  # handed over itself
+
+
+def _walk_to_depth(levels):
+    """A walk that stops after ``levels`` levels of containers, as hard-coded nested loops would.
+
+    ``levels=2`` is the hard-coded two-level walk: for the top container, for each container inside it,
+    move the tensors found there; a tensor three containers deep comes back unmoved.
+    """
+    def walk(batch, device, level=0):
+        if isinstance(batch, torch.Tensor):
+            return batch.to(device)
+        if level == levels:  # as deep as the hard-coded loops go
+            return batch
+        if isinstance(batch, dict):
+            return {k: walk(v, device, level + 1) for k, v in batch.items()}
+        if isinstance(batch, (list, tuple)):
+            items = [walk(v, device, level + 1) for v in batch]
+            return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
+        return batch
+
+    return walk
+
+
+_two_level_walk, _three_level_walk = _walk_to_depth(2), _walk_to_depth(3)
+
+
+def _dict_at_the_top_only(batch, device):  # recursive, but assumes the batch itself is a dict
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    return {k: _walk(v, lambda t: t.to(device)) for k, v in batch.items()}
+
+
+@pytest.mark.parametrize(
+    ("wrong", "fragments"),
+    [
+        (_two_level_walk, ("batch['views']['meta']['scale'] is on cpu, expected meta", "nested")),
+        (_three_level_walk, ("batch['views']['crops'][0][0] is on cpu, expected meta",)),
+        (_dict_at_the_top_only, ("raised AttributeError", "'list' object has no attribute 'items'")),
+    ],
+)
+def test_to_device_walks_without_recursion_fail(wrong, fragments):
+    """The example batch nests tensors 3 and 4 levels deep, and two batches have a list or tuple at the top."""
+    assert_rejected("00.to_device", wrong, *fragments)
+
+
+def test_to_device_two_level_walk_handles_the_shallow_batches():
+    """The mutant above is a real two-level walk: it moves everything up to depth 2, so depth is what catches it."""
+    from helpers.exercises.ch00 import _list_batches
+
+    batch = {"a": torch.ones(1), "b": {"c": torch.ones(1)}, "d": [torch.ones(1)]}
+    moved = _two_level_walk(batch, "meta")
+    assert all(t.device.type == "meta" for t in (moved["a"], moved["b"]["c"], moved["d"][0]))
+    for kind, top in _list_batches().items():  # depth 2 moved, depth 3 (inside the "tags" tuple) not
+        moved = _two_level_walk(top, "meta")
+        assert moved[1]["x"].device.type == "meta" and moved[1]["tags"][1].device.type == "cpu", kind

@@ -6,6 +6,7 @@ import random
 from collections import namedtuple
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from . import Hint, exercise
@@ -17,14 +18,15 @@ from .guards import Shortcut
 
 
 def _seed_all_reference(seed: int) -> None:
-    """Seed Python's ``random`` and torch's global generator with ``seed``."""
+    """Seed Python's ``random``, NumPy's global generator and torch's global generator with ``seed``."""
     random.seed(seed)
+    np.random.seed(seed)
     torch.manual_seed(seed)
 
 
-def _draws() -> tuple[list[float], list[float]]:
-    """Three numbers from torch's global generator and three from ``random``."""
-    return torch.rand(3).tolist(), [random.random() for _ in range(3)]
+def _draws() -> tuple[list[float], list[float], list[float]]:
+    """Three numbers each from torch's global generator, ``random`` and NumPy's global ``np.random``."""
+    return torch.rand(3).tolist(), [random.random() for _ in range(3)], np.random.rand(3).tolist()
 
 
 #: Seeds that must all give different numbers: neighbours (123, 124), 0 and 1, and seeds that
@@ -36,19 +38,28 @@ _DISTINCT_SEEDS = (123, 124, 7, 0, 1, 2024, 44, 300, 300 + 2**16, 300 + 2**30)
 
 #: Seeds whose streams must be exactly those of a fresh generator seeded with them; the last
 #: two lie in [2**31, 2**32), so that ``seed % 2**31`` (or a signed 32-bit cast) shows too.
+#: NumPy's legacy ``np.random.seed`` accepts exactly this range, [0, 2**32).
 _REFERENCE_SEEDS = (0, 5, 1009 + 5, 2**31 + 5, 2**32 - 2)
 
-#: Which generator each half of ``_draws`` comes from, and the family of calls that seeds it
+#: Which generator each part of ``_draws`` comes from, and the family of calls that seeds it
 #: (the fuller hint names the family, not the call: finding it is part of the exercise).
 _STREAMS = ((0, "torch.rand(3)", "torch's global generator", "torch's own seeding function"),
-            (1, "random.random()", "Python's random module", "the random module's own seeding function"))
+            (1, "random.random()", "Python's random module", "the random module's own seeding function"),
+            (2, "np.random.rand(3)", "NumPy's global generator", "the seeding function of NumPy's global generator"))
+
+#: What the fuller hint adds when a stream does not repeat: the trap that each one sets.
+_NOT_REPEATING = {
+    2: " The legacy np.random functions (np.random.rand, ...) share that one global generator; "
+       "np.random.default_rng(seed) makes a new, separate Generator and leaves the global one as it was.",
+}
 
 
-def _reference_draws(seed: int) -> tuple[list[float], list[float]]:
-    """What a fresh torch.Generator and a fresh random.Random seeded with ``seed`` give first."""
+def _reference_draws(seed: int) -> tuple[list[float], list[float], list[float]]:
+    """What a fresh torch.Generator, random.Random and np.random.RandomState seeded with ``seed`` give first."""
     fresh = random.Random(seed)
     return (torch.rand(3, generator=torch.Generator().manual_seed(seed)).tolist(),
-            [fresh.random() for _ in range(3)])
+            [fresh.random() for _ in range(3)],
+            np.random.RandomState(seed).rand(3).tolist())
 
 
 def _short(values: list[float]) -> str:
@@ -73,22 +84,28 @@ _LIGHTNING_SEEDING = tuple(
 
 @exercise(
     "00.seed_all",
-    "write seed_all(seed) that seeds torch's global generator and Python's random module with seed itself: "
-    "afterwards torch.rand and random.random give exactly what a fresh generator seeded with seed gives, "
-    "so the same seed gives the same numbers and different seeds different ones.",
+    "write seed_all(seed) that seeds torch's global generator, Python's random module and NumPy's global "
+    "generator (np.random) with seed itself: afterwards torch.rand, random.random and np.random.rand give "
+    "exactly what a fresh generator seeded with seed gives, so the same seed gives the same numbers and "
+    "different seeds different ones.",
     _seed_all_reference,
     shortcuts=("helpers.device.seed_everything", *_LIGHTNING_SEEDING),
     goal="the seeding",
+    hint="Each library keeps a random generator of its own, with its own state, and seeding one leaves the "
+         "others as they were: seed each of the three (torch's global generator, Python's random module, "
+         "NumPy's global generator) once, each with its own library's seeding function, and pass each the "
+         "seed exactly as given.",
 )
 def _test_seed_all(seed_all: Callable[[int], None]) -> None:
     # Leave the learner's random streams as they were before the check.
-    torch_state, py_state = torch.get_rng_state(), random.getstate()
+    torch_state, py_state, np_state = torch.get_rng_state(), random.getstate(), np.random.get_state()
     try:
         seed_all(123)
         first = _draws()
         # Use up some numbers in between, as real code would.
         torch.rand(10)
         random.random()
+        np.random.rand(10)
         seed_all(123)
         again = _draws()
         draws = {}
@@ -102,15 +119,16 @@ def _test_seed_all(seed_all: Callable[[int], None]) -> None:
     finally:
         torch.set_rng_state(torch_state)
         random.setstate(py_state)
+        np.random.set_state(np_state)
+    # One generator at a time, in the order of _STREAMS: repeats, depends on the seed, is the seed's own stream.
     for index, call, generator, seeding in _STREAMS:
         if first[index] != again[index]:
             raise Hint(
                 f"after seed_all(123), {call} gave {_short(first[index])}; after seed_all(123) again it gave "
                 f"{_short(again[index])}. The same seed should give the same numbers.",
                 f"{call} draws from {generator}. Each library keeps its own generator, with its own state: "
-                f"seed each one, here with {seeding}.",
+                f"seed each one, here with {seeding}.{_NOT_REPEATING.get(index, '')}",
             )
-    for index, call, _generator, seeding in _STREAMS:
         streams: dict[tuple, list[int]] = {}
         for seed, got in draws.items():
             streams.setdefault(tuple(got[index]), []).append(seed)
@@ -132,9 +150,8 @@ def _test_seed_all(seed_all: Callable[[int], None]) -> None:
                     f"Give {seeding} the seed unchanged: shrinking it (seed & 0xFF, seed % 2**16, "
                     "seed // 100) maps many seeds to one stream.",
                 )
-    for seed, got in exact.items():
-        want = _reference_draws(seed)
-        for index, call, generator, seeding in _STREAMS:
+        for seed, got in exact.items():
+            want = _reference_draws(seed)
             if got[index] != want[index]:
                 raise Hint(
                     f"after seed_all({seed}), {call} gave {_short(got[index])}, but {generator} seeded with {seed} "
@@ -192,8 +209,20 @@ def _example_batch():
         "pair": (torch.zeros(3, dtype=torch.float64), None),
         "box": Box(corners=torch.tensor([[0, 0, 2, 3]]), label="cat"),
         "ids": ids,
+        # Deeper than two levels, so that a walk hard-coded to two levels misses tensors: a dict inside a
+        # dict (a tensor at depth 3) and a list of tuples inside a dict inside a dict (tensors at depth 4).
+        "views": {
+            "meta": {"scale": torch.tensor([1.0, 0.5])},
+            "crops": [(torch.ones(1, 2), "left"), (torch.zeros(1, 2, dtype=torch.int64), None)],
+        },
     }
     return batch
+
+
+def _list_batches():
+    """Batches whose top level is a list or a tuple of dicts, as a custom collate_fn may return them."""
+    samples = [{"x": torch.arange(4), "id": 7}, {"x": torch.ones(2, 2), "id": 8, "tags": ("a", torch.tensor([1]))}]
+    return {"a list of dicts": samples, "a tuple of dicts": tuple(samples)}
 
 
 def _kind(obj) -> str:
@@ -373,6 +402,14 @@ def _test_to_device(to_device: Callable) -> None:
     assert result is not None, "to_device returned None: return the moved batch."
     _compare(result, before, "batch", meta)
     _unchanged(batch, before, "batch")
+
+    # The top level need not be a dict.
+    for kind, batch in _list_batches().items():
+        before = _snapshot(batch)
+        result = to_device(batch, meta)
+        assert result is not None, f"to_device returned None for {kind}: return the moved batch."
+        _compare(result, before, f"to_device({kind})", meta)
+        _unchanged(batch, before, "batch")
 
     # Now to the CPU, given as a string, with float64 tensors: an answer that ignores
     # `device` (always "meta", say), changes the dtype, or makes new tensors with
