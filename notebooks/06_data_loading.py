@@ -52,6 +52,7 @@ BALANCE_TOLERANCE = 0.01  # allowed |class frequency - 1/10| after rebalancing
 THROUGHPUT_SAMPLES = 1024  # MNIST images per timed epoch in the loader benchmark
 TIMED_EPOCHS = 2  # epochs timed per loader setting
 TIMED_SETTINGS = None  # rows of the loader table to time (a list of their labels); None: all six
+MIN_WORKER_SPEEDUP = 1.1  # on a quiet machine, num_workers=1 must beat num_workers=0 by this factor with a training step
 BATCH_SIZE = 128
 START_METHOD = None  # how worker processes start: "spawn", "fork" or "forkserver"; None: the platform's default
 SEED = 0
@@ -200,7 +201,8 @@ with worker_stderr() as worker_said:
 print("main process:", failed)
 print("the worker:  ", worker_said.last_line() or "(its traceback went to the terminal that runs Jupyter)")
 assert failed is not None, "a notebook-defined dataset should not reach a spawned worker"
-assert not worker_said.text or "MnistMap" in worker_said.last_line(), worker_said.last_line()
+if sys.platform == "linux":  # the spawned worker inherits fd 2, so worker_stderr must have caught its traceback
+    assert "Can't get attribute 'MnistMap'" in worker_said.text, f"the worker's error was not caught: {worker_said.text!r}"
 
 # %% [markdown]
 # The fix is to put what the workers run into a module that a fresh Python
@@ -542,19 +544,60 @@ _ = report.record("rebalanced max deviation from uniform", 100 * deviation["Weig
 
 # %% [markdown]
 # `WeightedRandomSampler` is balanced only **on average**: each draw is an
-# independent coin toss, so the class counts wobble by about
-# √(N · 0.1 · 0.9) draws, a fraction of a percentage point here. The
-# stratified sampler is balanced **exactly**, by construction. Both repeat
-# the rare images many times; here is how often, and how many distinct images
-# of each class were seen at all:
+# independent coin toss, so a class's count wobbles by about
+# √(N · 0.1 · 0.9) draws around N / 10 (the standard deviation of a binomial
+# count), a fraction of a percentage point of the N draws here. The
+# stratified sampler is balanced **exactly**, by construction.
 
 # %%
+wobble = math.sqrt(REBALANCED_DRAWS * 0.1 * 0.9) / REBALANCED_DRAWS  # one standard deviation, as a share
+print(f"expected wobble of a class share with {REBALANCED_DRAWS} independent draws: {100 * wobble:.2f} points; "
+      f"largest measured: {100 * deviation['WeightedRandomSampler']:.2f} points")
+assert 0 < deviation["WeightedRandomSampler"] < 5 * wobble, (
+    f"WeightedRandomSampler should be balanced on average but not exactly: {100 * deviation['WeightedRandomSampler']:.2f} "
+    f"points from 10 %, against a standard deviation of {100 * wobble:.2f}"
+)
+
+# %% [markdown]
+# Both samplers repeat the rare images many times, but not in the same way.
+# `WeightedRandomSampler` draws with replacement, so an image comes back a
+# random number of times, and a common class is not even covered: drawing
+# `k` times from `n` images leaves each one unseen with probability
+# `(1 - 1/n) ** k`, about 1/e ≈ 37 % when `k ≈ n`, as for the digit 0 here.
+# The stratified sampler goes through a whole permutation of a class before
+# it repeats any image. Here is one fresh epoch of each: how many distinct
+# images of the digits 0 and 9 were drawn, and how often each nine was.
+
+# %%
+repeats = {}  # sampler -> per class: how many times each image of that class was drawn this epoch
 for name in ("WeightedRandomSampler", "ClassBalancedSampler"):
-    indices = torch.tensor(list(samplers[name]))  # a fresh epoch of indices
-    distinct = [len(set(indices[targets[indices] == c].tolist())) for c in (0, 9)]
-    print(f"{name:22s} digit 0: {distinct[0]:4d} of {class_counts[0].item()} images seen;  "
-          f"digit 9: all {distinct[1]} of {class_counts[9].item()} seen, each about "
-          f"{(targets[indices] == 9).sum().item() / class_counts[9].item():.0f} times")
+    drawn_counts = torch.bincount(torch.tensor(list(samplers[name])), minlength=len(targets))  # a fresh epoch
+    repeats[name] = [drawn_counts[targets == c] for c in range(10)]
+    zeros, nines = repeats[name][0], repeats[name][9]
+    print(f"{name:22s} digit 0: {(zeros > 0).sum().item():4d} of {len(zeros)} images seen;  "
+          f"digit 9: {(nines > 0).sum().item()} of {len(nines)} seen, each {nines.min().item()} to "
+          f"{nines.max().item()} times (mean {nines.double().mean().item():.1f})")
+zeros = repeats["WeightedRandomSampler"][0]
+expected_seen = 1 - (1 - 1 / len(zeros)) ** zeros.sum().item()  # share of the zeros that k draws with replacement reach
+print(f"expected share of the zeros seen after {zeros.sum().item()} draws with replacement from {len(zeros)}: "
+      f"{expected_seen:.0%}; measured {(zeros > 0).double().mean().item():.0%}")
+
+# %%
+balanced_spread = [(r.max() - r.min()).item() for r in repeats["ClassBalancedSampler"]]
+per_nine = (REBALANCED_DRAWS // 10) / class_counts[9].item()  # draws of the digit 9 per image, on average
+assert max(balanced_spread) <= 1, f"ClassBalancedSampler should repeat a class's images evenly (max - min <= 1): {balanced_spread}"
+assert (repeats["ClassBalancedSampler"][9] > 0).sum().item() == class_counts[9].item(), "every nine should be drawn"
+assert (repeats["WeightedRandomSampler"][9].max() - repeats["WeightedRandomSampler"][9].min()).item() > 1, (
+    "WeightedRandomSampler should repeat the nines a random, uneven number of times"
+)
+for name in repeats:
+    mean_nine = repeats[name][9].double().mean().item()
+    assert abs(mean_nine / per_nine - 1) < 0.15, f"{name}: each nine drawn {mean_nine:.1f} times, expected about {per_nine:.1f}"
+seen_zeros = {name: (r[0] > 0).sum().item() for name, r in repeats.items()}
+assert seen_zeros["WeightedRandomSampler"] < seen_zeros["ClassBalancedSampler"], (
+    f"drawing with replacement should miss some zeros that the stratified sampler draws: {seen_zeros}"
+)
+assert abs((zeros > 0).double().mean().item() - expected_seen) < 0.05, "the zeros seen should follow 1 - (1 - 1/n) ** k"
 
 # %% [markdown]
 # Oversampling does not create information: the model sees the same few
@@ -618,7 +661,8 @@ def pad_collate(batch):
 
 
 text_loader = DataLoader(line_ids, batch_size=4, shuffle=True, collate_fn=pad_collate, generator=generator)
-for padded, lengths in text_loader:
+random_epoch = list(text_loader)  # one epoch of random batches, kept to compare with bucketing below
+for padded, lengths in random_epoch:
     pad_share = (padded == PAD).float().mean().item()
     print(f"padded {tuple(padded.shape)}, lengths {lengths.tolist()}, {pad_share:.0%} padding")
 
@@ -642,12 +686,14 @@ assert torch.equal(mask, padded != PAD), "padding is exactly where the mask is F
 # padding, computed on and thrown away. Grouping lines of similar length
 # (**bucketing**) cuts the waste. A `batch_sampler` yields whole batches of
 # indices; here a simple one: sort by length, cut into batches, shuffle the
-# batches.
+# batches. We compare its padding with that of the random epoch printed
+# above.
 
 # %%
-def padding_share(loader):
+def padding_share(batches):
+    """Share of the positions that are padding, over an iterable of (padded, lengths) batches."""
     real = total = 0
-    for padded, lengths in loader:
+    for padded, lengths in batches:
         real, total = real + lengths.sum().item(), total + padded.numel()
     return 1 - real / total
 
@@ -656,9 +702,9 @@ by_length = sorted(range(len(line_ids)), key=lambda i: len(line_ids[i]))
 buckets = [by_length[i: i + 4] for i in range(0, len(by_length), 4)]
 buckets = [buckets[i] for i in torch.randperm(len(buckets), generator=generator).tolist()]
 bucketed_loader = DataLoader(line_ids, batch_sampler=buckets, collate_fn=pad_collate)
-random_padding, bucketed_padding = padding_share(text_loader), padding_share(bucketed_loader)
-print(f"padding with random batches:   {random_padding:.0%} of the positions")
-print(f"padding with length buckets:   {bucketed_padding:.0%} of the positions")
+random_padding, bucketed_padding = padding_share(random_epoch), padding_share(bucketed_loader)
+print(f"padding with the random batches above: {random_padding:.0%} of the positions")
+print(f"padding with length buckets:          {bucketed_padding:.0%} of the positions")
 assert bucketed_padding < random_padding, "batches of similar lengths should need less padding"
 
 # %% [markdown]
@@ -674,8 +720,8 @@ assert bucketed_padding < random_padding, "batches of similar lengths should nee
 #   main process does all the work itself, between training steps;
 # - `pin_memory=True`: put each batch in page-locked ("pinned") memory, from
 #   which a copy to a CUDA GPU is faster and can run asynchronously
-#   (`.to(device, non_blocking=True)`). Without a CUDA device it does nothing
-#   (PyTorch says so in a warning, printed below);
+#   (`.to(device, non_blocking=True)`). Without an accelerator it does
+#   nothing (PyTorch says so in a warning, printed below);
 # - `persistent_workers=True`: keep the workers alive between epochs, instead
 #   of starting new ones each time you iterate over the loader;
 # - `prefetch_factor`: how many batches each worker prepares ahead
@@ -687,8 +733,10 @@ assert bucketed_padding < random_padding, "batches of similar lengths should nee
 # CNN after each batch: that is the "own work" of the main process, the
 # situation in which workers can help by preparing the next batch
 # meanwhile. The last columns show how long the first batch of each epoch
-# took to arrive. (Timings depend on the machine and on what else runs on
-# it; the ones stored here come from a shared 2-core CPU.)
+# took to arrive. Timings depend on the machine and on what else runs on
+# it, so the cell first prints the load average (on Unix: how many
+# processes wanted a core, averaged over the last minute), and the verdict
+# after the figure uses it to decide whether this run can be judged at all.
 #
 # One more choice: every worker process runs torch with a single thread
 # (the `DataLoader` calls `torch.set_num_threads(1)` in each worker, so that
@@ -730,15 +778,16 @@ def synchronize():
 
 
 def measure(settings, with_training):
-    """Samples per second over TIMED_EPOCHS epochs, and the first-batch wait of each epoch (s)."""
+    """Samples per second over TIMED_EPOCHS epochs, the first-batch wait of each epoch (s), and whether batches were pinned."""
     loader = DataLoader(timing_set, batch_size=BATCH_SIZE, shuffle=True, generator=generator, **settings)
-    n, first_batch = 0, []
+    n, first_batch, pinned = 0, [], False
     start = time.perf_counter()
     for _ in range(TIMED_EPOCHS):
         epoch_start = time.perf_counter()
         for b, (x, y) in enumerate(loader):
             if b == 0:
                 first_batch.append(time.perf_counter() - epoch_start)
+                pinned = x.is_pinned()
             x = x.to(device, non_blocking=loader.pin_memory)
             y = y.to(device, non_blocking=loader.pin_memory)
             if with_training:
@@ -747,7 +796,7 @@ def measure(settings, with_training):
     synchronize()
     seconds = time.perf_counter() - start
     del loader  # shuts persistent workers down
-    return n / seconds, first_batch
+    return n / seconds, first_batch, pinned
 
 
 x0, y0 = next(iter(DataLoader(timing_set, batch_size=BATCH_SIZE)))
@@ -774,41 +823,43 @@ if TIMED_SETTINGS is not None:
     assert not unknown and "num_workers=0" in TIMED_SETTINGS, f"TIMED_SETTINGS: unknown {unknown}, or no num_workers=0"
     settings_table = [row for row in settings_table if row[0] in TIMED_SETTINGS]
 print(f"worker processes start with {START!r}")
-load_note = ""
-if hasattr(os, "getloadavg"):  # Unix: how many processes wanted a core, averaged over the last minute
-    load_note = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
-    print(f"before timing: {load_note}")
-results = {}
+usable_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # Unix only
+load_note = (f"load average {load_before:.1f} on {usable_cores} cores" if load_before is not None
+             else f"{usable_cores} cores, no load average on this platform")
+print(f"before timing: {load_note}")
+results = {}  # label -> (samples/s loading only, samples/s with a training step or None, first-batch waits, pinned)
 table_start = time.perf_counter()
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     for label, settings, with_training in settings_table:
-        loading, first = measure(settings, with_training=False)
+        loading, first, pinned = measure(settings, with_training=False)
         training = measure(settings, with_training=True)[0] if with_training else None
-        results[label] = (loading, training, first)
+        results[label] = (loading, training, first, pinned)
 table_seconds = time.perf_counter() - table_start
 torch.set_num_threads(main_threads)
-for message in sorted({str(w.message) for w in caught}):
+warned = sorted({str(w.message) for w in caught})
+for message in warned:
     print(f"warning: {message}")
 
-base_loading, base_training, _ = results["num_workers=0"]
+base_loading, base_training, _, _ = results["num_workers=0"]
 print(f"\n{'setting':24s} {'loading only':>14s} {'+ training step':>16s} {'first batch of each epoch':>26s}")
 print(f"{'':24s} {'samples/s':>14s} {'samples/s':>16s} {'ms':>26s}")
-for label, (loading, training, first) in results.items():
+for label, (loading, training, first, _) in results.items():
     train_text = f"{training:9.0f} ({training / base_training:.2f}x)" if training else f"{'-':>16s}"
     first_text = " / ".join(f"{1000 * s:.0f}" for s in first)
     print(f"{label:24s} {loading:6.0f} ({loading / base_loading:.2f}x) {train_text:>16s} {first_text:>26s}")
 load_ms = 1000 * BATCH_SIZE / base_loading
+overlap_bound = (load_ms + step_ms) / max(load_ms, step_ms)  # (load + train) / max(load, train): the best case
 print(f"\nper batch: loading in the main process {load_ms:.0f} ms, one training step {step_ms:.0f} ms "
       f"(table measured in {table_seconds:.1f} s)")
 if "num_workers=1" in results:
-    overlap_bound = (load_ms + step_ms) / max(load_ms, step_ms)
     print(f"a worker that loads while the main process trains could make the '+ training step' column up to "
           f"{overlap_bound:.2f}x faster, if a core is free for it; measured: "
           f"{results['num_workers=1'][1] / base_training:.2f}x with num_workers=1")
-restarted = {k: first[-1] for k, (_, _, first) in results.items() if k.startswith("2 + p") or k == "num_workers=2"}
-if TIMED_EPOCHS >= 2 and "2 + persistent_workers" in restarted and len(restarted) > 1:
-    persistent_ms = 1000 * restarted.pop("2 + persistent_workers")
+restarted = {k: r[2][-1] for k, r in results.items() if k in ("num_workers=2", "2 + pin_memory", "2 + prefetch_factor=4")}
+if TIMED_EPOCHS >= 2 and "2 + persistent_workers" in results and restarted:
+    persistent_ms = 1000 * results["2 + persistent_workers"][2][-1]
     print(f"first batch of epoch 2: {persistent_ms:.0f} ms with persistent workers; "
           f"{1000 * min(restarted.values()):.0f} to {1000 * max(restarted.values()):.0f} ms "
           f"in the other two-worker rows, which start new workers")
@@ -819,52 +870,58 @@ if TIMED_EPOCHS >= 2 and "2 + persistent_workers" in restarted and len(restarted
 # %%
 labels_order = list(results)
 fig, ax = plt.subplots(figsize=(9, 3))
-ax.barh(np.arange(len(labels_order)) + 0.2, [results[k][0] for k in labels_order], 0.4, label="loading only")
-ax.barh(np.arange(len(labels_order)) - 0.2, [results[k][1] or 0 for k in labels_order], 0.4, label="+ training step")
-ax.set_yticks(range(len(labels_order)), labels_order)
+rows_y = np.arange(len(labels_order))
+ax.barh(rows_y + 0.2, [results[k][0] for k in labels_order], 0.4, label="loading only")
+trained = [k for k in labels_order if results[k][1]]
+ax.barh([labels_order.index(k) - 0.2 for k in trained], [results[k][1] for k in trained], 0.4, label="+ training step")
+for k in labels_order:
+    if not results[k][1]:
+        ax.text(0, labels_order.index(k) - 0.2, " + training step: not timed", va="center", fontsize=7, color="gray")
+ax.set_yticks(rows_y, labels_order)
 ax.invert_yaxis()
 ax.set(xlabel="samples per second (higher is better)",
-       title=f"DataLoader settings on {device.type}" + (f" ({load_note})" if load_note else ""))
+       title=f"DataLoader settings on {device.type}, workers by {START!r} ({load_note})")
 ax.legend(fontsize=8)
 plt.show()
 
-best_label = max(results, key=lambda k: results[k][0])
-loader_speedup = results[best_label][0] / base_loading
-_ = report.record("loader speed-up over num_workers=0", loader_speedup, "x", digits=2)
-if base_training and len(results) > 1:
-    training_speedup = max(r[1] for r in results.values() if r[1]) / base_training
-    _ = report.record("speed-up with a training step, best setting vs num_workers=0", training_speedup, "x", digits=2)
-print(f"best setting for loading only: {best_label}, {loader_speedup:.2f}x the samples/s of num_workers=0")
+if "num_workers=1" in results:
+    worker_gain = results["num_workers=1"][1] / base_training
+    _ = report.record("num_workers=1 / num_workers=0, samples/s with a training step", worker_gain, "x", digits=2)
+if "num_workers=2" in results:
+    _ = report.record("num_workers=2 / num_workers=0, samples/s loading only",
+                      results["num_workers=2"][0] / base_loading, "x", digits=2)
 
 # %% [markdown]
-# How to read the table. The load average printed above it says how many
-# processes were competing for the cores when it was measured: the stored
-# run comes from a 2-core CPU shared with other jobs, so its numbers are
-# noisy, and a few percent either way mean nothing. Run it on your own
-# machine and compare.
+# How to read the table. The cell below prints the verdict on this run. It
+# judges the timings only when the load average left a core free for a
+# worker: at most the number of usable cores minus one, because the
+# notebook's own process is one of those counted. Then it checks the two
+# claims that this section makes, each in the case where it must hold. On a
+# busy machine it says so and judges nothing, because the timings then
+# measure the other programs as much as the loader.
 #
 # - **`num_workers=1`, loading only**, does the same work as
 #   `num_workers=0`, just in another process, plus the cost of starting that
-#   process and sending each batch back through shared memory. On an idle
-#   machine it cannot be much faster. A worker pays off when the main process
-#   **has its own work** to overlap with: in the "+ training step" column the
-#   worker prepares batch *k + 1* while the main process trains on batch *k*,
-#   so an epoch takes about the longer of the two times instead of their sum.
-#   The last lines under the table work out that best case from the two
-#   times, next to what was measured. The best case needs a core that
-#   nobody else wants; when the load average is well above the number of
-#   cores, the worker only adds its start-up and hand-over costs.
+#   process and sending each batch back through shared memory. It cannot be
+#   much faster. A worker pays off when the main process **has its own
+#   work** to overlap with: in the "+ training step" column the worker
+#   prepares batch *k + 1* while the main process trains on batch *k*, so an
+#   epoch takes about the longer of the two times instead of their sum. The
+#   lines under the table work out that best case from the two times, next
+#   to what was measured. The verdict checks that `num_workers=1` beats
+#   `num_workers=0` by at least `MIN_WORKER_SPEEDUP` in that column when
+#   the machine was quiet, workers start by `fork` (cheap), an epoch has at
+#   least 8 batches to overlap, and the best case leaves room for that gain
+#   (on a GPU the training step is so short that it does not).
 # - **`num_workers=2`** can load up to twice as fast, but only if two cores
-#   are idle. This machine has two cores in all, and the main process needs
-#   one too (in the second column, for the training step).
-#   When other programs keep the cores busy, as in the stored run, extra
-#   workers have nothing to gain and their start-up and hand-over costs can
+#   are idle, and the main process needs one too (in the second column, for
+#   the training step). When other programs keep the cores busy, extra
+#   workers have nothing to gain, and their start-up and hand-over costs can
 #   make them lose. A good rule: start with the number of free cores, then
 #   measure.
 # - **Worker start-up** shows in the first-batch column. Creating an
 #   iterator starts the workers, and the first batch must wait until a worker
 #   has produced it; without `persistent_workers` that happens every epoch.
-#   How much it costs depends on the start method printed above the table.
 #   A forked worker starts quickly; a spawned one is a fresh Python that
 #   imports torch and your modules first (the section on workers measured
 #   both, printed again on the last line under the table). With `spawn`,
@@ -872,21 +929,95 @@ print(f"best setting for loading only: {best_label}, {loader_speedup:.2f}x the s
 #   epoch's loading, and every worker row except `persistent_workers` pays
 #   it again each epoch. `persistent_workers=True` pays it once (the seeding
 #   section below checks with process ids that epoch 2 really runs in epoch
-#   1's workers): the lines under the table compare its epoch-2 first batch
-#   with the other two-worker rows. With `fork` a restart takes only a
-#   fraction of a second (the last line), the same order as the noise of a
-#   busy machine, so a single run may not show the gap; time several runs
-#   before you conclude anything from it.
-# - **`pin_memory`** only matters with a CUDA device. Without one the
-#   `DataLoader` warns (printed above the table) and ignores it, so that row
-#   differs from plain `num_workers=2` only by noise. On a GPU, pin and use
+#   1's workers). Under `spawn` the verdict checks that its epoch-2 first
+#   batch takes less than half as long as that of any row that restarts its
+#   workers. With `fork` a restart costs about as much as a batch or two, so
+#   one run may not show the gap, and the verdict does not judge it.
+# - **`pin_memory`** only matters with a CUDA device. Without an accelerator
+#   the `DataLoader` warns (printed above the table) and ignores it, so that
+#   row does exactly the work of plain `num_workers=2`; the verdict checks
+#   that its batches were not pinned, and uses the gap between the two rows
+#   as a yardstick of this run's noise. On a GPU, pin and use
 #   `.to(device, non_blocking=True)`, as `measure` does.
 # - **`prefetch_factor`** helps when the time per batch varies (a slow disk,
 #   images of very different sizes): a deeper queue absorbs the bumps. MNIST
 #   batches all cost about the same, so here a deeper queue has little to
-#   absorb and mostly holds more memory; compare its row with plain
-#   `num_workers=2`.
-#
+#   absorb and mostly holds more memory; the verdict compares its gap to
+#   plain `num_workers=2` with the noise yardstick.
+
+# %%
+MIN_BATCHES_TO_JUDGE = 8  # with fewer batches per epoch, a worker's start-up outweighs what it can overlap
+batches_per_epoch = math.ceil(THROUGHPUT_SAMPLES / BATCH_SIZE)
+
+
+def reason_not_to_judge(*conditions):
+    """The first reason whose condition holds, or None when the timings may be judged."""
+    return next((why for holds, why in conditions if holds), None)
+
+
+if load_before is None:
+    busy = "this platform has no load average (os.getloadavg), so nothing says whether a core was free"
+elif load_before > usable_cores - 1:  # the notebook itself is one of the processes counted
+    busy = (f"the load average, {load_before:.1f}, left no core free for a worker (it must be at most "
+            f"{usable_cores} usable cores - 1 for the notebook itself): the timings measure the other programs "
+            "as much as the loader")
+else:
+    busy = None
+print(f"{load_note}, workers by {START!r}, batches per epoch: {batches_per_epoch}; "
+      + ("quiet enough to judge the timings" if busy is None else "the timings are not judged"))
+
+why_not = reason_not_to_judge(
+    ("num_workers=1" not in results, "its row was not timed (TIMED_SETTINGS)"),
+    (busy is not None, busy),
+    (START != "fork", f"workers start with {START!r}, and only a forked worker starts quickly next to an epoch"),
+    (batches_per_epoch < MIN_BATCHES_TO_JUDGE,
+     f"an epoch has {batches_per_epoch} batches, fewer than {MIN_BATCHES_TO_JUDGE}, so start-up outweighs the overlap"),
+    (overlap_bound < 1 + 2 * (MIN_WORKER_SPEEDUP - 1),
+     f"the best case, {overlap_bound:.2f}x, leaves no room for {MIN_WORKER_SPEEDUP:.2f}x: loading and the training "
+     "step are too unequal for an overlap to matter"),
+)
+if why_not:
+    print(f"num_workers=1 with a training step beats num_workers=0: not judged, because {why_not}")
+else:
+    print(f"num_workers=1 with a training step: {worker_gain:.2f}x the samples/s of num_workers=0 "
+          f"(best case {overlap_bound:.2f}x), checked to be at least {MIN_WORKER_SPEEDUP:.2f}x")
+    assert worker_gain >= MIN_WORKER_SPEEDUP, (
+        f"on a quiet machine one worker should overlap loading with the training step: {worker_gain:.2f}x, "
+        f"less than MIN_WORKER_SPEEDUP = {MIN_WORKER_SPEEDUP:.2f}x (best case {overlap_bound:.2f}x)"
+    )
+
+why_not = reason_not_to_judge(
+    ("2 + persistent_workers" not in results or not restarted, "the two-worker rows were not timed (TIMED_SETTINGS)"),
+    (TIMED_EPOCHS < 2, "only one epoch was timed (TIMED_EPOCHS), so no worker was restarted"),
+    (busy is not None, busy),
+    (START != "spawn", f"workers start with {START!r}, whose restart is too cheap to stand out in one run"),
+)
+if why_not:
+    print(f"persistent workers reach epoch 2's first batch in under half the time: not judged, because {why_not}")
+else:
+    print(f"epoch 2's first batch: {persistent_ms:.0f} ms with persistent workers, at least "
+          f"{1000 * min(restarted.values()):.0f} ms with a restart: checked to be under half")
+    assert persistent_ms / 1000 < 0.5 * min(restarted.values()), (
+        f"under spawn, persistent workers should skip the restart: epoch 2's first batch took {persistent_ms:.0f} ms, "
+        f"against {1000 * min(restarted.values()):.0f} ms for a row that restarts its workers"
+    )
+
+if "2 + pin_memory" in results and "num_workers=2" in results:
+    pinned = results["2 + pin_memory"][3]
+    noise = abs(results["2 + pin_memory"][0] / results["num_workers=2"][0] - 1)
+    if not torch.accelerator.is_available():
+        assert not pinned and any("pin_memory" in m for m in warned), "without an accelerator pin_memory is ignored, with a warning"
+        print(f"pin_memory: batches not pinned (no accelerator), so the row repeats num_workers=2's work; "
+              f"their gap, {noise:.0%}, is this run's noise")
+    else:
+        print(f"pin_memory: batches pinned: {pinned}; {noise:.0%} from plain num_workers=2")
+    if "2 + prefetch_factor=4" in results:
+        gap = results["2 + prefetch_factor=4"][0] / results["num_workers=2"][0] - 1
+        print(f"prefetch_factor=4: {gap:+.0%} against plain num_workers=2, "
+              + ("within" if abs(gap) <= noise else "beyond") + f" the {noise:.0%} of noise")
+
+
+# %% [markdown]
 # ## Seeding workers
 #
 # Random augmentations need random numbers in the workers, and there is a
@@ -967,6 +1098,35 @@ assert own[0] == own[1], "epoch 2 repeats epoch 1"
 assert global_draws[0][0] != global_draws[0][1], "NumPy's global generator should differ between the workers"
 assert global_draws[0] != global_draws[1], "NumPy's global generator should be re-seeded for every epoch's workers"
 
+
+# %% [markdown]
+# The same duplicates as a picture: each image is one digit rolled by a
+# shift that a worker drew from the dataset's own generator in epoch 1, one
+# row per worker. Equal shifts give equal images, so the two rows are
+# identical.
+
+# %%
+def plot_worker_shifts(draws, title):
+    """One row per worker: the epoch-1 shifts it drew from the dataset's generator, applied to one digit."""
+    digit = images[0]
+    fig, axes = plt.subplots(WORKERS, 8, figsize=(9, 2.6))
+    for w in range(WORKERS):
+        shifts = [s for d in draws[0] if d["worker"] == w for s in d["shift"]][:8]
+        for ax, (dy, dx) in zip(axes[w], shifts):
+            ax.imshow(torch.roll(digit, shifts=(dy, dx), dims=(1, 2))[0].numpy(), cmap="gray")
+            ax.set_title(f"({dy}, {dx})", fontsize=7)
+        for ax in axes[w]:
+            ax.set_xticks([])
+            ax.set_yticks([])
+        axes[w, 0].set_ylabel(f"worker {w}", fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    plt.show()
+    return [[s for d in draws[0] if d["worker"] == w for s in d["shift"]] for w in range(WORKERS)]
+
+
+rows = plot_worker_shifts(buggy, "dataset-owned generator, no worker_init_fn: (dy, dx) drawn by each worker in epoch 1")
+assert rows[0] == rows[1], "the two rows of the figure should be the same shifts"
+
 # %% [markdown]
 # The fix is a `worker_init_fn`, which the `DataLoader` calls in each worker
 # as it starts, after seeding torch. There, `torch.initial_seed()` returns
@@ -1020,6 +1180,10 @@ assert seeds[1] - seeds[0] == 1, f"the workers' torch seeds should be base_seed 
 assert own[0][0] != own[0][1], "with seed_worker the two workers must draw different shifts"
 assert own[0] != own[1], "with seed_worker each epoch must draw new shifts"
 
+# %%
+rows = plot_worker_shifts(fixed_a, "with worker_init_fn=seed_worker: (dy, dx) drawn by each worker in epoch 1")
+assert rows[0] != rows[1], "with seed_worker the two rows of the figure should differ"
+
 # %% [markdown]
 # Did `persistent_workers=True` really keep the processes? Each item also
 # carries `os.getpid()` of the process that made it. Over the two epochs,
@@ -1070,7 +1234,8 @@ print("np.random.seed(torch seed % 2**32) works; np.random.default_rng(torch see
 #    `RuntimeError: stack expects each tensor to be equal size`; write a
 #    `collate_fn` that pads and returns the lengths.
 # 3. **Per-class weights passed to `WeightedRandomSampler`**: it wants one
-#    weight per *sample*.
+#    weight per *sample*, and it raises no error when given 10 numbers: it
+#    draws indices 0 to 9 (shown below).
 # 4. **A dataset, `collate_fn` or `worker_init_fn` defined in the notebook,
 #    with `spawn` or `forkserver`** (macOS, Windows, and Linux from Python
 #    3.14): the worker dies with `AttributeError: Can't get attribute ...`
@@ -1095,6 +1260,28 @@ try:
     DataLoader(ImageStream(images[:10], labels[:10], strided_shard), shuffle=True)
 except ValueError as err:
     print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
+# Pitfall 3 raises nothing, which is what makes it dangerous. Given the 10
+# per-class weights `1 / class size`, `WeightedRandomSampler` treats them as
+# the weights of 10 *samples* and draws only the indices 0 to 9. In our
+# imbalanced set those are ten images of the digit 0 (it is sorted by
+# class), so the "rebalanced" loader serves nothing but zeros. The fix
+# gives each sample the weight of its class, `class_weights[targets]`:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+class_weights = 1.0 / class_counts.double()  # [10]: one weight per class
+wrong = list(WeightedRandomSampler(class_weights, num_samples=1000, generator=torch.Generator().manual_seed(SEED)))
+print(f"10 class weights: indices drawn {sorted(set(wrong))}, digits {dict(Counter(targets[wrong].tolist()))}")
+fixed = torch.tensor(list(WeightedRandomSampler(class_weights[targets], num_samples=1000,
+                                                generator=torch.Generator().manual_seed(SEED))))
+print(f"{len(targets)} per-sample weights: {len(set(fixed.tolist()))} distinct indices among 1000 draws, "
+      f"{len(set(targets[fixed].tolist()))} digits")
+assert set(wrong) <= set(range(10)), "per-class weights should make the sampler draw only the indices 0..9"
+assert set(targets[wrong].tolist()) == {0}, "indices 0..9 of the imbalanced set are all zeros"
+assert torch.equal(class_weights[targets], sample_weights), "class_weights[targets] is the per-sample weighting used above"
+assert fixed.max().item() >= 10 and len(set(targets[fixed].tolist())) == 10, "per-sample weights should reach every digit"
 
 # %% [markdown]
 # ## Exercises
@@ -1205,9 +1392,11 @@ if result.passed:
 #   variable-length sequences; return the lengths too, and bucket by length
 #   to waste less on padding.
 # - Workers help when there are free cores and the main process has its own
-#   work; `pin_memory` is for CUDA; `persistent_workers` saves a start-up per
-#   epoch (a spawned worker starts much more slowly than a forked one);
-#   `prefetch_factor` absorbs uneven batch times. Measure on your machine.
+#   work to overlap with loading; on a busy machine they can lose, so judge
+#   timings only with the load average in view. `pin_memory` is for CUDA;
+#   `persistent_workers` saves a start-up per epoch (a spawned worker starts
+#   much more slowly than a forked one); `prefetch_factor` absorbs uneven
+#   batch times. Measure on your machine.
 # - Worker RNGs: torch, `random` and NumPy's global generator are seeded per
 #   worker with every start method; a generator your dataset owns is not,
 #   so re-seed it in a `worker_init_fn` from `torch.initial_seed()`, and pass
