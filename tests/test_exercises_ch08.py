@@ -58,11 +58,30 @@ def first_only(i, h, layers):
     return 4 * (h * (i + h) + 2 * h)
 
 
-def test_lstm_param_count_with_one_bias_fails_and_the_fuller_hint_has_the_formula():
+#: The closed per-layer formula, in the ways a hint could write it: no tier of a hint may give it.
+CLOSED_FORMULA = ("4 * (h", "(i + h)", "(h + h)", "+ 2 * h", "2h)")
+
+
+def test_lstm_param_count_with_one_bias_fails_and_the_fuller_hint_names_the_parts():
     assert_first_tier_rejected("08.lstm_param_count", one_bias, "one bias vector")
-    assert "4 * (h * (i + h) + 2 * h)" in hint("08.lstm_param_count", show=False)
+    fuller = hint("08.lstm_param_count", show=False)
+    for part in ("four gate blocks", "[hidden_size, the layer's input size]", "[hidden_size, hidden_size]",
+                 "two bias vectors", "bias_ih", "bias_hh"):
+        assert part in fuller, f"the fuller hint should name {part!r}: {fuller}"
     second = check("08.lstm_param_count", one_bias, show=False)
     assert "bias_ih and bias_hh" in second.message, "the second failure should add the fuller hint"
+
+
+@pytest.mark.parametrize("wrong", [one_bias, "no_biases", "same_input", "gru", "first_only", lambda i, h, layers: 1])
+def test_lstm_param_count_fuller_hints_do_not_give_the_formula(wrong):
+    """Tier 2 names the weights and their shapes per gate block, not the closed per-layer formula."""
+    wrong = globals()[wrong] if isinstance(wrong, str) else wrong
+    first = check("08.lstm_param_count", wrong, show=False)
+    second = check("08.lstm_param_count", wrong, show=False)
+    assert not first.passed and not second.passed
+    for text in (second.message, hint("08.lstm_param_count", show=False)):
+        for code in CLOSED_FORMULA:
+            assert code not in text, f"a hint of 08.lstm_param_count gives the closed formula ({code!r}): {text}"
 
 
 @pytest.mark.parametrize(("wrong", "words"), [
@@ -123,6 +142,52 @@ def test_lstm_param_count_through_rnnbase_is_refused():
         return sum(p.numel() for p in nn.RNNBase("LSTM", i, h, num_layers=layers).parameters())
 
     assert_rejected("08.lstm_param_count", build, "torch.nn.RNNBase")
+
+
+def _linear_layers(i, h, layers):
+    """An LSTM layer's weights and biases are exactly those of Linear(in, 4h) plus Linear(h, 4h)."""
+    return sum(p.numel() for k in range(layers)
+               for m in (nn.Linear(i if k == 0 else h, 4 * h), nn.Linear(h, 4 * h)) for p in m.parameters())
+
+
+def _scaled_gru(i, h, layers):
+    """A GRU has three gate blocks per layer where an LSTM has four: 4/3 of its count is the answer."""
+    return sum(p.numel() for p in nn.GRU(i, h, num_layers=layers).parameters()) * 4 // 3
+
+
+def _scaled_rnn(i, h, layers):
+    """A plain RNN has one block per layer: 4 times its count is the answer."""
+    return 4 * sum(p.numel() for p in nn.RNN(i, h, num_layers=layers).parameters())
+
+
+def _gru_cells(i, h, layers):
+    return sum(p.numel() for k in range(layers) for p in nn.GRUCell(i if k == 0 else h, h).parameters()) * 4 // 3
+
+
+def _rnn_cells(i, h, layers):
+    return 4 * sum(p.numel() for k in range(layers) for p in nn.RNNCell(i if k == 0 else h, h).parameters())
+
+
+def _lazy_linear_layers(i, h, layers):
+    total = 0
+    for k in range(layers):
+        for fan_in in (i if k == 0 else h, h):
+            m = nn.LazyLinear(4 * h)
+            m(torch.zeros(1, fan_in))
+            total += sum(p.numel() for p in m.parameters())
+    return total
+
+
+@pytest.mark.parametrize(("built", "name"), [
+    (_linear_layers, "torch.nn.Linear"), (_lazy_linear_layers, "torch.nn.Linear"), (_scaled_gru, "torch.nn.GRU"),
+    (_scaled_rnn, "torch.nn.RNN`"), (_gru_cells, "torch.nn.GRUCell"), (_rnn_cells, "torch.nn.RNNCell"),
+])
+def test_lstm_param_count_by_counting_other_modules_is_refused(built, name):
+    """Each of these gives the right count (checked first, outside any check), so only the guard can refuse it."""
+    with torch.random.fork_rng():
+        for i, h, layers in ((5, 7, 1), (3, 4, 3)):
+            assert built(i, h, layers) == solution("08.lstm_param_count")(i, h, layers), built.__name__
+    assert_rejected("08.lstm_param_count", built, "without building an nn.LSTM", name)
 
 
 def test_lstm_param_count_returning_a_tensor_fails():
@@ -190,6 +255,64 @@ def test_make_windows_with_unfold_is_refused():
         return w[:, :T].unsqueeze(-1), w[:, T:]
 
     assert_rejected("08.make_windows", unfolded, "torch.Tensor.unfold")
+
+
+def _aten_unfold(series, T, horizon, stride):
+    w = torch.ops.aten.unfold(series, 0, T + horizon, stride)  # the operator behind Tensor.unfold, called directly
+    return w[:, :T, None], w[:, T:]
+
+
+def _aten_as_strided(series, T, horizon, stride):
+    n = (len(series) - T - horizon) // stride + 1
+    w = torch.ops.aten.as_strided(series, (n, T + horizon), (stride, 1))
+    return w[:, :T, None], w[:, T:]
+
+
+def _im2col(series, T, horizon, stride):
+    """F.unfold on the series seen as a 1 x L image: every (1, T + horizon) block becomes a column."""
+    w = torch.nn.functional.unfold(series.view(1, 1, 1, -1), (1, T + horizon), stride=(1, stride))[0].T
+    return w[:, :T, None], w[:, T:]
+
+
+def _nn_unfold(series, T, horizon, stride):
+    w = torch.nn.Unfold((1, T + horizon), stride=(1, stride))(series.view(1, 1, 1, -1))[0].T
+    return w[:, :T, None], w[:, T:]
+
+
+def _identity_conv1d(series, T, horizon, stride):
+    """A convolution whose T + horizon output channels each copy one position of the window."""
+    kernel = torch.eye(T + horizon).view(T + horizon, 1, T + horizon)
+    w = torch.nn.functional.conv1d(series.view(1, 1, -1), kernel, stride=stride)[0].T
+    return w[:, :T, None], w[:, T:]
+
+
+def _identity_conv_module(series, T, horizon, stride):
+    conv = nn.Conv1d(1, T + horizon, T + horizon, stride=stride, bias=False)
+    with torch.no_grad():
+        conv.weight.copy_(torch.eye(T + horizon)[:, None])
+    w = conv(series.view(1, 1, -1))[0].T
+    return w[:, :T, None], w[:, T:]
+
+
+def _identity_conv2d(series, T, horizon, stride):
+    kernel = torch.eye(T + horizon).view(T + horizon, 1, 1, T + horizon)
+    w = torch.nn.functional.conv2d(series.view(1, 1, 1, -1), kernel, stride=(1, stride))[0, :, 0].T
+    return w[:, :T, None], w[:, T:]
+
+
+@pytest.mark.parametrize(("route", "words"), [
+    (_aten_unfold, "strided view"), (_aten_as_strided, "strided view"), (_im2col, "im2col"), (_nn_unfold, "im2col"),
+    (_identity_conv1d, "identity kernel"), (_identity_conv_module, "identity kernel"),
+    (_identity_conv2d, "identity kernel"),
+])
+def test_make_windows_library_routes_are_refused(route, words):
+    """Each route gives the right windows (checked first), without Tensor.unfold by name: the ATen guard refuses it."""
+    series = torch.randn(25, generator=torch.Generator().manual_seed(0))
+    for T, horizon, stride in ((3, 2, 2), (4, 3, 5), (5, 1, 1)):
+        X, y = route(series, T, horizon, stride)
+        want_X, want_y = solution("08.make_windows")(series, T, horizon, stride)
+        assert torch.allclose(X, want_X) and torch.allclose(y, want_y), route.__name__
+    assert_rejected("08.make_windows", route, "does it for you", words)
 
 
 def test_make_windows_with_a_loop_is_refused():

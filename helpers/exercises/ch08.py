@@ -4,18 +4,19 @@ Exercises:
 
 - ``08.lstm_param_count``: ``lstm_param_count(input_size, hidden_size, num_layers) -> int``,
   the number of parameters of ``nn.LSTM(input_size, hidden_size, num_layers)``
-  by formula, without building the module (constructing ``nn.LSTM`` or any
-  ``nn.RNNBase`` is refused); the sizes are drawn afresh at every check.
+  by formula, without building the module (constructing any recurrent layer or cell,
+  ``nn.Linear`` or ``nn.Bilinear`` is refused); the sizes are drawn afresh at every check.
 - ``08.make_windows``: ``make_windows(series, T, horizon, stride) -> (X [N, T, 1], y [N, horizon])``,
   windows of ``T`` values starting every ``stride`` steps and the ``horizon`` values that
-  follow each, built with one indexing operation (no ``Tensor.unfold``, no Python loop).
+  follow each, built with one indexing operation (no Python loop; no ``Tensor.unfold``/``as_strided``,
+  ``F.unfold`` (im2col) or convolution, refused at the ATen level wherever the answer reaches them).
 - ``08.last_valid_output``: ``last_valid_output(output, lengths) -> [B, H]``, the
   output of each padded sequence at its last real (non-padding) time step, without a
   Python loop.
 
 Every failure is a two-tier :class:`~helpers.exercises.Hint`: the first wrong answer
 hears the case and what is wrong (one bias vector instead of two, an off-by-one window
-count, the padded last step); the formula or the call that fixes it comes only on a
+count, the padded last step); what fixes it (the parts to count, the indexing to use) comes only on a
 second failure or from ``hint("08.name")``. "No Python loop" is checked in the answer's
 source (:func:`helpers.exercises.loops.python_loop`, plus, for ``08.make_windows``, calls to
 ``map``/``filter``/``reduce``, loops in disguise) and by counting the operators it issues for
@@ -35,7 +36,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from . import Hint, exercise, expect_type
+from . import Hint, Shortcut, exercise, expect_type
 from .loops import ops_issued, python_loop
 
 __all__ = ["last_valid_output", "lstm_param_count", "make_windows"]
@@ -153,12 +154,35 @@ _SHAPES_NUDGE = (
 )
 
 
+def _built(name: str) -> Shortcut:
+    return Shortcut(name, does=f"building `{name}` and counting its parameters")
+
+
+#: Modules whose parameters could be counted instead of the formula: every recurrent layer and cell
+#: (``nn.RNNBase``/``nn.RNNCellBase`` cover their torch subclasses; ``nn.GRU`` has 3/4 of the LSTM's count and
+#: ``nn.RNN`` 1/4, so either one scaled gives the answer), and ``nn.Linear`` (one ``nn.Linear(i, 4 * h)`` plus
+#: one ``nn.Linear(h, 4 * h)`` per layer hold exactly an LSTM layer's weights and biases; ``nn.LazyLinear``
+#: is a subclass) and ``nn.Bilinear``.
+_COUNTING_MODULES = tuple(_built(f"torch.nn.{name}") for name in (
+    "LSTM", "GRU", "RNN", "RNNBase", "LSTMCell", "GRUCell", "RNNCell", "RNNCellBase", "Linear", "Bilinear",
+))
+
+#: What one layer holds, named part by part (the fuller hint): the count follows from it, but the hint
+#: leaves the arithmetic, and the closed formula, to the learner.
+_LAYER_PARTS = (
+    "One LSTM layer holds four gate blocks (i, f, g, o). Each block has an input weight of shape "
+    "[hidden_size, the layer's input size], a recurrent weight of shape [hidden_size, hidden_size], and two "
+    "bias vectors of hidden_size each (PyTorch keeps both b_ih and b_hh). PyTorch stacks the four blocks in "
+    "weight_ih_l0, weight_hh_l0, bias_ih_l0 and bias_hh_l0."
+)
+
+
 @exercise(
     "08.lstm_param_count",
     "return the number of parameters of nn.LSTM(input_size, hidden_size, num_layers) by formula, without "
     "building the module (four gates, each with an input weight, a recurrent weight and PyTorch's two bias vectors).",
     reference=lstm_param_count,
-    shortcuts=("torch.nn.LSTM", "torch.nn.RNNBase", "torch.nn.RNNCellBase"),
+    shortcuts=_COUNTING_MODULES,
     goal="the parameter count (from the formula, without building an nn.LSTM)",
     hint="Count per gate block: an input weight, a recurrent weight and the biases; an LSTM has four blocks. "
          + _SHAPES_NUDGE,
@@ -173,22 +197,22 @@ def _test_lstm_param_count(candidate) -> None:
         where = f"for nn.LSTM({i}, {h}, num_layers={layers}) you returned {got}, "
         if got == _formula(i, h, layers, biases=1):
             raise Hint(where + "the count with one bias vector per gate block; look at the names of an LSTM's biases.",
-                       "PyTorch keeps two bias vectors per layer, bias_ih and bias_hh (4 * h each), so one layer "
-                       "has 4 * (h * (i + h) + 2 * h) parameters.")
+                       "PyTorch keeps two bias vectors per layer, bias_ih and bias_hh, each with one entry per "
+                       "hidden unit and gate block. " + _LAYER_PARTS)
         if got == _formula(i, h, layers, biases=0):
             raise Hint(where + "the count without any biases.",
-                       "Each layer also has bias_ih and bias_hh, 4 * h values each: 4 * (h * (i + h) + 2 * h) per layer.")
+                       "Each layer also has two bias vectors, bias_ih and bias_hh. " + _LAYER_PARTS)
         if got == _formula(i, h, layers, gates=3):
             raise Hint(where + "a GRU's count: how many gate blocks does an LSTM have?",
-                       "An LSTM has four gate blocks (i, f, g, o), a GRU three: 4 * (h * (i + h) + 2 * h) per layer.")
+                       "An LSTM has four gate blocks (i, f, g, o), a GRU three (r, z, n). " + _LAYER_PARTS)
         if got == _formula(i, h, 1):
             raise Hint(where + f"the count of the first layer only; there are {layers}.",
-                       "Add one term per layer; every layer after the first reads h features: "
-                       "4 * (h * (h + h) + 2 * h).")
+                       "Add one layer's count per layer, and mind what each layer reads: the first reads "
+                       "input_size features, every later one the hidden_size outputs of the layer below. " + _LAYER_PARTS)
         if got == _formula(i, h, layers, later_input="i"):
             raise Hint(where + "as if every layer read input_size features: what does the second layer read?",
-                       "Layers after the first read the hidden_size outputs of the layer below, so their "
-                       "input weight is [4h, h], not [4h, i].")
+                       "Layers after the first read the hidden_size outputs of the layer below, so the input "
+                       "weight of each of their gate blocks is [hidden_size, hidden_size], not [hidden_size, input_size].")
         raise Hint(where + f"which is too {'high' if got > want else 'low'}.", _SHAPES_NUDGE)
 
 
@@ -242,13 +266,40 @@ def _loop_call(fn: Callable) -> str | None:
     return None
 
 
+def _aten(*ops: str, reached: bool = False, does: str = "") -> tuple[Shortcut, ...]:
+    """Shortcuts for ATen operators by name: ``torch.ops.aten.NAME`` and (by the guard) each of its overloads."""
+    return tuple(Shortcut(f"torch.ops.aten.{op}", reached=reached, does=does) for op in ops)
+
+
+_VIEW_DOES = "a strided view of the series (`unfold`/`as_strided`: every window without indexing)"
+_IM2COL_DOES = "`F.unfold` (im2col: it copies every sliding block of its input into a column)"
+_CONV_DOES = "a convolution with an identity kernel (it copies every window of the series into an output channel)"
+
+#: Library routes to the windows. The Python names are refused when the learner calls them; the ATen
+#: operators that do the work (as dispatched in torch 2.14: ``Tensor.unfold`` -> ``aten.unfold``,
+#: ``F.unfold``/``nn.Unfold`` -> ``aten.im2col``, ``F.conv1d``/``nn.Conv1d``/``F.conv2d`` -> ``aten.convolution``)
+#: are refused wherever the learner's code reaches them from (``reached=True``). ``conv1d``/``conv2d``/
+#: ``_convolution_mode`` are composite (decomposed before dispatch), so they are refused by name only.
+#: Order matters: the guard also files a ``torch`` module function under the ``Tensor`` method of the same
+#: name (``F.unfold`` under ``Tensor.unfold``), and the last entry wins, so the ``Tensor`` methods come last.
+_WINDOW_SHORTCUTS = (
+    *_aten("unfold", "unfold_copy", "as_strided", "as_strided_copy", reached=True, does=_VIEW_DOES),
+    *_aten("im2col", reached=True, does=_IM2COL_DOES),
+    *_aten("conv1d", "conv2d", "_convolution_mode", does=_CONV_DOES),
+    *_aten("convolution", "_convolution", reached=True, does=_CONV_DOES),
+    Shortcut("torch.nn.functional.unfold", does=_IM2COL_DOES), Shortcut("torch.nn.Unfold", does=_IM2COL_DOES),
+    "torch.Tensor.unfold", "torch.Tensor.as_strided", "torch.as_strided",
+)
+
+
 @exercise(
     "08.make_windows",
     "return (X, y) for a 1-d series: X [N, T, 1] holds windows of T consecutive values starting every stride "
     "steps and y [N, horizon] the horizon values right after each window, N = (len(series) - T - horizon) // stride + 1; "
-    "one indexing operation, no Tensor.unfold or as_strided and no Python loop.",
+    "one indexing operation, no Python loop, and no library routine that cuts the windows for you "
+    "(Tensor.unfold, as_strided, F.unfold, a convolution).",
     reference=make_windows,
-    shortcuts=("torch.Tensor.unfold", "torch.Tensor.as_strided", "torch.as_strided"),
+    shortcuts=_WINDOW_SHORTCUTS,
     goal="the windows (with one indexing operation)",
     hint=_GATHER_FIX,
 )
