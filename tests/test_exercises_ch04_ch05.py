@@ -3,12 +3,23 @@ stub reads "not attempted", and realistic wrong answers fail with a hint."""
 
 from __future__ import annotations
 
+from collections import Counter
+
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers.exercises import check, solution
+import helpers.exercises as exercises
+from helpers.exercises import check, hint, solution
 from tests.exercise_support import assert_rejected
+
+
+@pytest.fixture(autouse=True)
+def _first_attempt(monkeypatch):
+    """Every test starts with no failed attempts, so a hint's words are checked in the first tier."""
+    monkeypatch.setattr(exercises, "_failures", Counter())
+    monkeypatch.setattr(exercises, "_fuller", {})
 
 # --------------------------------------------------------------------------
 # 04.closed_form_fit
@@ -19,7 +30,9 @@ def test_closed_form_fit_without_intercept_fails():
     def through_origin(x, y):  # forgets the column of ones
         return (x @ y / (x @ x)).item(), 0.0
 
-    assert_rejected("04.closed_form_fit", through_origin, "ones")
+    first = assert_rejected("04.closed_form_fit", through_origin, "no intercept", 'hint("04.closed_form_fit")').message
+    assert "Hint:" not in first, f"the first failure should name the mistake only: {first}"
+    assert "own column" in hint("04.closed_form_fit", show=False)
 
 
 def test_closed_form_fit_with_mean_intercept_fails():
@@ -28,7 +41,8 @@ def test_closed_form_fit_with_mean_intercept_fails():
         w = (xc @ (y - y.mean()) / (xc @ xc)).item()
         return w, y.mean().item()
 
-    assert_rejected("04.closed_form_fit", separate)
+    assert_rejected("04.closed_form_fit", separate, "mean(y)", "mean 0")
+    assert "together" in hint("04.closed_form_fit", show=False)
 
 
 def test_closed_form_fit_by_gradient_descent_with_too_few_steps_fails():
@@ -39,7 +53,17 @@ def test_closed_form_fit_by_gradient_descent_with_too_few_steps_fails():
             w, b = w - 0.1 * 2 * (r * x).mean(), b - 0.1 * 2 * r.mean()
         return w.item(), b.item()
 
-    assert_rejected("04.closed_form_fit", rough)
+    assert_rejected("04.closed_form_fit", rough, "w=")
+
+
+def test_closed_form_fit_hints_do_not_paste_the_solution():
+    def through_origin(x, y):
+        return (x @ y / (x @ x)).item(), 0.0
+
+    assert_rejected("04.closed_form_fit", through_origin)
+    second = assert_rejected("04.closed_form_fit", through_origin, "Hint:").message
+    for text in (second, hint("04.closed_form_fit", show=False), exercises.EXERCISES["04.closed_form_fit"].hint):
+        assert "lstsq(" not in text and "mean(y) - w" not in text and "ones_like" not in text, text
 
 
 def test_closed_form_fit_returning_a_tensor_of_two_is_accepted():
@@ -68,7 +92,7 @@ def test_mse_gradients_with_wrong_sign_fails():
         r = y - (x @ w + b)
         return 2 * x.T @ r / x.shape[0], 2 * r.mean()
 
-    assert_rejected("04.mse_gradients", flipped, "sign")
+    assert_rejected("04.mse_gradients", flipped, "wrong sign")
 
 
 def test_mse_gradients_sum_instead_of_mean_fails():
@@ -76,7 +100,40 @@ def test_mse_gradients_sum_instead_of_mean_fails():
         r = x @ w + b - y
         return 2 * x.T @ r, 2 * r.sum()
 
-    assert_rejected("04.mse_gradients", summed, "N times")
+    assert_rejected("04.mse_gradients", summed, "N times", "sum of squares")
+
+
+def test_mse_gradients_transposed_fails():
+    def transposed(w, b, x, y):
+        r = x @ w + b - y
+        return 2 / x.shape[0] * (x @ r), 2 * r.mean()  # x where x.T belongs: runs only when N == D
+
+    assert_rejected("04.mse_gradients", transposed, "wrong dimension", "transposed")
+
+
+def test_mse_gradients_wrong_db_only_fails():
+    def db_without_two(w, b, x, y):
+        r = x @ w + b - y
+        return 2 / x.shape[0] * (x.T @ r), r.mean()
+
+    assert_rejected("04.mse_gradients", db_without_two, "dw is right but db is not")
+
+
+def test_mse_gradients_first_hints_name_the_mistake_not_the_formula():
+    def half(w, b, x, y):
+        r = x @ w + b - y
+        return x.T @ r / x.shape[0], r.mean()
+
+    def summed(w, b, x, y):
+        r = x @ w + b - y
+        return 2 * x.T @ r, 2 * r.sum()
+
+    first = assert_rejected("04.mse_gradients", half, 'hint("04.mse_gradients")').message
+    second = assert_rejected("04.mse_gradients", summed, "Hint:").message
+    fuller = exercises.EXERCISES["04.mse_gradients"].hint
+    for text in (first, second, fuller):
+        assert "x.T @" not in text and "2/N" not in text and "2 / N" not in text and "r.sum()" not in text, text
+    assert "Hint:" not in first, first
 
 
 def test_mse_gradients_dw_column_fails():
@@ -84,7 +141,8 @@ def test_mse_gradients_dw_column_fails():
         r = (x @ w + b - y).unsqueeze(1)  # [N, 1]
         return 2 / x.shape[0] * (x.T @ r), 2 / x.shape[0] * r.sum()  # dw [D, 1]
 
-    assert_rejected("04.mse_gradients", column, "shape [", "no unsqueeze")
+    assert_rejected("04.mse_gradients", column, "shape [", "broadcast")
+    assert "unsqueeze" in hint("04.mse_gradients", show=False)
 
 
 def test_mse_gradients_db_with_keepdim_fails():
@@ -93,7 +151,8 @@ def test_mse_gradients_db_with_keepdim_fails():
         column = r.unsqueeze(1)  # [N, 1]
         return 2 / x.shape[0] * (x.T @ r), 2 / x.shape[0] * column.sum(dim=0, keepdim=True)  # db [1, 1]
 
-    assert_rejected("04.mse_gradients", kept, "0-dim", "keepdim")
+    assert_rejected("04.mse_gradients", kept, "0-dim", "[1, 1]")
+    assert "keepdim" in hint("04.mse_gradients", show=False)
 
 
 def test_mse_gradients_db_of_shape_one_fails():
@@ -112,13 +171,72 @@ def test_mse_gradients_db_as_python_float_is_accepted():
     assert check("04.mse_gradients", as_float, show=False).passed
 
 
-def test_mse_gradients_with_autograd_inside_passes():
-    def via_autograd(w, b, x, y):
-        with torch.enable_grad():
-            w, b = w.clone().requires_grad_(), b.clone().requires_grad_()
-            return torch.autograd.grad(((x @ w + b - y) ** 2).mean(), (w, b))
+def test_mse_gradients_transposed_product_written_as_r_at_x_is_accepted():
+    def r_at_x(w, b, x, y):
+        r = x @ w + b - y
+        return (2 * r / len(r)) @ x, (2 * r).mean()
 
-    assert check("04.mse_gradients", via_autograd, show=False).passed
+    assert check("04.mse_gradients", r_at_x, show=False).passed
+
+
+def _with_autograd_grad(w, b, x, y):
+    with torch.enable_grad():
+        w, b = w.clone().requires_grad_(), b.clone().requires_grad_()
+        return torch.autograd.grad(((x @ w + b - y) ** 2).mean(), (w, b))
+
+
+def _with_backward(w, b, x, y):
+    with torch.enable_grad():
+        w, b = w.clone().requires_grad_(), b.clone().requires_grad_()
+        ((x @ w + b - y) ** 2).mean().backward()
+        return w.grad, b.grad
+
+
+def _with_autograd_backward(w, b, x, y):
+    with torch.enable_grad():
+        w, b = w.clone().requires_grad_(), b.clone().requires_grad_()
+        torch.autograd.backward(((x @ w + b - y) ** 2).mean())
+        return w.grad, b.grad
+
+
+def _with_func_grad(w, b, x, y):
+    return torch.func.grad(lambda w, b: ((x @ w + b - y) ** 2).mean(), argnums=(0, 1))(w, b)
+
+
+def _with_func_vjp(w, b, x, y):
+    loss, pull_back = torch.func.vjp(lambda w, b: ((x @ w + b - y) ** 2).mean(), w, b)
+    return pull_back(torch.ones_like(loss))
+
+
+def _with_func_jacrev(w, b, x, y):
+    return torch.func.jacrev(lambda w, b: ((x @ w + b - y) ** 2).mean(), argnums=(0, 1))(w, b)
+
+
+def _with_functional_jacobian(w, b, x, y):
+    return torch.autograd.functional.jacobian(lambda w, b: ((x @ w + b - y) ** 2).mean(), (w, b))
+
+
+@pytest.mark.parametrize("candidate, used", [
+    (_with_autograd_grad, "torch.autograd.grad"),
+    (_with_backward, "torch.Tensor.backward"),
+    (_with_autograd_backward, "torch.autograd.backward"),
+    (_with_func_grad, "torch.func.grad"),
+    (_with_func_vjp, "torch.func.vjp"),
+    (_with_func_jacrev, "torch.func.jacrev"),
+    (_with_functional_jacobian, "torch.autograd.functional.jacobian"),
+])
+def test_mse_gradients_from_autograd_are_refused(candidate, used):
+    assert_rejected("04.mse_gradients", candidate, f"`{used}`", "by hand")
+
+
+def test_mse_gradients_autograd_refusal_cannot_be_swallowed():
+    def swallowed(w, b, x, y):
+        try:
+            return _with_backward(w, b, x, y)
+        except AssertionError:
+            return solution("04.mse_gradients")(w, b, x, y)
+
+    assert_rejected("04.mse_gradients", swallowed, "`torch.Tensor.backward`")
 
 
 # --------------------------------------------------------------------------
@@ -192,15 +310,15 @@ def test_top_confusions_keeping_zeros_fails():
         c = cm.shape[1]
         return [(i // c, i % c, n) for n, i in zip(counts.tolist(), flat.tolist())]
 
-    assert_rejected("05.top_confusions", with_zeros)
+    assert_rejected("05.top_confusions", with_zeros, "count 0")
 
 
 def test_top_confusions_with_tensors_in_tuples_is_accepted():
     def tensors(cm, k):
         off = cm.clone().fill_diagonal_(0)
-        counts, flat = off.flatten().topk(k)
+        counts, flat = off.flatten().sort(descending=True, stable=True)
         c = cm.shape[1]
-        return [(i // c, i % c, n) for n, i in zip(counts, flat) if n > 0]
+        return [(i // c, i % c, n) for n, i in zip(counts[:k], flat[:k]) if n > 0]
 
     assert check("05.top_confusions", tensors, show=False).passed
 
@@ -212,7 +330,52 @@ def test_top_confusions_largest_mistake_per_row_fails():
         rows = counts.argsort(descending=True).tolist()
         return [(r, int(predicted[r]), int(counts[r])) for r in rows if counts[r] > 0][:k]
 
-    assert_rejected("05.top_confusions", per_row, "[(0, 1, 9), (0, 2, 7), (3, 0, 5)]", "not only the largest mistake of each row")
+    assert_rejected("05.top_confusions", per_row, "[(0, 1, 9), (0, 2, 7), (3, 0, 5)]", "only the largest mistake of each row")
+    assert "across rows" in hint("05.top_confusions", show=False)
+
+
+def _ties_reversed(cm, k):  # largest count first, but equal counts in reverse row-major order
+    c = cm.shape[1]
+    cells = [(t, p, int(cm[t, p])) for t in range(c) for p in range(c) if t != p and cm[t, p] > 0]
+    return sorted(cells, key=lambda cell: (-cell[2], -(cell[0] * c + cell[1])))[:k]
+
+
+def test_top_confusions_ties_in_another_order_fail():
+    first = assert_rejected("05.top_confusions", _ties_reversed, "with ties", "[[10, 3, 3], [3, 10, 0], [0, 3, 10]]",
+                            "row-major", 'hint("05.top_confusions")').message
+    assert "stable" not in first, f"the first tier names the mistake, not the fix: {first}"
+    assert "stable sort" in hint("05.top_confusions", show=False)
+
+
+def test_top_confusions_ties_by_column_first_fail():
+    def column_major(cm, k):  # equal counts ordered by predicted class, then true class
+        c = cm.shape[1]
+        cells = [(t, p, int(cm[t, p])) for t in range(c) for p in range(c) if t != p and cm[t, p] > 0]
+        return sorted(cells, key=lambda cell: (-cell[2], cell[1], cell[0]))[:k]
+
+    assert_rejected("05.top_confusions", column_major, "row-major")
+
+
+def test_top_confusions_random_predictions_are_checked():
+    def right_on_small_cases_only(cm, k):  # the reference, except on a 6 x 6 matrix (only the random case)
+        answer = solution("05.top_confusions")(cm, k)
+        return answer if cm.shape[0] != 6 else answer[:-1]
+
+    assert_rejected("05.top_confusions", right_on_small_cases_only, "of random predictions")
+
+
+def test_top_confusions_sorted_python_cells_are_accepted():
+    def plain_python(cm, k):  # Python's sort is stable: equal counts stay in row-major order
+        c = cm.shape[1]
+        cells = [(t, p, int(cm[t, p])) for t in range(c) for p in range(c) if t != p and cm[t, p] > 0]
+        return sorted(cells, key=lambda cell: -cell[2])[:k]
+
+    assert check("05.top_confusions", plain_python, show=False).passed
+
+
+def test_top_confusions_hints_do_not_paste_the_solution():
+    text = exercises.EXERCISES["05.top_confusions"].hint
+    assert "fill_diagonal_(0)" not in text and "i // c" not in text and "i % c" not in text, text
 
 
 def test_top_confusions_float_counts_fail():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from . import exercise
+from . import Hint, exercise
 
 # --------------------------------------------------------------------------
 # 04.closed_form_fit
@@ -42,9 +42,11 @@ def _as_pair(result, what: str) -> tuple[float, float]:
 
 @exercise(
     "04.closed_form_fit",
-    "return (w, b), the least-squares line y ≈ w*x + b for 1-D tensors x and y, without gradient "
-    "descent (hint: torch.linalg.lstsq with the design matrix [x, 1]).",
+    "return (w, b), the least-squares line y ≈ w*x + b for 1-D tensors x and y, as Python floats, "
+    "computed exactly (no gradient descent).",
     reference=_closed_form_fit,
+    hint="Write the model as a matrix product, predictions = A @ [w, b], with one column of A per "
+    "parameter; then a least-squares solver (torch.linalg.lstsq) finds w and b together.",
 )
 def _test_closed_form_fit(candidate) -> None:
     g = torch.Generator().manual_seed(4)
@@ -58,13 +60,33 @@ def _test_closed_form_fit(candidate) -> None:
         w_exact, b_exact = _closed_form_fit(x, y)
         w, b = _as_pair(candidate(x.clone(), y.clone()), "(w, b)")
         where = f"on data y = {w_true}x + {b_true} + noise with x in [{x.min():.0f}, {x.max():.0f}]"
-        assert abs(w - w_true) < 0.3 and abs(b - b_true) < 1.0, (
-            f"{where} you returned w={w:.3f}, b={b:.3f}, far from the truth. "
-            "Did you include a column of ones for the intercept b?"
-        )
-        assert abs(w - w_exact) < 1e-3 and abs(b - b_exact) < 1e-3, (
-            f"{where} the least-squares answer is w={w_exact:.4f}, b={b_exact:.4f} but you returned "
-            f"w={w:.4f}, b={b:.4f}. Least squares fits w and b together: b = mean(y) - w*mean(x)."
+        if abs(w - w_exact) < 1e-3 and abs(b - b_exact) < 1e-3:
+            continue
+        got = f"{where} the least-squares line is w={w_exact:.4f}, b={b_exact:.4f}; you returned w={w:.4f}, b={b:.4f}."
+        if abs(b) < 1e-6 and abs(b_exact) > 0.5:
+            raise Hint(
+                f"{got} Your b is 0: your fit has no intercept, so the line is forced through the origin.",
+                "The intercept needs its own column in the design matrix, one that multiplies b in every "
+                "row; the solver then fits it like any other weight.",
+            )
+        if abs(b - y.mean().item()) < 1e-3 and abs(w - w_exact) < 1e-3:
+            raise Hint(
+                f"{got} Your slope is right but your b is mean(y): that intercept is right only when x "
+                "has mean 0, and here it has not.",
+                "The best intercept depends on the slope. Fit w and b together, as one least-squares "
+                "problem with a design matrix, instead of one after the other.",
+            )
+        if abs(w - w_true) < 0.3 and abs(b - b_true) < 1.0:
+            raise Hint(
+                f"{got} Your line is close, but not the exact minimiser of the squared error (an "
+                "iterative fit stopped too early lands here).",
+                "The exercise asks for the exact solution: a least-squares solver gives it in one call, "
+                "with no learning rate and no steps.",
+            )
+        raise Hint(
+            f"{got} That line is far from the data's (the truth is w={w_true}, b={b_true}).",
+            "Each row of the design matrix holds what multiplies w and what multiplies b for one "
+            "sample; check its shape and columns, and what the solver returns.",
         )
 
 
@@ -99,15 +121,44 @@ def _autograd_gradients(w, b, x, y):
     return w.grad, b.grad
 
 
+#: Library functions that compute the gradient for the learner (this exercise asks for it by hand).
+_AUTOGRAD_SHORTCUTS = (
+    "torch.autograd.backward",
+    "torch.Tensor.backward",  # after torch.autograd.backward, which also claims the Tensor method of its name
+    "torch.autograd.grad",
+    "torch.autograd.functional.*",  # jacobian, hessian, vjp, jvp, hvp, vhp
+    "torch.func.grad",
+    "torch.func.grad_and_value",
+    "torch.func.vjp",
+    "torch.func.jvp",
+    "torch.func.jacrev",
+    "torch.func.jacfwd",
+    "torch.func.hessian",
+    "torch.func.linearize",
+    "torch.autograd.forward_ad.make_dual",
+)
+
+
+#: (N, D) of the checker's cases. The square one comes first: only there does a product with x
+#: that sums over the wrong dimension run without a shape error, so the checker can name it.
+_MSE_CASES = ((6, 6), (50, 1), (200, 3), (7, 5))
+
+
 @exercise(
     "04.mse_gradients",
     "return (dw, db), the gradients of L = mean((x @ w + b - y)**2) for x [N, D], w [D], b [] "
-    "and y [N], computed by hand (no backward): dw has shape [D], db shape [].",
+    "and y [N], derived by hand (no backward(), torch.autograd or torch.func): dw has shape [D], "
+    "db shape [].",
     reference=_mse_gradients,
+    shortcuts=_AUTOGRAD_SHORTCUTS,
+    goal="the gradient (derived by hand, without autograd)",
+    hint="Start from the residuals, prediction minus target, one per sample. Apply the chain rule to "
+    "each squared residual, then average over the samples; a matrix product with x can sum over the "
+    "samples for all D weights at once.",
 )
 def _test_mse_gradients(candidate) -> None:
     g = torch.Generator().manual_seed(5)
-    for n, d in [(50, 1), (200, 3), (7, 5)]:
+    for n, d in _MSE_CASES:
         x = torch.randn(n, d, generator=g)
         y = torch.randn(n, generator=g)
         w = torch.randn(d, generator=g)
@@ -121,29 +172,59 @@ def _test_mse_gradients(candidate) -> None:
             raise AssertionError(f"return a pair (dw, db); got {type(result).__name__}") from exc
         dw, db = torch.as_tensor(dw, dtype=torch.float32), torch.as_tensor(db, dtype=torch.float32)
         # Exact shapes: a [D, 1] dw or a [1] / [1, 1] db would broadcast wrongly in w - lr * dw.
-        assert tuple(dw.shape) == (d,), (
-            f"with D={d}, dw should have shape [{d}], the shape of w (one entry per weight), but has "
-            f"shape {list(dw.shape)}. Keep the residual r = x @ w + b - y of shape [N] (no unsqueeze, "
-            "no keepdim) so that x.T @ r has shape [D]."
-        )
-        assert tuple(db.shape) == (), (
-            f"db should be a 0-dim tensor (shape []), the shape of b, but has shape {list(db.shape)}: "
-            "sum all residuals with r.sum(), without dim= or keepdim=True."
-        )
+        if tuple(dw.shape) != (d,):
+            raise Hint(
+                f"with N={n}, D={d}, dw should have shape [{d}], the shape of w (one entry per weight), but "
+                f"has shape {list(dw.shape)}: in the update w - lr * dw it would broadcast to the wrong shape.",
+                "A residual of shape [N, 1] (from unsqueeze, or a keepdim=True reduction) turns the product "
+                "with x into a column; keep the residuals 1-D, of shape [N], like y.",
+            )
+        if tuple(db.shape) != ():
+            raise Hint(
+                f"db should be a 0-dim tensor (shape []), the shape of b, but has shape {list(db.shape)}.",
+                "Reduce over every residual at once, without dim= or keepdim=True, so that the result has "
+                "no dimensions left.",
+            )
         if torch.allclose(dw, want_w, atol=1e-5) and torch.allclose(db, want_b, atol=1e-5):
             continue
-        if torch.allclose(dw, -want_w, atol=1e-5):
-            hint = (
-                "Your gradient has the wrong sign: with r = y - prediction the chain rule brings a minus "
-                "sign (dr/dw = -x); it is simpler to use r = prediction - y"
-            )
-        elif torch.allclose(2 * dw, want_w, atol=1e-5):
-            hint = "Your gradient is half the right one: d/dz of z² is 2z"
-        elif torch.allclose(dw, n * want_w, atol=1e-4):
-            hint = "Your gradient is N times too large: the loss is a mean, so divide the sum by N"
-        else:
-            hint = "Compare with autograd: the residual r = x @ w + b - y, dw = 2/N * x.T @ r, db = 2/N * r.sum()"
-        raise AssertionError(
+        got = (
             f"for N={n}, D={d} autograd gives dw={want_w.numpy().round(4)}, db={want_b.item():.4f}; "
-            f"you returned dw={dw.numpy().round(4)}, db={db.item():.4f}. {hint}"
+            f"you returned dw={dw.numpy().round(4)}, db={db.item():.4f}."
+        )
+        residual = x @ w + b - y
+        if torch.allclose(dw, -want_w, atol=1e-5) and torch.allclose(db, -want_b, atol=1e-5):
+            raise Hint(
+                f"{got} Your gradients have the wrong sign: they point downhill, and a descent step "
+                "against them would climb.",
+                "Check the sign of the residual's derivative: it depends on whether the residual is "
+                "prediction minus target or target minus prediction.",
+            )
+        if torch.allclose(2 * dw, want_w, atol=1e-5) and torch.allclose(2 * db, want_b, atol=1e-5):
+            raise Hint(
+                f"{got} Your gradients are half the right ones: a constant factor is missing.",
+                "The chain rule on a square: the derivative of z² with respect to z is not z.",
+            )
+        if torch.allclose(dw, n * want_w, atol=1e-4) and torch.allclose(db, n * want_b, atol=1e-4):
+            raise Hint(
+                f"{got} Your gradients are N times too large: you differentiated a sum of squares, "
+                "not their mean.",
+                "The loss averages over the N samples, and so must its gradient.",
+            )
+        if n == d and torch.allclose(dw, 2 / n * (x @ residual), atol=1e-5):
+            raise Hint(
+                f"{got} Your dw sums over the wrong dimension of x (it is transposed): entry j of yours "
+                "collects sample j over all features, where it should collect feature j over all samples.",
+                "Write which index each factor carries (sample i, feature j): the gradient of weight j "
+                "is an average over i, so the matrix product must sum over the sample index.",
+            )
+        if torch.allclose(dw, want_w, atol=1e-5):
+            raise Hint(f"{got} Your dw is right but db is not.",
+                       "b adds the same amount to every prediction: what multiplies the residual for b?")
+        if torch.allclose(db, want_b, atol=1e-5):
+            raise Hint(f"{got} Your db is right but dw is not.",
+                       "Each weight w[j] multiplies feature j: the chain rule brings that feature into its gradient.")
+        raise Hint(
+            f"{got} Both differ from autograd's.",
+            "Start from the residuals, prediction minus target; apply the chain rule to each squared "
+            "residual and average over the samples.",
         )

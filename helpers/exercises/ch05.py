@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from . import exercise
+from . import Hint, exercise
 
 # --------------------------------------------------------------------------
 # 05.normalization_constants
@@ -143,8 +143,12 @@ def _normalise_answer(result) -> list[tuple[int, int, int]]:
     "05.top_confusions",
     "return the k most frequent mistakes in a confusion matrix cm[true, predicted] as a list of "
     "(true, predicted, count) tuples of ints, largest count first, leaving out the diagonal (correct "
-    "predictions) and zero counts.",
+    "predictions) and zero counts. Equal counts keep the matrix's row-major order: the smaller true "
+    "class first, and within one true class the smaller predicted class first.",
     reference=_top_confusions,
+    hint="Blank out the diagonal, then rank every remaining cell of the flattened matrix together with "
+    "a stable sort (Tensor.sort(stable=True)), which keeps equal counts in row-major order; divmod of a "
+    "flat index by the number of columns gives the row and the column.",
 )
 def _test_top_confusions(candidate) -> None:
     cm = torch.tensor(
@@ -158,33 +162,76 @@ def _test_top_confusions(candidate) -> None:
     want = [(2, 1, 9), (1, 3, 7), (3, 0, 5)]
     got = _normalise_answer(candidate(cm.clone(), 3))
     if got and all(t == p for t, p, _ in got):
-        raise AssertionError("those are diagonal cells (correct predictions); leave the diagonal out")
+        raise Hint(
+            f"for cm = {cm.tolist()} you returned {got}: those are diagonal cells, the correct predictions.",
+            "A mistake is a cell whose row (true class) and column (predicted class) differ; take the "
+            "diagonal out of the ranking before you sort.",
+        )
     if any(t == p for t, p, _ in got):
-        raise AssertionError(f"{got} contains a diagonal cell (a correct prediction); leave the diagonal out")
+        raise Hint(
+            f"for cm = {cm.tolist()} you returned {got}, which contains a diagonal cell (a correct prediction).",
+            "Take the diagonal out of the ranking before you sort.",
+        )
     if got == [(p, t, n) for t, p, n in want]:
-        raise AssertionError("true and predicted are swapped: cm[true, predicted] has the true class as its row")
+        raise Hint(
+            f"for cm = {cm.tolist()} you returned {got}: true and predicted are swapped.",
+            "cm[true, predicted]: the row index is the true class, the column index the predicted one.",
+        )
     if sorted(got) == sorted(want) and got != want:
-        raise AssertionError(f"the right cells in the wrong order: sort by count, largest first (expected {want})")
+        raise Hint(
+            f"for cm = {cm.tolist()} you returned the right cells in the wrong order: {got}; expected {want}.",
+            "Largest count first: sort in descending order.",
+        )
     assert got == want, f"for cm = {cm.tolist()} and k = 3 the answer is {want}, you returned {got}"
     # k larger than the number of mistakes: only cells with a count above zero
     small = torch.tensor([[8, 2, 0], [0, 9, 0], [0, 1, 7]])
     got = _normalise_answer(candidate(small.clone(), 5))
     want = [(0, 1, 2), (2, 1, 1)]
-    assert got == want, (
-        f"for cm = {small.tolist()} and k = 5 the answer is {want} (only non-zero mistakes), you returned {got}"
-    )
+    if got != want and any(n == 0 for _, _, n in got):
+        raise Hint(
+            f"for cm = {small.tolist()} and k = 5 the answer is {want}, you returned {got}: with fewer than "
+            "k mistakes, your list is padded with cells of count 0, which are no mistakes.",
+            "Filter out the zero counts after ranking; the list may then be shorter than k.",
+        )
+    assert got == want, f"for cm = {small.tolist()} and k = 5 the answer is {want}, you returned {got}"
     # Two big mistakes in one row: taking only the largest mistake of each true class
     # (the maximum of each row) misses (0, 2, 7).
     rows = torch.tensor([[50, 9, 7, 0], [0, 40, 0, 0], [0, 0, 45, 0], [5, 0, 0, 60]])
     got = _normalise_answer(candidate(rows.clone(), 3))
     want = [(0, 1, 9), (0, 2, 7), (3, 0, 5)]
     if got != want and (0, 2, 7) not in got:
-        raise AssertionError(
+        raise Hint(
             f"for cm = {rows.tolist()} and k = 3 the answer is {want}: row 0 holds the two biggest "
-            f"mistakes, but you returned {got}. Rank all off-diagonal cells together (flatten, then "
-            "sort), not only the largest mistake of each row."
+            f"mistakes, but you returned {got}, as if you kept only the largest mistake of each row.",
+            "Rank all off-diagonal cells together, across rows, not row by row.",
         )
     assert got == want, f"for cm = {rows.tolist()} and k = 3 the answer is {want}, you returned {got}"
+    # Ties: four cells share the count 3, and the task fixes their order (row-major).
+    ties = torch.tensor([[10, 3, 3], [3, 10, 0], [0, 3, 10]])
+    _check_against_reference(candidate, ties, 3, "with ties")
+    # The confusion matrix of random predictions: many equal counts and some zeros, at several k.
+    g = torch.Generator().manual_seed(5)
+    for c, n, k in [(6, 120, 8), (4, 40, 20)]:
+        targets, preds = torch.randint(c, (n,), generator=g), torch.randint(c, (n,), generator=g)
+        noisy = torch.bincount(targets * c + preds, minlength=c * c).reshape(c, c)
+        _check_against_reference(candidate, noisy, k, "of random predictions")
+
+
+def _check_against_reference(candidate, cm: torch.Tensor, k: int, what: str) -> None:
+    want = _top_confusions(cm, k)
+    got = _normalise_answer(candidate(cm.clone(), k))
+    if got == want:
+        return
+    case = f"for the confusion matrix {what} cm = {cm.tolist()} and k = {k} the answer is {want}; you returned {got}."
+    same_counts = [n for _, _, n in got] == [n for _, _, n in want]
+    if same_counts:
+        raise Hint(
+            f"{case} The counts are right, but cells with equal counts come in another order than the "
+            "task's: row-major (smaller true class first, then smaller predicted class).",
+            "An ordinary sort, or topk, promises nothing about the order of equal values; a stable sort "
+            "keeps them in the order of the flattened matrix, which is row-major.",
+        )
+    raise Hint(f"{case}", "Compare with the task: the diagonal out, zero counts out, largest count first, at most k.")
 
 
 # --------------------------------------------------------------------------
