@@ -147,8 +147,9 @@ def _show(values: tuple[float, ...]) -> str:
 
 
 _AUTOGRAD_AT_X = (
-    "Make x a tensor with requires_grad=True (for a given tensor: x.detach().requires_grad_(True)), call f "
-    "once on it, and let autograd compute the exact derivative: backward() or torch.autograd.grad."
+    "Make the point a tensor with requires_grad=True (for a given tensor, a detached copy that requires grad), "
+    "evaluate f at that point itself, and let autograd compute the exact derivative: backward() or "
+    "torch.autograd.grad (sections 2 and 6)."
 )
 
 
@@ -169,19 +170,37 @@ class _Watched:
     """
 
     def __init__(self, f: Callable, label: str, point) -> None:
-        self.f, self.label = f, label
+        self.label = label
         self.point = tuple(torch.as_tensor(point, dtype=torch.float64).reshape(-1).tolist())
         self.allowed = _roundings(point)
         self.problem: Hint | None = None
         self.dtypes: set[torch.dtype] = set()
         self.calls_with_grad = 0
         self.calls_without_grad = 0
+        self._evaluate = self._keep(f)
 
     def _refuse(self, what: str, more: str = _AUTOGRAD_AT_X):
         self.problem = self.problem or Hint(what, more)
         raise self.problem
 
     def __call__(self, t):
+        return self._evaluate(t)
+
+    def _keep(self, f: Callable) -> Callable:
+        """``f`` behind the checks of :meth:`__call__`, held in a closure, not in an attribute.
+
+        An answer that reaches past the wrapper (``getattr(f, "f", f)``, or any callable among
+        ``vars(f)``) finds only this guarded function, so it cannot evaluate ``f`` away from the point
+        without the call being refused and recorded in ``problem``.
+        """
+
+        def evaluate(t):
+            self._check_call(t)
+            return f(t)
+
+        return evaluate
+
+    def _check_call(self, t) -> None:
         if not isinstance(t, torch.Tensor):
             self._refuse(f"{self.label} was called with a {type(t).__name__}, not a tensor, so autograd cannot see it.")
         if t.is_complex():
@@ -214,7 +233,6 @@ class _Watched:
             self.calls_with_grad += 1
         else:
             self.calls_without_grad += 1
-        return self.f(t)
 
     def no_grad_problem(self) -> Hint | None:
         """The hint for an answer that called f only on tensors that do not require grad, else None."""
@@ -368,7 +386,9 @@ def _first_line(exc: BaseException) -> str:
     hint="The first derivative that autograd returns is normally a constant: how it was computed is not "
     "recorded. With create_graph=True the first pass records its own computation, so the derivative it "
     "returns has a grad_fn, and a second pass can differentiate it with respect to the same tensor "
-    "(section 6).",
+    "(section 6). Prefer torch.autograd.grad for both passes: it returns each derivative instead of adding "
+    "it to .grad, so nothing accumulates, and it avoids the reference cycle that backward(create_graph=True) "
+    "warns about.",
 )
 def _check_second_derivative(candidate: Callable) -> None:
     for label, f, x, value, first, second in _SCALAR_CASES:
@@ -381,7 +401,7 @@ def _check_second_derivative(candidate: Callable) -> None:
             raise Hint(
                 f"for f = {label} at x = {x} your code raised RuntimeError: {_first_line(exc)}. The first "
                 "derivative you differentiate again has no grad_fn: autograd did not record how it was computed.",
-                    "Pass create_graph=True to the first pass (torch.autograd.grad or backward): then the "
+                "Pass create_graph=True to the first pass (best with torch.autograd.grad, section 6): then the "
                 "derivative it returns is itself part of a graph, and can be differentiated.",
             ) from exc
         watched.verify()
@@ -402,9 +422,9 @@ def _check_second_derivative(candidate: Callable) -> None:
                 f"for f = {label} at x = {x} you returned {got:.6g}, which is f' + f'' = {first:.6g} + "
                 f"{second:.6g}, not f'' = {second:.6g}: .grad accumulates.",
                 "The first backward(create_graph=True) put f' into t.grad, and the second backward() adds "
-                "f'' to it. Keep the first derivative in a variable and reset t.grad (t.grad = None) between "
-                "the two passes, or get the first derivative from torch.autograd.grad, which returns it "
-                "without touching .grad.",
+                "f'' to it. Take the first derivative from torch.autograd.grad, which returns it without "
+                "touching .grad (and without the reference cycle that backward(create_graph=True) warns "
+                "about), or keep it in a variable and reset t.grad (t.grad = None) between the two passes.",
             )
         if _close(got, value):
             raise Hint(
@@ -441,10 +461,10 @@ _JACOBIAN_CASES = [
 
 #: Library functions that build the whole Jacobian (or its columns, by forward mode) for the learner.
 _JACOBIAN_SHORTCUTS = (
-    "torch.autograd.functional.jacobian",
-    "torch.autograd.functional.jvp",
+    "torch.autograd.functional.*",  # jacobian, and vjp/jvp/vhp/hvp called once per row or column
     "torch.func.jacrev",
     "torch.func.jacfwd",
+    "torch.func.vjp",  # one call, then its vjp_fn once per row: the library does the exercise's work
     "torch.func.jvp",
     "torch.func.linearize",
     Shortcut("torch.func.vmap", does="`torch.func.vmap`, which batches all the rows (or columns) into one call,"),
@@ -453,11 +473,12 @@ _JACOBIAN_SHORTCUTS = (
     # the same function objects where torch.func gets them from (the guard rebinds names, not objects)
     "torch._functorch.eager_transforms.jacrev",
     "torch._functorch.eager_transforms.jacfwd",
+    "torch._functorch.eager_transforms.vjp",
     "torch._functorch.eager_transforms.jvp",
     "torch._functorch.eager_transforms.linearize",
     Shortcut("torch._functorch.apis.vmap", does="`torch._functorch.apis.vmap` (torch.vmap under another name), which batches all the rows (or columns) into one call,"),
     # the deprecated functorch package: thin wrappers that call the functions above from inside torch
-    *(Shortcut(f"functorch.{name}", lazy=True) for name in ("jacrev", "jacfwd", "jvp")),
+    *(Shortcut(f"functorch.{name}", lazy=True) for name in ("jacrev", "jacfwd", "vjp", "jvp")),
     Shortcut("functorch.vmap", lazy=True, does="`functorch.vmap`, which batches all the rows (or columns) into one call,"),
     Shortcut(
         "torch.autograd.grad",
@@ -481,15 +502,15 @@ def _all_rows_equal(got: torch.Tensor, row: torch.Tensor) -> bool:
 @exercise(
     "02.jacobian",
     "write jacobian(f, x) that returns the [m, n] Jacobian J[i, j] = d f(x)[i] / d x[j] of f: R^n -> R^m "
-    "at x, building row i from one vector-Jacobian product with v = e_i (not with "
-    "torch.autograd.functional.jacobian, torch.func or forward mode).",
+    "at x, building row i from one vector-Jacobian product with v = e_i computed by backward() or "
+    "torch.autograd.grad (not with torch.autograd.functional, torch.func, including torch.func.vjp, or "
+    "forward mode).",
     reference=jacobian,
     shortcuts=_JACOBIAN_SHORTCUTS,
     goal="the Jacobian from one vector-Jacobian product per row",
-    hint="Record one graph: call f once, on a copy of x with requires_grad=True. Row i is the "
-    "vector-Jacobian product with v = e_i, which autograd takes as grad_outputs (or backward's gradient). "
-    "One pass per row through that same graph needs retain_graph=True, since a pass frees the graph "
-    "(section 2). Stack the m rows into [m, n].",
+    hint="Row i of the Jacobian is the vector-Jacobian product with v = e_i: section 5 computes such a "
+    "product with backward's gradient argument (torch.autograd.grad calls it grad_outputs). Several "
+    "backward passes through one recorded graph meet the error of section 2, and its retain_graph fix.",
 )
 def _check_jacobian(candidate: Callable) -> None:
     for label, f, point in _JACOBIAN_CASES:
@@ -568,13 +589,13 @@ def _sgd_loss(params: list[torch.Tensor], step: int) -> torch.Tensor:
 
 
 _NO_GRAD_UPDATE = (
-    "An update is not part of the model's computation: make it under torch.no_grad() (section 4), in place "
-    "(-=, sub_, add_ with alpha), on the tensors in params themselves, so that each stays the same leaf "
-    "tensor that requires grad."
+    "An update is not part of the model's computation, so autograd must not record it: section 4 switches "
+    "recording off with torch.no_grad() for exactly this naive step. The update must also change the "
+    "tensors in params themselves, so that each stays the same leaf tensor that requires grad."
 )
 _RESET_GRAD = (
-    "backward() adds to .grad (section 3): after the update set each p.grad to None (or zero it in place), "
-    "as optimizer.zero_grad() does, so the next backward() starts from zero."
+    "backward() adds to .grad (section 3): once the step has used the gradients, reset them, as "
+    "optimizer.zero_grad() does, so that the next backward() starts from zero."
 )
 
 
