@@ -230,13 +230,8 @@ print(f"the build, without guessing from labels: torch.version.cuda = {torch.ver
 # 2. the environment variable `COURSE_DEVICE`, read on every call, so you can force a device for a whole
 #    run without editing notebooks;
 # 3. CUDA, when a usable NVIDIA GPU is present: the accelerator PyTorch supports most completely;
-# 4. MPS, on a Mac with Apple silicon and macOS 14 or newer: Apple's GPU, though a few operations are
-#    not implemented there yet. macOS 14.0 is the minimum that PyTorch's MPS notes give (since
-#    pytorch/pytorch PR #176919), and the one recent releases name when they refuse to make a tensor on
-#    MPS: ``RuntimeError: The MPS backend is supported on macOS 14.0+. Current OS version can be queried using `sw_vers` ``
-#    is what torch 2.10.0 and a 2.12 nightly raise, as reported in pytorch/pytorch issue #177819. The message
-#    is compiled only into the macOS builds, so the pinned 2.14.1 wheel of this Linux run does not contain it,
-#    and the course cannot check it here;
+# 4. MPS, on a Mac with Apple silicon and macOS 14+ (PyTorch's MPS notes): Apple's GPU, though a few
+#    operations are not implemented there yet (*Pitfalls* has a note on a misleading macOS error);
 # 5. the CPU, which every build supports.
 #
 # It accepts `cpu`, `cuda` (or `cuda:N` for the N-th GPU), `mps`, and `xpu` (Intel's GPUs) where
@@ -360,13 +355,9 @@ else:
 # On the CPU, one large operation (a matrix product, a convolution) is split
 # across several threads. `torch.get_num_threads()` is how many threads such an
 # *intra-op* parallel operation may use; `torch.set_num_threads(n)` changes it for
-# this process. Without `OMP_NUM_THREADS` or `MKL_NUM_THREADS` (below), torch's own default is a count
-# of *physical* cores, not of logical CPUs: ATen's `intraop_default_num_threads()` asks c10's
-# `TaskThreadPoolBase::defaultNumThreads()`, which takes the number of cores the cpuinfo library reports
-# when it is smaller than the number of logical processors (so the second hardware thread of a
-# hyper-threaded core is not counted; on Apple silicon only the performance cores count). The Linux x86-64
-# wheels, built with Intel's MKL, take MKL's own default instead (`mkl_get_max_threads()`;
-# `torch.__config__.parallel_info()` prints it, with the backend and the variables). The number that
+# this process. Its default is the number of *physical* cores (builds with Intel's MKL, such as the Linux
+# x86-64 wheels, use MKL's default instead), and `OMP_NUM_THREADS` overrides it (*Going further* at the end
+# of this section says where the default comes from). The number that
 # matters is how many CPUs this *process* may run on: in a container, a CI job or under
 # `taskset` that can be fewer than the machine has. Two different Linux mechanisms limit it:
 #
@@ -385,8 +376,9 @@ else:
 # *independent* operations side by side; you rarely need to change it.
 #
 # The environment variable `OMP_NUM_THREADS` sets the intra-op default before Python
-# starts (the course's test commands run with `OMP_NUM_THREADS=1`, and the cell checks that
-# torch follows it whenever it is set). Lower it when several processes share a
+# starts (the course's test commands run with `OMP_NUM_THREADS=1`). The cell checks that torch
+# follows it when it is set and `MKL_NUM_THREADS` is not: when both are set, torch's default takes
+# `MKL_NUM_THREADS`, so the check would test the wrong variable. Lower it when several processes share a
 # machine (for example parallel test runs, or several experiments started side by side): by default each
 # process sizes its pool for all the cores it may run on, and together they ask for more threads than
 # there are cores. DataLoader worker processes are the exception: torch sets one thread in each
@@ -397,10 +389,13 @@ print(f"intra-op threads: {torch.get_num_threads()}, inter-op threads: {torch.ge
 quota = cgroup_cpu_quota()
 print(f"CPUs this process may use: {usable_cpus()}, logical CPUs of the machine: {os.cpu_count()}, "
       f"cgroup CPU quota: {'none' if quota is None else f'{quota:g} CPUs'}")
-omp = os.environ.get("OMP_NUM_THREADS")
-if omp:
+omp, mkl = os.environ.get("OMP_NUM_THREADS"), os.environ.get("MKL_NUM_THREADS")
+if omp and not mkl:
     assert torch.get_num_threads() == int(omp), f"OMP_NUM_THREADS={omp}, but torch uses {torch.get_num_threads()} threads"
     print(f"OMP_NUM_THREADS={omp} is set, and torch follows it")
+elif omp:
+    print(f"OMP_NUM_THREADS={omp} and MKL_NUM_THREADS={mkl} are both set: torch uses {torch.get_num_threads()} "
+          "threads (its default takes MKL_NUM_THREADS), so the OMP_NUM_THREADS check is skipped")
 else:
     print("OMP_NUM_THREADS is not set here: torch chose its own default")
 
@@ -453,14 +448,19 @@ assert unlimited == (affinity, None), f"'max' is no limit, so the affinity count
 # - the *cores obtained*: the CPU time the process used (`time.process_time()`, summed over its
 #   threads) divided by the wall time, over all the timings of that setting;
 # - the *CPU time per product*: that CPU time divided by the number of products run (the function
-#   the timer calls counts them, warm-up blocks included). The work of one product is the same for
-#   any thread count, so when it grows with two threads, the extra is threads waiting for each other;
+#   the timer calls counts them, warm-up blocks included). The arithmetic of one product is the same
+#   for any thread count, so when this grows with two threads, the extra CPU per product is spinning
+#   threads, or threads slowed by sharing a core or cache (two hardware threads of one hyper-threaded
+#   core, a lower clock with two cores busy, a shared cache or memory bus); the timing cannot tell
+#   these apart;
 # - and, before it starts, the machine's 1-minute load average (`os.getloadavg()`, where the system has it).
 #
 # The line after the timings reads the speed-up against those numbers, and each part of it is
 # chosen by them: "consistent with the cores" only when the two-thread timings obtained more than
-# `1.2` cores, "threads waiting for each other" only when the CPU time per product grew by half or
-# more. It asserts only what PyTorch promises: the thread count takes effect, and is restored.
+# `1.2` cores; a faster two-thread run that obtained fewer is set against the cores the one-thread
+# timings obtained (on a shared machine, one thread may get even less); the CPU time per product is
+# called extra only when it grew by half or more, and is otherwise just printed. It asserts only what
+# PyTorch promises: the thread count takes effect, and is restored.
 # (These are timings of a shared machine: the stored numbers are one run's, and yours will differ.)
 
 # %%
@@ -509,7 +509,7 @@ for n in settings:
           f"(median of {ROUNDS} rounds: {per_round} ms; {samples[n]} products timed); "
           f"cores obtained: {cores[n]:.2f}; CPU time per product: {cpu_ms[n]:.1f} ms ({products_run[n]} products run)")
 ENOUGH_CORES = 1.2  # cores obtained above which two threads had (most of) two cores
-WAITING = 1.5  # growth of the CPU time per product from which the extra is read as threads waiting
+EXTRA_CPU = 1.5  # growth of the CPU time per product from which the line names it as extra CPU
 if len(settings) > 1:
     ratio = median_ms[1] / median_ms[many]
     cpu_growth = cpu_ms[many] / cpu_ms[1]
@@ -522,18 +522,26 @@ if len(settings) > 1:
     reasons = []
     if cores[many] > ENOUGH_CORES and ratio >= 1.2:
         reasons.append(f"consistent with the {cores[many]:.2f} cores the {many}-thread timings obtained")
+    elif ratio >= 1.2 and cores[many] > cores[1]:  # faster, on fewer cores than threads
+        reasons.append(f"the {many}-thread timings obtained only {cores[many]:.2f} cores, but more than the "
+                       f"{cores[1]:.2f} of the one-thread timings: on this shared machine, two threads got "
+                       "more of the CPUs than one did")
+    elif ratio >= 1.2:
+        reasons.append(f"the {many}-thread timings obtained {cores[many]:.2f} cores, the one-thread timings "
+                       f"{cores[1]:.2f}")
     elif cores[many] > ENOUGH_CORES:
         reasons.append(f"although the {many}-thread timings obtained {cores[many]:.2f} cores")
     else:
         reasons.append(f"the {many}-thread timings obtained only {cores[many]:.2f} cores")
-    if cpu_growth >= WAITING:
-        reasons.append(f"threads waiting for each other (CPU time per product {cpu_growth:.1f}x that of one thread)")
+    if cpu_growth >= EXTRA_CPU:
+        reasons.append(f"extra CPU per product, {cpu_growth:.1f}x that of one thread: spinning threads, or threads "
+                       "slowed by sharing a core or cache")
     else:
-        reasons.append(f"CPU time per product {cpu_growth:.2f}x that of one thread: little time lost to waiting")
+        reasons.append(f"CPU time per product {cpu_growth:.2f}x that of one thread")
     if load_before is not None and load_before >= usable_cpus():
         reasons.append(f"the machine was busy before the timing (load {load_before:.2f} on {usable_cpus()} CPUs)")
-    if ratio < 1.2 and cores[many] > ENOUGH_CORES and cpu_growth < WAITING:
-        reasons.append("neither the cores nor waiting explain it: a product this size may be too small to split well")
+    if ratio < 1.2 and cores[many] > ENOUGH_CORES and cpu_growth < EXTRA_CPU:
+        reasons.append("neither the cores nor extra CPU explain it: a product this size may be too small to split well")
     print(f"speed-up from 1 to {many} threads: {ratio:.2f}x, {speed}; " + "; ".join(reasons))
     _ = report.record(f"matmul speed-up, 1 -> {many} threads", round(ratio, 2), "x")
     _ = report.record(f"cores obtained during the {many}-thread timing", round(cores[many], 2), "cores")
@@ -559,10 +567,19 @@ ax_wall.legend(loc="best", fontsize=8)
 ax_cpu.bar(labels, [cpu_ms[n] for n in settings], color=colors)
 ax_cpu.set_xlabel("intra-op threads (Timer num_threads)")
 ax_cpu.set_ylabel("CPU ms per product (all threads)")
-ax_cpu.set_title("CPU time spent, waiting included")
+ax_cpu.set_title("CPU time spent, all threads together")
 fig.suptitle(f"{MATMUL_SIZE}x{MATMUL_SIZE} float32 matmul, this run (load {load_text})", fontsize=10)
 fig.tight_layout()
 plt.show()
+
+# %% [markdown]
+# **Going further: where the default thread count comes from.** Without `OMP_NUM_THREADS` or
+# `MKL_NUM_THREADS`, ATen's `intraop_default_num_threads()` asks c10's
+# `TaskThreadPoolBase::defaultNumThreads()`, which takes the number of cores the cpuinfo library
+# reports when it is smaller than the number of logical processors (so the second hardware thread of a
+# hyper-threaded core is not counted; on Apple silicon only the performance cores count). Builds with
+# MKL take `mkl_get_max_threads()` instead. When both variables are set, `MKL_NUM_THREADS` wins.
+# `torch.__config__.parallel_info()` prints the parallel backend, the thread counts and the variables.
 
 # %% [markdown]
 # ## 5. The doctor: a preflight report
@@ -944,6 +961,14 @@ for wanted in (f"cuda:{torch.cuda.device_count()}", "gpu", "meta"):
         raise AssertionError(f"pick_device({wanted!r}) should refuse")
 
 # %% [markdown]
+# **"MPS is supported on macOS 14.0+", seen on macOS 14 or newer.** Recent releases refuse to make a
+# tensor on MPS with ``RuntimeError: The MPS backend is supported on macOS 14.0+. Current OS version can
+# be queried using `sw_vers` ``. pytorch/pytorch issue #177819 reports it on macOS 26.3.1, a version
+# that meets the requirement. If you see it on macOS 14 or newer, check that `torch.backends.mps.is_built()`
+# is `True` and that Python runs natively on arm64 (`platform.machine()` says `arm64`, not `x86_64` under
+# Rosetta), then see that issue. The message is compiled only into the macOS builds, so this Linux run
+# cannot reproduce it.
+#
 # **Moving a tensor to `"cuda"` without a GPU.** Code copied from a GPU machine
 # often says `.to("cuda")` or `.cuda()`. On a machine without one, torch raises.
 # The message depends on the build: a CUDA build looks for the NVIDIA driver and
@@ -1110,14 +1135,14 @@ result = check("00.to_device", to_device)
 # - `Tensor.to` returns a new tensor and leaves the original alone; `Module.to` changes the module in place
 #   and returns it (chapter 03 shows what it does to parameters and buffers).
 # - All inputs of one operation must be on one device: "Expected all tensors to be on the same device…".
-# - `torch.get_num_threads()` / `set_num_threads(n)` control how many CPU threads one operation uses; keep
+# - `torch.get_num_threads()` / `set_num_threads(n)` control how many CPU threads one operation uses
+#   (default: the physical cores, or MKL's default in MKL builds; `OMP_NUM_THREADS` overrides it). Keep
 #   them at or below the CPUs the process may use: its affinity mask (`os.sched_getaffinity(0)`), capped by
-#   its cgroup's CPU quota in a container (`cpu.max`), which `helpers.device.usable_cpus()` combines. Whether more threads are
-#   faster depends on the cores the process obtains while they run, because a parallel product is only as
-#   fast as its slowest thread: `torch.utils.benchmark.Timer(num_threads=n)` measures the time,
-#   `time.process_time()` against the wall time the cores obtained, and the CPU time per product whether
-#   the threads spent it waiting for each other. torch's own default thread count counts physical cores,
-#   not logical CPUs (the MKL builds take MKL's default instead).
+#   its cgroup's CPU quota in a container (`cpu.max`), which `helpers.device.usable_cpus()` combines.
+#   Whether more threads are faster depends on the cores the process obtains while they run. To see it,
+#   `torch.utils.benchmark.Timer(num_threads=n)` measures the wall time per product; the cores obtained are
+#   the CPU time (`time.process_time()`) divided by the wall time; and the CPU time per product shows
+#   extra CPU spent when threads spin or share a core or cache.
 # - `doctor()` (or `make doctor`) checks the machine line by line. FAIL means a chapter will stop with an
 #   error (a missing compiler, data out of reach, an `nvcc` of another CUDA major version on a GPU machine),
 #   WARN that nothing is known to break but the setup differs from the tested one or from what you probably

@@ -142,6 +142,14 @@ def test_seed_all_lightning_imported_inside_the_answer_is_refused():
     assert_rejected("00.seed_all", imports_lightning, "write the seeding yourself", "seed_everything")
 
 
+def test_seed_all_fabric_static_seed_everything_is_refused():
+    # Fabric.seed_everything is a staticmethod that calls Lightning's seed_everything from inside Lightning
+    from lightning.fabric import Fabric
+
+    assert_rejected("00.seed_all", lambda s: Fabric.seed_everything(s, verbose=False),
+                    "write the seeding yourself", "seed_everything")
+
+
 def test_seed_all_check_restores_the_seed_everything_name():
     import helpers.device
 
@@ -278,11 +286,12 @@ def test_to_device_reference_keeps_a_namedtuple_as_default_collate_does():
     assert type(collated) is Point, "default_collate no longer keeps namedtuples: the exercise text says it does"
 
 
-def test_to_device_fuller_hint_says_how_to_rebuild_a_namedtuple():
+def test_to_device_fuller_hint_names_the_namedtuple_case_without_the_fix():
     check("00.to_device", _namedtuples_become_tuples, show=False)
     fuller = hint("00.to_device", show=False)
-    assert "_fields" in fuller and "separate positional arguments" in fuller, fuller
-    assert "type(x)(*" not in fuller and "type(batch)(*" not in fuller, f"the fuller hint pastes the fix: {fuller}"
+    assert "a tuple too" in fuller and "constructor differs" in fuller, fuller
+    for giveaway in ("_fields", "positional", "first", "type(x)(*", "type(batch)(*"):
+        assert giveaway not in fuller, f"the fuller hint gives away how to rebuild a namedtuple ({giveaway!r}): {fuller}"
 
 
 def _forgets_tuples(batch, device):  # dicts and lists only: a tuple comes back as it was, its tensors unmoved
@@ -459,6 +468,14 @@ def test_to_device_lightning_walks_are_refused():
                     lambda batch, device: utilities_apply.apply_to_collection(batch, torch.Tensor, lambda t: t.to(device)),
                     "the walk over nested containers", "apply_to_collection")
     assert_rejected("00.to_device", fabric_apply.move_data_to_device, "move_data_to_device")  # handed over itself
+
+
+def test_to_device_lightning_data_hook_is_refused():
+    # the LightningModule hook that moves a batch: it calls move_data_to_device from inside Lightning
+    from lightning.pytorch.core.hooks import DataHooks
+
+    assert_rejected("00.to_device", lambda batch, device: DataHooks().transfer_batch_to_device(batch, device, 0),
+                    "the walk over nested containers", "move_data_to_device")
 
 
 def _walk_to_depth(levels):

@@ -284,9 +284,8 @@ def _compare(got, want, where: str, device: torch.device) -> None:
             raise Hint(
                 f"{where} should stay a {_kind(want)}, got {_kind(got)}.",
                 "Rebuild each container as the type it was, with an isinstance check for each kind: a list "
-                "stays a list, a tuple a tuple, and a namedtuple the same namedtuple class. Test for the "
-                "namedtuple first, since it is a tuple too (a tuple subclass with a _fields attribute); its "
-                "constructor takes the fields as separate positional arguments, not one iterable.",
+                "stays a list, a tuple a tuple, and a namedtuple the same namedtuple class. A namedtuple "
+                "is a tuple too, and its constructor differs.",
             )
         if len(got) != len(want):
             raise Hint(
