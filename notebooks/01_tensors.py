@@ -82,8 +82,42 @@ print(torch.arange(0, 10, 3))
 print(torch.linspace(0, 1, steps=5))
 
 # %% [markdown]
-# **Older forms you will still meet.** Code written for early versions of PyTorch, and many
-# tutorials copied from it, create tensors in three ways that have since been replaced:
+# Random tensors come from a generator. Passing your own `torch.Generator`
+# makes the numbers repeatable without touching the global generator (chapter 00).
+# `rand` is uniform on [0, 1), `randn` standard normal, `randint(low, high)` whole numbers with `high` left out
+# (10,000 draws from `randint(0, 10)` show both ends: 0 occurs, 10 never does).
+
+# %%
+global_state = torch.get_rng_state()
+rng = torch.Generator().manual_seed(SEED)
+uniform = torch.rand(2, 3, generator=rng)
+print(uniform)
+print(torch.randn(2, 3, generator=rng))
+ints = torch.randint(0, 10, (10_000,), generator=rng)
+print(f"randint(0, 10), 10,000 draws: first ten {ints[:10].tolist()}, min {ints.min().item()}, max {ints.max().item()}")
+assert torch.equal(torch.get_rng_state(), global_state), "drawing from our own generator should leave the global one alone"
+again = torch.rand(2, 3, generator=torch.Generator().manual_seed(SEED))
+assert torch.equal(again, uniform), "a new generator with the same seed should give the same numbers"
+assert ints.max() == 9, f"randint(0, 10) should reach 9 but leave out 10; the largest of 10,000 draws is {ints.max().item()}"
+assert ints.min() == 0, f"randint(0, 10) should include 0; the smallest of 10,000 draws is {ints.min().item()}"
+
+# %% [markdown]
+# The `*_like` functions make a new tensor with the same shape, dtype and
+# device as an existing one, which saves repeating all three:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+template = torch.tensor([[1.5, 2.5], [3.5, 4.5]], dtype=torch.float64)
+for made in (torch.zeros_like(template), torch.ones_like(template), torch.full_like(template, 9)):
+    print(made.tolist(), made.dtype)
+    assert (made.shape, made.dtype, made.device) == (template.shape, template.dtype, template.device), "a *_like copies all three"
+
+# %% [markdown]
+# ### Going further (optional): older forms you will still meet
+#
+# *Skip this on a first reading: nothing later in the chapter depends on it.* Code written for early
+# versions of PyTorch, and many tutorials copied from it, create tensors in three ways that have since
+# been replaced:
 #
 # - `torch.Tensor(...)`, the class called like a function (the *legacy constructor*). It always
 #   makes the default float dtype, even from whole numbers, and a single integer means a *size*:
@@ -119,22 +153,20 @@ assert not legacy_caught, f"the legacy constructor should not warn, it gave {[st
 
 # %% [markdown]
 # Asking the legacy constructor for a dtype fails. Its error message goes on to list every form it
-# accepts (a size, data, a storage or a tensor, each at most with `device=`); the cell prints the first
-# part and checks the list: none of the forms takes `dtype=`.
+# accepts (a size, data, a storage or a tensor, each at most with `device=`); the cell prints only the
+# start of the first line, and checks that the message blames the `dtype` keyword and that none of the forms takes it.
 
 # %%
-# NBVAL_CHECK_OUTPUT
 try:
     torch.Tensor([1, 2], dtype=torch.int64)
     raise AssertionError("the legacy constructor should refuse dtype=")
 except TypeError as err:
     legacy_error = f"{type(err).__name__}: {err}"
-accepted_forms = [line.strip() for line in legacy_error.splitlines() if line.strip().startswith("* (")]
-print(f"torch.Tensor([1, 2], dtype=torch.int64) -> {legacy_error.split(', but expected')[0]}")
-print(f"  the {len(accepted_forms)} forms it accepts: {'; '.join(accepted_forms)}")
-print("  fix: torch.tensor([1, 2], dtype=torch.int64), or torch.tensor([1, 2]) since whole numbers give int64 anyway")
-assert accepted_forms and not any("dtype" in form for form in accepted_forms), f"no form should take dtype=: {accepted_forms}"
+print(f"torch.Tensor([1, 2], dtype=torch.int64) -> {legacy_error.splitlines()[0].split(', but expected')[0]}, ...")
+print("fix: torch.tensor([1, 2], dtype=torch.int64), or torch.tensor([1, 2]) since whole numbers give int64 anyway")
 assert "keywords were incorrect: dtype" in legacy_error, legacy_error
+accepted_forms = [line.strip() for line in legacy_error.splitlines() if line.strip().startswith("* (")]
+assert accepted_forms and not any("dtype" in form for form in accepted_forms), f"no accepted form should take dtype=: {accepted_forms}"
 
 # %% [markdown]
 # The two deprecated functions warn. Some PyTorch warnings appear only once per process, so the cell
@@ -181,37 +213,6 @@ assert any(w.category is UserWarning and "To copy construct from a tensor" in st
            and "sourceTensor.detach().clone()" in str(w.message) for w in caught), [str(w.message) for w in caught]
 
 # %% [markdown]
-# Random tensors come from a generator. Passing your own `torch.Generator`
-# makes the numbers repeatable without touching the global generator (chapter 00).
-# `rand` is uniform on [0, 1), `randn` standard normal, `randint(low, high)` whole numbers with `high` left out
-# (10,000 draws from `randint(0, 10)` show both ends: 0 occurs, 10 never does).
-
-# %%
-global_state = torch.get_rng_state()
-rng = torch.Generator().manual_seed(SEED)
-uniform = torch.rand(2, 3, generator=rng)
-print(uniform)
-print(torch.randn(2, 3, generator=rng))
-ints = torch.randint(0, 10, (10_000,), generator=rng)
-print(f"randint(0, 10), 10,000 draws: first ten {ints[:10].tolist()}, min {ints.min().item()}, max {ints.max().item()}")
-assert torch.equal(torch.get_rng_state(), global_state), "drawing from our own generator should leave the global one alone"
-again = torch.rand(2, 3, generator=torch.Generator().manual_seed(SEED))
-assert torch.equal(again, uniform), "a new generator with the same seed should give the same numbers"
-assert ints.max() == 9, f"randint(0, 10) should reach 9 but leave out 10; the largest of 10,000 draws is {ints.max().item()}"
-assert ints.min() == 0, f"randint(0, 10) should include 0; the smallest of 10,000 draws is {ints.min().item()}"
-
-# %% [markdown]
-# The `*_like` functions make a new tensor with the same shape, dtype and
-# device as an existing one, which saves repeating all three:
-
-# %%
-# NBVAL_CHECK_OUTPUT
-template = torch.tensor([[1.5, 2.5], [3.5, 4.5]], dtype=torch.float64)
-for made in (torch.zeros_like(template), torch.ones_like(template), torch.full_like(template, 9)):
-    print(made.tolist(), made.dtype)
-    assert (made.shape, made.dtype, made.device) == (template.shape, template.dtype, template.device), "a *_like copies all three"
-
-# %% [markdown]
 # ## 2. dtype and device
 #
 # The dtype decides how each element is stored: `float32` (the default for
@@ -231,30 +232,20 @@ for converted in (decimals, decimals.to(torch.float16), decimals.double(), decim
 # Python floats, which shows what each dtype really stores: the nearest float32 to 1.7
 # is 1.7000000476837158, and float16, with only about three significant digits, stores 1.7001953125.
 #
-# **Type promotion.** When an arithmetic operation mixes dtypes, PyTorch picks the
-# result dtype from two things: the *category* of each operand, ordered
-# bool < integer < floating point < complex, and what *kind* of operand it is. There are
-# three kinds, in order of priority: **dimensioned tensors** (at least one dimension),
-# **zero-dimensional tensors** (shape `()`, such as a loss or `x.sum()`), and **Python numbers**.
-# PyTorch's documentation ("Type promotion" in the tensor attributes notes) gives the result
-# as the smallest dtype that meets three conditions:
+# **Type promotion.** When an arithmetic operation mixes dtypes, PyTorch picks the result dtype by a
+# rule that fits in two lines:
 #
-# 1. if a Python number is of a higher category than all the tensors, the result has room for
-#    that category at its default size: a Python `float` counts as `torch.get_default_dtype()`
-#    (float32 unless you change it), a Python `int` as `int64`;
-# 2. if a 0-dim tensor is of a higher category than all the dimensioned tensors, the result holds
-#    the 0-dim tensors of that category: their own dtype counts, size included;
-# 3. if no 0-dim tensor is of a higher category, the result holds all the dimensioned tensors,
-#    the larger size winning within a category (`float32` + `float64` → `float64`).
+# 1. the higher *category* wins (bool < integer < floating point < complex), and within a category the larger size;
+# 2. only tensors with at least one dimension count for size: a 0-dim tensor (shape `()`, such as a loss or
+#    `x.sum()`) or a Python number counts only when its category is higher than theirs.
 #
-# So a lower-priority operand counts only by *raising the category*, never by making the
-# result larger within a category: a Python `2.5` does not make a `float16` tensor `float32`,
-# and a 0-dim `float64` tensor does not make a `float32` tensor `float64`. When it does raise
-# the category, the two kinds differ: an `int64` tensor plus a 0-dim `float64` tensor gives
-# `float64` (the 0-dim tensor's own dtype), plus the Python float `2.5` gives `float32` (the
-# default dtype). PyTorch also does not look at values: a `uint8` tensor plus the Python int
-# 300 stays `uint8` (and wraps around). (An optional block at the end of this section writes the
-# three rules as a function and tests it against PyTorch on 520 pairs of operands.)
+# When a 0-dim tensor or a Python number does raise the category, it brings a dtype: a 0-dim tensor its own
+# (`int64` + 0-dim `float64` → `float64`), a Python `float` the default dtype (`int64` + 2.5 → `float32`), a
+# Python `int` `int64`. When it does not, it is ignored: a Python `2.5` leaves a `float16` tensor `float16`,
+# and a 0-dim `float64` leaves a `float32` tensor `float32`. PyTorch never looks at values: a `uint8` tensor
+# plus the Python int 300 stays `uint8` (and wraps around). The exact wording of the rule, from PyTorch's
+# documentation, is in the optional block at the end of this section, with a function that applies it and is
+# tested against PyTorch on 520 pairs of operands.
 
 # %% [markdown]
 # `torch.result_type(a, b)` gives PyTorch's own answer without computing anything. Each row of the
@@ -305,7 +296,7 @@ assert (u8 + 300).tolist() == [45, 46], "uint8 arithmetic should wrap modulo 256
 # other (`uint8` has no negative numbers, `int8` nothing above 127), so the result is the
 # smallest dtype that holds both. `uint8` + 300 stays `uint8`, so 1 + 300 = 301 wraps around
 # to 301 − 256 = 45. The last row of the table: when no operand has a dimension, the 0-dim
-# tensors are the highest-priority operands present, and they promote like dimensioned ones.
+# tensors take the place of the dimensioned ones in rule 2, and the larger size wins among them.
 #
 # Division goes further: `/` is true division, so two
 # integer tensors give the default float dtype, even though their promoted type is `int64`;
@@ -321,25 +312,43 @@ assert (i64 // i64).dtype == torch.int64, "// should stay integer"
 
 # %% [markdown]
 # **Device.** A tensor's `device` says where its memory is. Create tensors directly
-# on the device you picked (`device=`) rather than on the CPU and then moving them:
-# on a GPU the second way builds the tensor twice, once on the CPU and once as a copy on the device.
-# `.to(device)` returns the tensor itself when it is already there, so when `device` is the CPU
-# the two ways cost the same.
+# on the device you picked (`device=`) rather than on the CPU and then moving them. `.to(other_device)`
+# returns a new tensor on that device, a second tensor besides the CPU one; `.to(device)` onto the device the
+# tensor is already on returns the tensor itself, so nothing is copied (and when `device` is the CPU, the two
+# ways end with the same single tensor). The cell checks both, using the `meta` device (which every machine
+# has: shapes and dtypes, no data) as the "other" device.
 
 # %%
 on_device = torch.zeros(2, 3, device=device)
 moved = torch.zeros(2, 3).to(device)
-print(on_device.device, moved.device, moved.to(device) is moved)
+elsewhere = moved.to("meta")
+print(f"device= {on_device.device}, .to(device) {moved.device}; .to(its own device) is the same tensor: {moved.to(device) is moved}")
+print(f".to('meta') is the same tensor: {elsewhere is moved}, device {elsewhere.device}")
 assert on_device.device == moved.device, "both ways should end on the same device"
 assert moved.to(device) is moved, ".to() onto the tensor's own device should return the tensor itself"
+assert elsewhere is not moved and elsewhere.device.type == "meta", ".to() onto another device should return a new tensor there"
 assert moved.to(torch.float64) is not moved, ".to() that changes something should return a new tensor"
 
 # %% [markdown]
 # ### Going further (optional): the promotion rule as code
 #
-# *Skip this on a first reading: nothing later in the chapter depends on it.* The three rules above
-# are short enough to write as a function, and checking that function against PyTorch on many pairs of
-# operands is a test of whether the rules are stated right.
+# *Skip this on a first reading: nothing later in the chapter depends on it.* The Tensor Attributes page
+# of PyTorch's documentation, section "Type Promotion"
+# ([docs.pytorch.org/docs/stable/tensor_attributes.html#type-promotion-doc](https://docs.pytorch.org/docs/stable/tensor_attributes.html#type-promotion-doc)),
+# sorts the operands into three *kinds*, in order of priority: **dimensioned tensors** (at least one
+# dimension), **zero-dimensional tensors** and **Python numbers**. It gives the result as the smallest dtype
+# that meets three conditions:
+#
+# 1. if a Python number is of a higher category than all the tensors, the result has room for
+#    that category at its default size: a Python `float` counts as `torch.get_default_dtype()`
+#    (float32 unless you change it), a Python `int` as `int64`;
+# 2. if a 0-dim tensor is of a higher category than all the dimensioned tensors, the result holds
+#    the 0-dim tensors of that category: their own dtype counts, size included;
+# 3. if no 0-dim tensor is of a higher category, the result holds all the dimensioned tensors,
+#    the larger size winning within a category (`float32` + `float64` → `float64`).
+#
+# These three rules are short enough to write as a function, and checking that function against PyTorch
+# on many pairs of operands is a test of whether the rules are stated right.
 #
 # `promote` below takes the operands, sorts them by kind, combines the dtypes *within* each kind with
 # `torch.promote_types(d1, d2)` (PyTorch's table of the smallest dtype that holds both: same category,
@@ -473,6 +482,8 @@ print(f"shape {tuple(xt.shape)}, stride {xt.stride()}, contiguous {xt.is_contigu
 # order in which each of them reads it when you go through its elements row by row: position
 # `i * stride[0] + j * stride[1]` for `i` in rows, `j` in columns. `x` walks the strip from left to
 # right. `xt` reads each of its rows as three cells 4 apart, then steps 7 back to start the next row.
+# Each cell shows its value and when it is read; its colour says which row of the tensor reads it.
+# The arcs above trace the first row, the dashed arcs below each step on to the next row.
 
 # %%
 def read_order(t: torch.Tensor) -> list[int]:
@@ -487,29 +498,32 @@ assert torch.equal(storage[read_order(xt)], xt.reshape(-1)), "reading storage in
 assert np.diff(read_order(xt)).tolist() == [4, 4, -7] * 3 + [4, 4], "xt should read 4 apart within a row and step 7 back between rows"
 
 fig, axes = plt.subplots(2, 1, figsize=(9, 3.6))
-row_colors = ["tab:blue", "tab:orange", "tab:green", "tab:purple"]
+row_colors = ["#c6dbef", "#fdd0a2", "#c7e9c0", "#dadaeb"]  # light blue, orange, green, purple: rows 0-3 of the tensor
+arc_color = "#2171b5"  # the first row's arcs, a darker shade of its cells' blue
 for ax, (reader, name) in zip(axes, [(x, "x"), (xt, "xt = x.t()")]):
     order = read_order(reader)
     n_cols = reader.shape[1]
     for pos in range(12):
-        ax.add_patch(Rectangle((pos - 0.45, -0.4), 0.9, 0.8, facecolor="lightsteelblue", edgecolor="black"))
-        ax.text(pos, 0.1, str(storage[pos].item()), ha="center", va="center", fontsize=10)
-        ax.text(pos, -0.22, f"read {order.index(pos) + 1}", ha="center", va="center", fontsize=7, color="dimgray")
+        step = order.index(pos)  # when this cell is read, counting from 0
+        ax.add_patch(Rectangle((pos - 0.45, -0.4), 0.9, 0.8, facecolor=row_colors[step // n_cols], edgecolor="black"))
+        ax.text(pos, 0.14, str(storage[pos].item()), ha="center", va="center", fontsize=11, fontweight="bold")
+        ax.text(pos, -0.18, f"read {step + 1}", ha="center", va="center", fontsize=9)
     for step, (here, there) in enumerate(zip(order, order[1:])):
-        if (step + 1) % n_cols:  # within one row of the tensor: an arc above, in that row's colour
+        if step + 1 < n_cols:  # within the tensor's first row: an arc above
             ax.annotate("", xy=(there, 0.42), xytext=(here, 0.42), arrowprops=dict(
-                arrowstyle="->", color=row_colors[step // n_cols], lw=1.2, connectionstyle="arc3,rad=-0.3"))
-        else:  # on to the next row of the tensor: a dashed arc below
+                arrowstyle="->", color=arc_color, lw=1.4, connectionstyle="arc3,rad=-0.3"))
+        elif (step + 1) % n_cols == 0:  # on to the next row of the tensor: a dashed arc below
             bend = 0.6 if there > here else -0.15  # curve downwards either way; a short step needs a rounder arc
             ax.annotate("", xy=(there, -0.45), xytext=(here, -0.45), arrowprops=dict(
                 arrowstyle="->", color="gray", lw=1, linestyle="--", connectionstyle=f"arc3,rad={bend}"))
     ax.set_xlim(-0.7, 11.7)
-    ax.set_ylim(-1.5, 1.7)
+    ax.set_ylim(-1.25, 1.35)
     ax.set_yticks([])
     ax.set_xticks(range(12))
     ax.tick_params(labelsize=8)
     ax.set_title(f"{name}: shape {tuple(reader.shape)}, stride {reader.stride()}; reads positions {order[:7]}...", fontsize=10)
-axes[1].set_xlabel("position in the shared storage (arcs above: one row of the tensor; dashed: on to the next row)", fontsize=9)
+axes[1].set_xlabel("position in the shared storage (colour: which row of the tensor reads the cell; arcs above: "
+                   "the first row; dashed: on to the next row)", fontsize=9)
 fig.tight_layout()
 plt.show()
 
@@ -1448,9 +1462,7 @@ result = check("01.pairwise_sq_dists", pairwise_sq_dists)
 # `[N, num_classes]` that is 1.0 at `[i, labels[i]]` and 0.0 everywhere else; `num_classes`
 # sets the width, even if the largest class does not occur in `labels`. No Python loops, no
 # `F.one_hot`, and no rows picked from an identity matrix (`torch.eye(num_classes)[labels]`: its
-# rows are one-hot rows already). One way: start from `torch.zeros` and write all N ones with a single
-# indexing assignment (section 6 shows how two index tensors pair up); section 7's `scatter_`, or a
-# broadcast comparison of the labels with the class indices (section 5), works too.
+# rows are one-hot rows already). Sections 5-7 have the tools.
 
 # %%
 def one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:

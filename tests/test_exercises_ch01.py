@@ -50,6 +50,11 @@ def _always_last_dim(x, dim):
     return e / e.sum(dim=-1, keepdim=True)
 
 
+def _max_along_the_last_dim(x, dim):  # right for dim=-1 only: a shift that varies along dim does not cancel
+    e = (x - x.amax(dim=-1, keepdim=True)).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
 def _sums_over_everything(x, dim):
     e = (x - x.max()).exp()
     return e / e.sum()
@@ -179,6 +184,16 @@ def test_softmax_first_hint_names_the_failure_but_not_the_fix():
     assert "maximum along dim" in second and "keepdim=True" in second, "the second failure should add the fuller hint"
 
 
+def test_softmax_max_along_another_dim_is_named():
+    x = torch.randn(4, 3, dtype=torch.float64)
+    torch.testing.assert_close(_max_along_the_last_dim(x, 1), x.softmax(1))  # right when dim is the last one
+    first = assert_rejected("01.softmax", _max_along_the_last_dim, "a square x of shape [3, 3], dim=0",
+                            "shifted by the maximum along dim=1 (or -1)", "sum runs along dim=0", "does not cancel").message
+    assert "same dim as the sum" not in first and "keepdim" not in first, first
+    second = check("01.softmax", _max_along_the_last_dim, show=False).message
+    assert "Take the maximum along the same dim as the sum" in second, second
+
+
 def test_softmax_first_overflow_hint_gives_the_shift_invariance_but_not_the_fix():
     first = assert_rejected("01.softmax", _no_max_subtracted, "overflowed", "88.7", "multiplied by exp(-c)").message
     assert "amax" not in first and "keepdim" not in first and "maximum" not in first, first
@@ -225,6 +240,29 @@ def test_softmax_through_logsumexp_is_refused(through_logsumexp, fragment):
     x = torch.randn(2, 3, 5, dtype=torch.float64)
     torch.testing.assert_close(through_logsumexp(x, 1), x.softmax(1))  # each really is a softmax
     assert_rejected("01.softmax", through_logsumexp, "write softmax yourself", fragment, "does it for you")
+
+
+def _last_of_cumulative(lcse):  # the last entry of a cumulative log-sum-exp along dim is the log-sum-exp
+    return _softmax_from_lse(lambda x, dim: lcse(x, dim).narrow(dim, -1, 1))
+
+
+@pytest.mark.parametrize(
+    "through_logcumsumexp",
+    [
+        _last_of_cumulative(lambda x, dim: x.logcumsumexp(dim)),
+        _last_of_cumulative(lambda x, dim: torch.logcumsumexp(x, dim)),
+        _last_of_cumulative(lambda x, dim: torch._logcumsumexp(x, dim)),
+        _last_of_cumulative(lambda x, dim: torch.ops.aten.logcumsumexp(x, dim)),
+        _last_of_cumulative(lambda x, dim: torch.ops.aten._logcumsumexp.default(x, dim)),
+    ],
+    ids=["Tensor.logcumsumexp", "torch.logcumsumexp", "torch._logcumsumexp", "aten.logcumsumexp",
+         "aten._logcumsumexp.default"],
+)
+def test_softmax_through_logcumsumexp_is_refused(through_logcumsumexp):
+    x = torch.randn(2, 3, 5, dtype=torch.float64)
+    torch.testing.assert_close(through_logcumsumexp(x, 1), x.softmax(1))  # each really is a softmax
+    assert_rejected("01.softmax", through_logcumsumexp, "write softmax yourself",
+                    "cumulative log-sum-exp (the last entry of `torch.logcumsumexp`", "does it for you")
 
 
 def test_softmax_task_states_the_goal_but_leaves_the_recipe_to_the_hints():
@@ -397,7 +435,7 @@ def test_fuller_hints_do_not_paste_the_reference_solutions():
         "01.pairwise_sq_dists": (_no_broadcast, _sums_wrong_axis, _loops_over_the_rows),
         "01.one_hot": (_slice_instead_of_pairs, _scaled_identity, _width_from_the_largest_label),
         "01.softmax": (_no_keepdim, _no_max_subtracted, _subtracts_in_place, _sums_over_everything,
-                       _one_shift_for_the_whole_tensor),
+                       _one_shift_for_the_whole_tensor, _max_along_the_last_dim),
     }
     for name, answers in wrong_answers.items():
         texts = [hint(name, show=False)]

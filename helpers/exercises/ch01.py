@@ -12,7 +12,8 @@ Library shortcuts are refused through :mod:`helpers.exercises.guards`: by name, 
 operators that do the work (``aten._softmax``, ``aten._cdist_forward``, ...) whichever torch function
 the learner's code reaches them through (``Shortcut(..., reached=True)``). ``01.softmax`` also refuses
 log-sum-exp (``torch.logsumexp``, ``aten.logsumexp``): ``exp(x - logsumexp(x))`` is a softmax whose
-overflow-safe shift the library does for the learner. One-hot rows read out of an
+overflow-safe shift the library does for the learner; and the cumulative ``torch.logcumsumexp``, whose
+last entry along ``dim`` is that log-sum-exp. One-hot rows read out of an
 identity matrix are found by their values (:class:`_IdentityRows`), however the identity was built, and
 also when it is scaled, shifted, complemented or has its rows reordered (:func:`_one_hot_table`).
 """
@@ -379,8 +380,11 @@ def _softmax_reference(x: torch.Tensor, dim: int) -> torch.Tensor:
 #: (aten.softmax.int) are decomposed before dispatch, so they are named too, for a direct call.
 #: tests/test_exercises_ch01.py calls each route. log-sum-exp is refused too, by name and as the ATen
 #: operator whatever reaches it: exp(x - logsumexp(x)) is a softmax whose overflow-safe shift
-#: torch.logsumexp does for you, and that shift is what this exercise is about.
+#: torch.logsumexp does for you, and that shift is what this exercise is about. So is torch.logcumsumexp,
+#: whose last entry along dim is the log-sum-exp.
 _LOGSUMEXP_DOES = "log-sum-exp (`torch.logsumexp` subtracts the maximum before exp, the step this exercise asks for)"
+_LOGCUMSUMEXP_DOES = ("cumulative log-sum-exp (the last entry of `torch.logcumsumexp` along dim is the "
+                      "log-sum-exp, overflow-safe shift included)")
 _LIBRARY_SOFTMAX = (
     "torch.softmax", "torch.log_softmax", "torch.special.softmax", "torch.special.log_softmax",
     "torch.nn.functional.softmax", "torch.nn.functional.log_softmax", "torch.nn.functional.softmin",
@@ -399,6 +403,10 @@ _LIBRARY_SOFTMAX = (
     Shortcut("torch.special.logsumexp", does=_LOGSUMEXP_DOES),
     Shortcut("torch._refs.logsumexp", does=_LOGSUMEXP_DOES),
     Shortcut("torch.ops.aten.logsumexp", reached=True, does=_LOGSUMEXP_DOES),
+    # the last entry of a cumulative log-sum-exp along dim is the log-sum-exp itself
+    Shortcut("torch._logcumsumexp", does=_LOGCUMSUMEXP_DOES),
+    *_aten("logcumsumexp", "_logcumsumexp", reached=True, does=_LOGCUMSUMEXP_DOES),
+    Shortcut("torch.logcumsumexp", does=_LOGCUMSUMEXP_DOES),  # also files Tensor.logcumsumexp: keep it last
 )
 
 
@@ -469,6 +477,27 @@ def _explain_not_finite(x: torch.Tensor, got: torch.Tensor, dim: int, label: str
     )
 
 
+def _name_a_shift_along_another_dim(x: torch.Tensor, got: torch.Tensor, dim: int, label: str, tol: float) -> None:
+    """Raise the Hint when ``got`` is exp(x - max along another dimension), normalised along ``dim``.
+
+    Such a shift differs between the entries of one slice along ``dim``, so it does not cancel: the
+    values still sum to 1 but are wrong (``x.amax(dim=-1, keepdim=True)`` with a sum along ``dim=0``).
+    """
+    along = dim % x.ndim
+    for other in range(x.ndim):
+        if other == along:
+            continue
+        e = (x - x.amax(dim=other, keepdim=True)).exp()
+        if torch.allclose(got, e / e.sum(dim=dim, keepdim=True), rtol=tol, atol=tol):
+            raise Hint(
+                f"for {label}, your values match a softmax shifted by the maximum along dim={other} (or "
+                f"{other - x.ndim}) while the sum runs along dim={dim}: that maximum differs between the "
+                f"entries of one slice along dim={dim}, so it does not cancel between numerator and denominator.",
+                "Take the maximum along the same dim as the sum (the dim argument, not a fixed -1), with "
+                "keepdim=True: then every slice is shifted by one number, which cancels.",
+            )
+
+
 @exercise(
     "01.softmax",
     "write softmax(x, dim): exp(x) / exp(x).sum(dim) along dim, for a float tensor x of any shape, "
@@ -518,5 +547,6 @@ def _test_softmax(softmax: Callable) -> None:
         # float32 tolerates the rounding of other correct formulas (exp(x - logsumexp) at x ~ 1000)
         tol = 1e-4 if x.dtype == torch.float32 else 1e-8
         if not torch.allclose(got, want, rtol=tol, atol=tol):
+            _name_a_shift_along_another_dim(x, got, dim, label, tol)
             raise Hint(f"for {label} some values are off by up to {worst:.3g}, although they sum to 1.",
                        f"Each entry should be exp(x) divided by the sum of exp(x) along dim={dim}.")
