@@ -44,14 +44,18 @@
 # %% tags=["parameters"]
 EPOCHS = 5  # passes over the training images
 BATCH_SIZE = 64  # images per optimizer step
-LR = 2e-3  # AdamW's learning rate at the start (a cosine schedule lowers it to 0)
+LR = 2e-3  # AdamW's learning rate in the first epoch (a cosine schedule lowers it towards 0, reached after the last)
 WEIGHT_DECAY = 5e-4  # AdamW's decoupled weight decay
 WIDTHS = (16, 32, 64)  # channels of the three VGG stages (VGGNet's default (32, 64, 128) costs 4x more)
 TRAIN_IMAGES = 6000  # train on at most the first this many training images; None: all (4,000 in the subset, 50,000 in the full set)
-TEST_IMAGES = None  # evaluate on the first this many test images; None: all (1,000 in the subset, 10,000 in the full set)
+TEST_IMAGES = 2000  # test on at most the first this many test images; None: all (1,000 in the subset, 10,000 in the full set)
 MIN_CNN_ACCURACY = 0.40  # the CNN's test accuracy the checks require (chance is 0.10)
+MAX_TRAIN_TEST_GAP = 0.10  # largest train-minus-test accuracy the checks allow (holds for the default short run)
+GROUP_CHECK_ACCURACY = 0.35  # check that our CNN finds the vehicles easier only when its test accuracy reaches this
+MIN_VEHICLE_MARGIN = 0.05  # ... and then by at least this much (vehicle accuracy minus animal accuracy)
 MIN_RESNET_ACCURACY = 0.90  # the pretrained ResNet-20's test accuracy the checks require
 MIN_AUGMENT_SPEEDUP = 2.0  # how many times faster augment_batch must be than the per-image v2 pipeline
+MIN_CROP_FLIP_SPEEDUP = 1.5  # ... and than v2 crop + flip alone, per image, on the same float tensors
 EXTRA_DEPTHS = ()  # also evaluate these pretrained ResNets, e.g. (32, 44, 56): seconds each on a CPU
 SEED = 0
 
@@ -105,12 +109,15 @@ print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} CP
 # otherwise, and tells you which one you got. Every figure below depends on
 # it, so the notebook prints it, with the number of images it has and the
 # number it trains on. Training time grows with the number of images, and
-# the full set has 12.5 times as many as the subset: on a CPU, minutes
-# instead of seconds. So by default the chapter trains on at most
-# `TRAIN_IMAGES = 6000` of them: all 4,000 of the subset, or the first
-# 6,000 of the full set's 50,000, which is half as many again as the
-# subset yet keeps the run short. `TRAIN_IMAGES = None` trains on all of
-# them. It tests on all the test images (`TEST_IMAGES`).
+# the full set has 12.5 times as many as the subset, so each epoch would
+# take about 12.5 times as long. So by default the chapter trains on at
+# most `TRAIN_IMAGES = 6000` of them: all 4,000 of the subset, or the first
+# 6,000 of the full set's 50,000. `TRAIN_IMAGES = None` trains on all of
+# them. The test images cost time too: `fit` evaluates the network on them
+# after every epoch, and the ResNet below evaluates them once more. So the
+# chapter tests on at most `TEST_IMAGES = 2000`: all 1,000 of the subset, or
+# the first 2,000 of the full set's 10,000 (`TEST_IMAGES = None` uses all of
+# them, which makes every evaluation 5 times longer than with 2,000).
 
 # %%
 train_raw, which = cifar10(train=True)
@@ -122,7 +129,8 @@ n_train = len(train_raw) if TRAIN_IMAGES is None else min(TRAIN_IMAGES, len(trai
 n_test = len(test_raw) if TEST_IMAGES is None else min(TEST_IMAGES, len(test_raw))
 print(f"data in use: CIFAR-10, {data_name} (which = {which!r}), "
       f"{len(train_raw):,} training / {len(test_raw):,} test images; "
-      f"training on {n_train:,} of them (TRAIN_IMAGES = {TRAIN_IMAGES}), testing on {n_test:,}")
+      f"training on {n_train:,} of them (TRAIN_IMAGES = {TRAIN_IMAGES}), "
+      f"testing on {n_test:,} (TEST_IMAGES = {TEST_IMAGES})")
 print(f".data:    numpy {train_raw.data.shape} {train_raw.data.dtype}  (N, height, width, channels)")
 print(f".targets: a list of {len(train_raw.targets):,} ints")
 print("training images per class:", torch.bincount(torch.tensor(train_raw.targets)).tolist())
@@ -227,15 +235,20 @@ assert (CIFAR_MEAN - quoted_mean).abs().max() < 0.03 and (CIFAR_STD - quoted_std
 #   a random 32×32 window: a shift of up to 4 pixels. The standard CIFAR
 #   augmentation, with the horizontal flip.
 # - `RandomHorizontalFlip()`: mirror left-right with probability 0.5 (here
-#   `p=1`, always). Never flip vertically for photos: upside-down ships do
-#   not occur.
+#   `p=1`, always). Vertical flips are usually left out for photos:
+#   upside-down ships do not occur in the test set either.
 # - `ColorJitter`: random brightness, contrast, saturation and hue.
 # - `RandomRotation(15)`: up to ±15 degrees; the corners fill with black.
 # - `RandomResizedCrop(32, scale=(0.5, 1))`: zoom in on a random part.
-# - `RandomErasing(p=1)`: blank a random rectangle ("cutout"), so that the
-#   network cannot rely on a single part of the object.
-# - `AutoAugment(CIFAR10)`: a sequence of operations learned for CIFAR-10
-#   (Cubuk et al. 2019).
+# - `RandomErasing(p=1)`: Random Erasing (Zhong et al., 2017; AAAI 2020)
+#   overwrites a random rectangle of 2 % to 33 % of the image (with 0, black,
+#   by default; `value="random"` fills it with noise as in the paper), so that
+#   the network cannot rely on a single part of the object. It is similar to
+#   Cutout (DeVries & Taylor, 2017), which blanks a fixed-size square.
+# - `AutoAugment(CIFAR10)`: the policy that Cubuk et al. (2019) searched for
+#   CIFAR-10. It holds 25 sub-policies of two operations each (such as
+#   "rotate, then translate"), every operation with its own probability and
+#   strength; each call picks one sub-policy at random and applies it.
 
 # %%
 augmentations = {
@@ -371,9 +384,15 @@ assert 0 < n_flipped < 64 and n_distinct > 32, "augment_batch should draw a flip
 assert v2_flipped in (0, 64) and v2_distinct == 1, "v2 on a batch should apply one draw to every image"
 
 # %% [markdown]
-# How much faster is it than the per-image pipeline? We time both on the
-# same images, one call at a time, on one thread (as in a `DataLoader`
-# worker), and keep the fastest call of each, three passes over the images:
+# How much faster is it than the per-image pipeline? The per-image pipeline
+# does more than crop and flip: `ToImage`, `ToDtype` and `Normalize` run for
+# every image, every epoch, where the batch version works on tensors that
+# were converted and normalised once, up front. So we time it twice: the whole
+# pipeline, as a `DataLoader` would run it, and, like for like, only the v2
+# crop and flip, per image, on the same normalised tensors that
+# `augment_batch` gets. Each on the same 1,024 images, one call at a time, on
+# one thread (as in a `DataLoader` worker), keeping the fastest call of each
+# over three passes over the images:
 # other programs on the machine can only slow a call down, so the minimum
 # is the time that says most about the code (the advice of Python's
 # `timeit`):
@@ -396,26 +415,35 @@ def fastest_seconds(fn, calls, passes=3):
 threads = torch.get_num_threads()
 torch.set_num_threads(1)
 per_image_ms = 1000 * n_timed * fastest_seconds(lambda i: per_image_pipeline(train_raw[i][0]), range(n_timed))
+crop_flip_ms = 1000 * n_timed * fastest_seconds(lambda i: v2_crop_flip(train_x[i]), range(n_timed))
 starts = range(0, n_timed, BATCH_SIZE)
 batch_ms = 1000 * len(starts) * fastest_seconds(lambda k: augment_batch(train_x[k : k + BATCH_SIZE], generator), starts)
 torch.set_num_threads(threads)
-augment_speedup = per_image_ms / batch_ms
-print(f"{n_timed} images: per-image v2 pipeline {per_image_ms:.0f} ms, augment_batch {batch_ms:.0f} ms "
-      f"(per-image time / batch time: {augment_speedup:.1f})")
+augment_speedup, crop_flip_speedup = per_image_ms / batch_ms, crop_flip_ms / batch_ms
+print(f"{n_timed} images, augment_batch in batches of {BATCH_SIZE}: {batch_ms:.0f} ms")
+print(f"  per-image v2 pipeline (ToImage, crop, flip, ToDtype, Normalize): {per_image_ms:4.0f} ms, "
+      f"{augment_speedup:4.1f} times the batch time (the checks require > MIN_AUGMENT_SPEEDUP = {MIN_AUGMENT_SPEEDUP})")
+print(f"  per-image v2 crop + flip only, on the same float tensors:      {crop_flip_ms:4.0f} ms, "
+      f"{crop_flip_speedup:4.1f} times the batch time (the checks require > MIN_CROP_FLIP_SPEEDUP = {MIN_CROP_FLIP_SPEEDUP})")
 _ = report.record("augment_batch speed-up over the per-image v2 pipeline", augment_speedup, "x", digits=1)
+_ = report.record("augment_batch speed-up over per-image v2 crop + flip", crop_flip_speedup, "x", digits=1)
 assert augment_speedup > MIN_AUGMENT_SPEEDUP, (
     f"augment_batch was only {augment_speedup:.1f}x faster than the per-image pipeline, "
     f"less than MIN_AUGMENT_SPEEDUP = {MIN_AUGMENT_SPEEDUP}"
 )
+assert crop_flip_speedup > MIN_CROP_FLIP_SPEEDUP, (
+    f"augment_batch was only {crop_flip_speedup:.1f}x faster than v2 crop + flip per image on the same tensors, "
+    f"less than MIN_CROP_FLIP_SPEEDUP = {MIN_CROP_FLIP_SPEEDUP}"
+)
 
 # %% [markdown]
-# The batch version wins: a few large tensor operations replace thousands
-# of small Python calls. The assert asks only for `MIN_AUGMENT_SPEEDUP`
-# (2x), well below the ratio printed above, because the ratio depends on
-# the machine and on what else runs on it. Compare the two numbers on your
-# own machine. (The per-image
-# pipeline also starts from a PIL image, so it includes the conversion
-# `ToImage` that the batch version did once, up front.)
+# The batch version wins on both counts. Against the whole pipeline it
+# saves the per-image conversions as well; like for like, on the crop and
+# flip alone, a few large tensor operations still beat a thousand small
+# calls, each of which pays Python's and the transform's overhead. The
+# ratios depend on the machine and on what else runs on it, so the checks
+# require only the two thresholds printed beside them; compare the numbers
+# on your own machine.
 #
 # To feed `helpers.training.fit`, which loops over any iterable of
 # `(x, y)` batches, a small class shuffles the tensors and augments each
@@ -427,25 +455,27 @@ assert augment_speedup > MIN_AUGMENT_SPEEDUP, (
 class AugmentedBatches:
     """Shuffled mini-batches (x, y) of two tensors, x passed through augment_batch; new draws every epoch.
 
-    `epoch_images` lists, for every pass that ran to the end, how many distinct images it served.
+    `first_image_versions` lists, for every pass that ran to the end, the augmented
+    version of image 0 that it served, so that we can check the draws differ between epochs.
     """
 
     def __init__(self, images, labels, batch_size, generator):
         self.images, self.labels = images, labels
         self.batch_size, self.generator = batch_size, generator
-        self.epoch_images = []
+        self.first_image_versions = []
 
     def __len__(self):
         return math.ceil(len(self.labels) / self.batch_size)
 
     def __iter__(self):
         order = torch.randperm(len(self.labels), generator=self.generator)
-        served = set()
         for start in range(0, len(order), self.batch_size):
             index = order[start : start + self.batch_size]
-            served.update(index.tolist())
-            yield augment_batch(self.images[index], self.generator), self.labels[index]
-        self.epoch_images.append(len(served))
+            x = augment_batch(self.images[index], self.generator)
+            if (index == 0).any():
+                first_image = x[index == 0][0].clone()
+            yield x, self.labels[index]
+        self.first_image_versions.append(first_image)
 
 
 train_batches = AugmentedBatches(train_x, train_y, BATCH_SIZE, generator)
@@ -539,8 +569,10 @@ assert count_parameters(conv) == 16 * 3 * 3 * 3 + 16
 # channel. During training it uses the mean and variance of the current
 # batch (over the images and all positions) and keeps running averages of
 # them; in `eval()` mode it uses those running averages instead. This keeps
-# the activations in a steady range however the weights before them change,
-# which lets a deep network train quickly with a high learning rate. Because
+# the activations in a steady range however the weights before them change;
+# in practice it lets deep networks train in fewer steps and with higher
+# learning rates (Ioffe & Szegedy, 2015), though why it helps so much is
+# still debated (Santurkar et al., 2018). Because
 # BatchNorm subtracts the mean anyway, the convolution before it needs no
 # bias (`bias=False`).
 #
@@ -705,7 +737,7 @@ for name, (share, r) in recovered.items():
     print(f"{name:9s} zeroed activations with a kept neighbour in their map: {share:6.1%}; "
           f"correlation of the neighbours' estimate with the true value: " + ("-" if math.isnan(r) else f"{r:.2f}"))
 assert drop_counts["Dropout2d"][2] == 0 and min(drop_counts["Dropout2d"][:2]) > 0 and drop_counts["Dropout2d"][3], (
-    "Dropout2d should zero whole maps and scale the kept ones"
+    "Dropout2d should zero whole maps (so no zeroed activation keeps a neighbour in its map) and scale the kept ones"
 )
 assert drop_counts["Dropout"][2] == maps.shape[0] * maps.shape[1] and drop_counts["Dropout"][3], (
     "Dropout should zero single activations in every map"
@@ -714,7 +746,6 @@ assert torch.equal(nn.Dropout2d(p_drop).eval()(maps), maps), "in eval() mode Dro
 assert recovered["Dropout"][0] > 0.9 and recovered["Dropout"][1] > 0.7, (
     f"after nn.Dropout most zeroed activations should be recoverable from their neighbours: {recovered['Dropout']}"
 )
-assert recovered["Dropout2d"][0] == 0, "after nn.Dropout2d no zeroed activation should keep a neighbour in its map"
 
 # %% [markdown]
 # After plain `Dropout`, almost every zeroed activation still has kept
@@ -738,8 +769,10 @@ assert recovered["Dropout2d"][0] == 0, "after nn.Dropout2d no zeroed activation 
 # - **AdamW**: Adam with *decoupled* weight decay, which shrinks the weights
 #   a little at every step (chapter 10 explains how this differs from
 #   Adam's L2 penalty);
-# - a **cosine schedule** from `LR` down to 0 over the epochs, stepped once
-#   per epoch by `fit`;
+# - a **cosine schedule** (`CosineAnnealingLR` with `T_max=EPOCHS`) from
+#   `LR` towards 0, stepped once per epoch by `fit`: the first epoch trains
+#   at `LR`, the last at a small but non-zero rate (the `lr` of each epoch's
+#   line below), and 0 is reached only after the last epoch;
 # - the augmented batches from above, freshly drawn every epoch.
 #
 # As in chapter 05 we watch the test images after each epoch, only to look.
@@ -756,9 +789,18 @@ _ = report.record("CNN training seconds", train_seconds, "s", digits=1)
 _ = report.record("CNN training images", n_train)
 print(f"training took {train_seconds:.1f} s on {n_train:,} images ({train_seconds / EPOCHS:.1f} s per epoch, "
       "including the test evaluation)")
-assert train_batches.epoch_images == [n_train] * EPOCHS, (
-    f"each epoch should have trained on all {n_train:,} images, got {train_batches.epoch_images}"
+final_lr = optimizer.param_groups[0]["lr"]
+print(f"learning rate: {history.lr[0]:.1e} in the first epoch, {history.lr[-1]:.1e} in the last, "
+      f"{final_lr:.1e} after it")
+assert history.lr[0] == LR and (EPOCHS == 1 or 0 < history.lr[-1] < LR) and final_lr < 1e-12, (
+    "the cosine schedule should start at LR, stay above 0 through the last epoch and reach 0 after it"
 )
+versions = torch.stack(train_batches.first_image_versions)  # [EPOCHS, 3, 32, 32]
+n_versions = len(torch.unique(versions.flatten(1), dim=0))
+print(f"training image 0 was served in {n_versions} different augmented version(s) over the {EPOCHS} epoch(s)")
+assert len(versions) == EPOCHS, f"fit should have run {EPOCHS} full passes, got {len(versions)}"
+if EPOCHS > 1:
+    assert n_versions > 1, "every epoch should draw new crops and flips, but image 0 came out the same every time"
 
 # %%
 plot_history(history, title=f"VGG-style CNN on CIFAR-10 ({which}: {n_train:,} training images)", val_label="test")
@@ -779,22 +821,33 @@ plain_train_acc = evaluate(model, DataLoader(TensorDataset(train_x[:n_plain], tr
 print(f"last epoch, as fit measured it: train accuracy {history.train_acc[-1]:.1%}, test accuracy {history.val_acc[-1]:.1%}")
 print(f"the final model in eval() mode on {n_plain:,} plain (not augmented) training images: {plain_train_acc:.1%}")
 gap = plain_train_acc - cnn_acc
+curve_gap = max(abs(t - v) for t, v in zip(history.train_acc, history.val_acc))
 print(f"generalisation gap, plain training images minus test images: {100 * gap:+.1f} points")
-assert gap < 0.1, f"training accuracy runs {gap:.0%} ahead of test accuracy: the network is overfitting"
+print(f"largest distance between the two curves over the epochs: {100 * curve_gap:.1f} points")
+assert gap < MAX_TRAIN_TEST_GAP, (
+    f"training accuracy runs {gap:.1%} ahead of test accuracy, more than MAX_TRAIN_TEST_GAP = {MAX_TRAIN_TEST_GAP}: "
+    "the network is overfitting (the default short run stays within it; a longer run may need a larger value)"
+)
+assert curve_gap < MAX_TRAIN_TEST_GAP, (
+    f"the training and test curves are {curve_gap:.1%} apart at one epoch, more than MAX_TRAIN_TEST_GAP"
+)
 
 # %% [markdown]
 # Clearly above chance after a few epochs, but far from what CIFAR-10
-# allows. The training and test curves stay close together. Note what the
+# allows. The training and test curves stay within `MAX_TRAIN_TEST_GAP` of
+# each other at every epoch (the largest distance is printed above). Note what the
 # training curve measures: `fit` averages the accuracy over each epoch's
 # batches, in training mode, on augmented images with dropout switched on,
 # while the weights are still changing. The fair comparison with the test
 # accuracy is the final model in `eval()` mode on plain training images
 # (the second line above): the gap between those two is what tells you
-# whether the network memorises its training images, and here it stays
-# small. Many more images, more epochs and a wider, deeper network each
-# help (`TRAIN_IMAGES`, `EPOCHS`, `WIDTHS`). Those cost far more compute
-# than this notebook's budget, so for the rest of the chapter we borrow a
-# network that someone already trained on all 50,000 images.
+# whether the network memorises its training images, and in this short run
+# it stays below `MAX_TRAIN_TEST_GAP` (train much longer on few images and
+# it grows). The usual ways to go further are more images, more epochs and
+# a wider, deeper network (`TRAIN_IMAGES`, `EPOCHS`, `WIDTHS`). They cost
+# far more compute than this notebook's budget, so for the rest of the
+# chapter we borrow a network that someone already trained on all 50,000
+# images.
 #
 # ## A pretrained ResNet-20
 #
@@ -1036,13 +1089,27 @@ print(f"ResNet-20's most common mistake: {CIFAR10_CLASSES[t]} taken for {CIFAR10
 assert cm.sum() == len(test_y) and abs(cm.diagonal().sum() / len(test_y) - resnet_acc) < 1e-6
 assert group_acc["ResNet-20", "animals"] < group_acc["ResNet-20", "vehicles"], "the animals should be the harder group"
 assert t in animals and p in animals, "the most common mistake should be between two animals"
-assert group_acc["our CNN", "animals"] < group_acc["our CNN", "vehicles"], "our CNN, too, should find the vehicles easier"
+cnn_margin = group_acc["our CNN", "vehicles"] - group_acc["our CNN", "animals"]
+if cnn_acc >= GROUP_CHECK_ACCURACY:
+    print(f"our CNN ({cnn_acc:.1%} >= GROUP_CHECK_ACCURACY = {GROUP_CHECK_ACCURACY}): vehicles ahead by "
+          f"{100 * cnn_margin:+.1f} points, checked against MIN_VEHICLE_MARGIN = {MIN_VEHICLE_MARGIN}")
+    assert cnn_margin >= MIN_VEHICLE_MARGIN, (
+        f"our CNN should find the vehicles easier too, by at least {MIN_VEHICLE_MARGIN:.0%}; "
+        f"the margin was {cnn_margin:+.1%}"
+    )
+else:
+    print(f"our CNN ({cnn_acc:.1%} < GROUP_CHECK_ACCURACY = {GROUP_CHECK_ACCURACY}) is too close to chance "
+          f"to compare the groups: vehicles minus animals {100 * cnn_margin:+.1f} points, not checked")
 
 # %% [markdown]
 # The animals are the harder group, and the ResNet's most common mistake
 # mixes up two of them; a likely reason is that animals vary more in pose
 # and look more alike at 32×32 pixels. Our briefly trained CNN makes
-# mistakes everywhere, but for it too the vehicles come out ahead.
+# mistakes everywhere. Once it is well above chance (at least
+# `GROUP_CHECK_ACCURACY`), the vehicles come out ahead for it too, by at
+# least `MIN_VEHICLE_MARGIN` (the line above says which case ran and by how
+# much); a run of one epoch on few images may be too close to chance to
+# tell the groups apart.
 #
 # ## Pitfalls
 #
@@ -1164,12 +1231,22 @@ assert unchanged and acc_random < 0.3, "the 'loaded' model should still be the r
 # Write `receptive_field(layers)`. `layers` lists a stack of convolution or
 # pooling layers from input to output, one `(kernel, stride, dilation)`
 # tuple each; return the side length, in input pixels, of the square that
-# one output pixel depends on. One 3×3 layer: 3. Two stacked: 5. Hints: a
-# layer with kernel k and dilation d adds d·(k − 1) steps *of its own
-# input*; after layers with strides s₁, s₂, ..., one such step covers
-# s₁·s₂·... input pixels. The checker compares your answer with the
-# receptive field it measures with autograd on real `nn.Conv2d` stacks.
-# When it passes, the cell prints the receptive field of our VGG network.
+# one output pixel depends on (padding does not change it). Worked examples
+# to test your idea on:
+#
+# - one 3×3 convolution, `[(3, 1, 1)]`: 3 pixels;
+# - two stacked 3×3 convolutions, `[(3, 1, 1), (3, 1, 1)]`: 5 pixels (the
+#   second one's 3 positions each see 3 pixels, and neighbours overlap);
+# - a 3×3 convolution with dilation 2, `[(3, 1, 2)]`: 5 pixels;
+# - a 3×3 convolution, a 2×2 max-pool with stride 2, and a 3×3
+#   convolution, `[(3, 1, 1), (2, 2, 1), (3, 1, 1)]`: 8 pixels;
+# - no layers at all, `[]`: 1 pixel (the input itself).
+#
+# Work in one dimension and draw a row of pixels for the last example: that
+# is where the stride matters. The checker compares your answer with the
+# receptive field it measures with autograd on real `nn.Conv2d` stacks,
+# including random ones. When it passes, the cell prints the receptive field
+# of our VGG network.
 
 
 # %%

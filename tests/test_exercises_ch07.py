@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from helpers.exercises import check, solution
+from helpers.exercises import check, hint, solution
 from tests.exercise_support import assert_rejected
 
 # --------------------------------------------------------------------------
@@ -47,6 +47,23 @@ def test_receptive_field_applying_own_stride_first_fails():
         return field
 
     assert_rejected("07.receptive_field", own_stride, "own stride")
+
+
+def test_receptive_field_hints_name_the_idea_not_the_recurrence():
+    def no_stride(layers):
+        return 1 + sum(d * (k - 1) for k, _, d in layers)
+
+    def off_by_one(layers):
+        return solution("07.receptive_field")(layers) + 1
+
+    pasted = ("d * (k - 1)", "dilation * (kernel - 1)", "(kernel - 1)", "product of the strides")
+    for candidate, words in ((no_stride, ("apart", "multiply")), (off_by_one, ("apart", "strides", "8 pixels"))):
+        assert_rejected("07.receptive_field", candidate)
+        fuller = hint("07.receptive_field", show=False)
+        for word in words:
+            assert word in fuller, f"the fuller hint should name the idea ({word!r}): {fuller}"
+        for formula in pasted:
+            assert formula not in fuller, f"the fuller hint should not paste the recurrence ({formula!r}): {fuller}"
 
 
 def test_receptive_field_table_of_the_fixed_cases_fails():
@@ -107,6 +124,21 @@ def test_strip_prefix_with_lstrip_fails():
         return OrderedDict((k.lstrip(prefix), v) for k, v in state_dict.items())
 
     assert_rejected("07.strip_prefix", stripped, "lstrip")
+
+
+def test_strip_prefix_hints_name_the_idea_not_the_fix():
+    def replaced(state_dict, prefix):
+        return OrderedDict((k.replace(prefix, ""), v) for k, v in state_dict.items())
+
+    def stripped(state_dict, prefix):
+        return OrderedDict((k.lstrip(prefix), v) for k, v in state_dict.items())
+
+    for candidate in (replaced, stripped):
+        first = assert_rejected("07.strip_prefix", candidate).message
+        fuller = hint("07.strip_prefix", show=False)
+        assert "leading occurrence" in fuller and "method" in fuller, fuller
+        for fix in ("removeprefix", "len(prefix)", "startswith", "[len("):
+            assert fix not in first and fix not in fuller, f"the hints should not paste the fix ({fix!r}): {first} / {fuller}"
 
 
 def test_strip_prefix_slicing_every_key_fails():

@@ -115,17 +115,18 @@ def _test_receptive_field(candidate) -> None:
         if got == no_stride:
             raise Hint(
                 f"{case}, as if every stride were 1.",
-                "After a layer with stride s, one step of the next layer covers s input pixels: each layer's "
-                "(kernel - 1) counts in steps of its own input, which are the product of the strides of the "
-                "layers before it.",
+                "After a layer with stride s, neighbouring positions of the next layer lie s input pixels apart, "
+                "and after several strided layers these distances multiply: a layer's window is measured in "
+                "those wider steps, not in input pixels.",
             )
         if got == no_dilation:
             raise Hint(f"{case}, as if every dilation were 1.",
-                       "A kernel k with dilation d spans d * (k - 1) + 1 pixels of its input.")
+                       "Dilation spreads a kernel's taps apart: a 3x3 kernel with dilation 2 spans 5 pixels of "
+                       "its input, not 3.")
         if layers and got == sum(k for k, _, _ in layers):
             raise Hint(
                 f"{case}: that is the sum of the kernel sizes.",
-                "Stacking adds (kernel - 1) per layer to a start of 1: two 3x3 convolutions see 5 pixels, not 6.",
+                "Two stacked 3x3 convolutions see 5 pixels, not 6: the windows of neighbouring positions overlap.",
             )
         with_own_stride = 1
         jump = 1
@@ -135,12 +136,12 @@ def _test_receptive_field(candidate) -> None:
         if got == with_own_stride:
             raise Hint(
                 f"{case}: you multiplied each layer's span by its own stride too.",
-                "A layer's own stride does not widen its own window, only the windows of the layers after it: "
-                "update the product of strides after adding the layer's span.",
+                "A layer's own stride does not widen its own window, only the windows of the layers after it.",
             )
         raise Hint(f"{case}.",
-                   "Start from 1 pixel; each layer adds dilation * (kernel - 1) steps, and one step is the product "
-                   "of the strides of the layers before it.")
+                   "Walk from the input to the output and keep track of how far apart, in input pixels, two "
+                   "neighbouring positions of the current layer's input are (the strides of the earlier layers "
+                   "decide it). Test your idea on conv-pool-conv [(3, 1, 1), (2, 2, 1), (3, 1, 1)]: 8 pixels.")
 
 
 # --------------------------------------------------------------------------
@@ -213,14 +214,16 @@ def _test_strip_prefix(candidate) -> None:
         plain = key.replace("module.", "")
         stripped = key.lstrip("module.")
         if plain in got and plain != expected:
-            raise AssertionError(
+            raise Hint(
                 f"{key!r} became {plain!r}: str.replace removes 'module.' everywhere in the key, also inside "
-                f"names like 'submodule.'. Remove the prefix only at the start (key.startswith / str.removeprefix)"
+                f"names like 'submodule.'.",
+                "Only a leading occurrence of the prefix may go; str has a method that removes exactly that.",
             )
         if stripped in got and stripped != expected:
-            raise AssertionError(
+            raise Hint(
                 f"{key!r} became {stripped!r}: str.lstrip('module.') strips any of the characters m, o, d, u, "
-                f"l, e and '.', not the word. Use str.removeprefix(prefix) or key[len(prefix):] after startswith"
+                f"l, e and '.', not the word.",
+                "Remove only a leading occurrence of the whole prefix; str has a method for that.",
             )
         if key[len("module."):] in got:
             raise AssertionError(
