@@ -413,7 +413,7 @@ def test_a_c_callable_outside_torch_is_refused_by_name_and_restored(register):
         return lambda n, k: local_split(np.arange(n), k)
 
     assert "numpy.array_split" in check("99.split", answer_with_a_local_import(), show=False).message
-    # numpy.split calls array_split from inside numpy: that is numpy calling itself, not the learner's shortcut
-    assert check("99.split", lambda n, k: np.split(np.arange(n), [4, 7]), show=False).passed
+    # numpy.split does the split through numpy's own import of array_split: a library route is the learner's too
+    assert "numpy.array_split" in check("99.split", lambda n, k: np.split(np.arange(n), [4, 7]), show=False).message
     assert np.array_split is original and renamed_numpy_split is original, "the names must be restored"
     assert check("99.split", reference, show=False).passed

@@ -22,10 +22,12 @@ How calls are seen:
   (a learner's own subclass calling ``super().__init__`` is a direct use too);
 - **Python functions** (``clip_grad_norm_``, ``torch.autograd.functional.*``),
   and callables written in C outside torch (``numpy.array_split``, which no
-  torch mode sees), by temporarily rebinding the name in its module, in the
-  module it was reached from, and in the learner's globals; a call from inside
-  the function's own package (``numpy.split`` calling ``array_split``) is the
-  package calling itself;
+  torch mode sees), by temporarily rebinding every name that holds them: in
+  every loaded module (so a private alias or a library's own import is covered
+  too), in the learner's globals and in the answer's closure. A call from
+  inside torch is torch calling itself; a call from inside another package
+  (Lightning's ``Fabric.seed_everything``) counts as the learner's, since that
+  package did the work for them;
 - **ATen operators** (``torch.ops.aten._softmax``): an overload packet stands for
   itself and every overload (``torch.ops.aten._softmax.default``), seen by the
   torch-function mode like any torch operator. With ``Shortcut(..., reached=True)``
@@ -193,11 +195,12 @@ class _Guard:
                         self.ops[method] = shortcut
 
     # -- who called? ------------------------------------------------------
-    def learner_called(self, skip: CodeType | set[CodeType] | None = None, library: str = _TORCH_DIR) -> bool:
+    def learner_called(self, skip: CodeType | set[CodeType] | None = None) -> bool:
         """Is the nearest caller that is not plumbing (nor ``skip``) the learner's code?
 
-        A caller inside torch, or inside ``library`` (the folder of the shortcut's own package,
-        such as numpy's), is that library calling itself, not the learner.
+        A caller inside torch is torch calling itself. A caller inside another package counts as
+        the learner's: a learner who calls ``numpy.split`` or Lightning's ``Fabric.seed_everything``
+        has reached the named function through a library that does the work for them.
         """
         skip_codes = skip if isinstance(skip, set) else {skip}
         frame = sys._getframe(1)
@@ -207,8 +210,8 @@ class _Guard:
             if _is_plumbing(code) or code in skip_codes:
                 frame = frame.f_back
                 continue
-            if filename.startswith(_TORCH_DIR) or filename.startswith(library):
-                return False  # torch (or the shortcut's own package) calling itself
+            if filename.startswith(_TORCH_DIR):
+                return False  # torch calling itself
             return not self.is_checker(code)
         return False
 
@@ -341,35 +344,69 @@ def _cell_holds(cell, value) -> bool:
         return False
 
 
-def _patch_function(guard: _Guard, owner: object, attr: str, fn: Callable, shortcut: Shortcut,
-                    extra_namespaces: list[dict], cells: list) -> Callable[[], None]:
-    package = sys.modules.get(shortcut.package)
-    library = str(Path(package.__file__).parent) + "/" if getattr(package, "__file__", None) else _TORCH_DIR
-
+def _wrap_function(guard: _Guard, fn: Callable, shortcut: Shortcut) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if guard.wants(shortcut, args, kwargs) and guard.learner_called(getattr(fn, "__code__", None), library):
+        if guard.wants(shortcut, args, kwargs) and guard.learner_called(getattr(fn, "__code__", None)):
             guard.refuse(shortcut)
         return fn(*args, **kwargs)
 
-    home = sys.modules.get(getattr(fn, "__module__", None) or "")
-    namespaces = [vars(owner), *([vars(home)] if home is not None else []), *extra_namespaces]
-    rebound: list[tuple[dict, str]] = []
-    for ns in namespaces:
-        for name, value in list(ns.items()):
-            if value is fn:
-                ns[name] = wrapper
-                rebound.append((ns, name))
+    return wrapper
 
-    held = [cell for cell in cells if _cell_holds(cell, fn)]
-    for cell in held:  # imported by name inside a function that encloses the answer
-        cell.cell_contents = wrapper
+
+def _patch_functions(guard: _Guard, learner_namespaces: list[dict], cells: list) -> Callable[[], None]:
+    """Rebind every named function, wherever a loaded module (or the learner) holds it, to its guard.
+
+    One pass over the namespaces of all loaded modules, so a function is seen however it is
+    reached: under its public name (``torch.func.grad``), its defining module's name
+    (``torch._functorch.apis.grad``), or a library's own import of it (Lightning's
+    ``Fabric.seed_everything`` calls the ``seed_everything`` its module imported).
+    """
+    wrappers: dict[int, tuple[Callable, Callable]] = {}
+    owners: list[dict] = []
+    for owner, _attr, fn, shortcut in guard.functions:
+        wrappers.setdefault(id(fn), (fn, _wrap_function(guard, fn, shortcut)))
+        if isinstance(owner, (ModuleType, type)):
+            owners.append(vars(owner))
+    namespaces = {id(ns): ns for ns in owners}
+    for module in list(sys.modules.values()):
+        ns = getattr(module, "__dict__", None)
+        if isinstance(ns, dict):
+            namespaces.setdefault(id(ns), ns)
+    for ns in learner_namespaces:
+        namespaces.setdefault(id(ns), ns)
+    rebound: list[tuple[object, str, Callable, Callable]] = []
+    for ns in namespaces.values():
+        for name, value in list(ns.items()):
+            pair = wrappers.get(id(value))
+            if pair is not None and pair[0] is value:
+                try:
+                    ns[name] = pair[1]
+                except TypeError:  # a class's mappingproxy
+                    continue
+                rebound.append((ns, name, *pair))
+    for owner, attr, fn, _shortcut in guard.functions:  # a class attribute (its __dict__ is read-only)
+        if isinstance(owner, type) and owner.__dict__.get(attr) is fn:
+            setattr(owner, attr, wrappers[id(fn)][1])
+            rebound.append((owner, attr, fn, wrappers[id(fn)][1]))
+    held = []
+    for cell in cells:  # imported by name inside a function that encloses the answer
+        try:
+            pair = wrappers.get(id(cell.cell_contents))
+        except ValueError:  # an empty cell
+            continue
+        if pair is not None and pair[0] is cell.cell_contents:
+            cell.cell_contents = pair[1]
+            held.append((cell, *pair))
 
     def restore() -> None:
-        for ns, name in rebound:
-            if ns.get(name) is wrapper:
-                ns[name] = fn
-        for cell in held:
+        for where, name, fn, wrapper in rebound:
+            if isinstance(where, dict):
+                if where.get(name) is wrapper:
+                    where[name] = fn
+            elif where.__dict__.get(name) is wrapper:
+                setattr(where, name, fn)
+        for cell, fn, wrapper in held:
             if _cell_holds(cell, wrapper):
                 cell.cell_contents = fn
 
@@ -402,9 +439,8 @@ def guard(shortcuts: Iterable[str | Shortcut], *, goal: str, checker_code: Calla
     try:
         for cls, shortcut in g.classes:
             restores.append(_patch_class(g, cls, shortcut))
-        unique = {id(ns): ns for ns in learner_globals}
-        for owner, attr, fn, shortcut in g.functions:
-            restores.append(_patch_function(g, owner, attr, fn, shortcut, list(unique.values()), list(learner_cells)))
+        if g.functions:
+            restores.append(_patch_functions(g, list(learner_globals), list(learner_cells)))
         with ExitStack() as modes:
             if g.ops:
                 modes.enter_context(_Mode(g))
