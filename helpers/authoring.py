@@ -54,6 +54,25 @@ def out_of_sync(py: Path) -> str | None:
     return None
 
 
+def _coalesce_streams(outputs: list) -> list:
+    """Merge consecutive stream outputs of the same name (stdout, stderr) into one.
+
+    The kernel sends a cell's printed text in pieces, whenever its output thread
+    flushes (every 0.2 s), so where one stored block ends depends on the load of
+    the machine, even in the middle of a line. nbval merges them the same way
+    before it compares outputs.
+    """
+    merged: list = []
+    for out in outputs:
+        last = merged[-1] if merged else None
+        if (last is not None and out.get("output_type") == "stream" == last.get("output_type")
+                and out.get("name") == last.get("name")):
+            last["text"] = "".join(last["text"]) + "".join(out["text"])
+        else:
+            merged.append(out)
+    return merged
+
+
 def build(py: Path, timeout: int = 1200) -> float:
     """Execute ``py`` top to bottom in the course kernel and write the paired ``.ipynb``.
 
@@ -77,6 +96,8 @@ def build(py: Path, timeout: int = 1200) -> float:
     noisy = []
     for i, cell in enumerate(nb.cells):
         cell.metadata.pop("execution", None)  # per-cell timestamps: noise in diffs
+        if cell.cell_type == "code":
+            cell.outputs = _coalesce_streams(cell.outputs)
         for out in cell.get("outputs", []):
             if out.get("output_type") == "stream" and out.get("name") == "stderr":
                 noisy.append(f"cell {i}: {out.get('text', '')[:200]!r}")

@@ -10,6 +10,7 @@ passed; right answers written differently from the reference pass.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections import Counter
@@ -560,6 +561,63 @@ def init_frozen(model):
     return model
 
 
+def init_resets_norm_layers(model):
+    """Right for the Linear and Conv2d layers, then "initialises" the norm layers too: weight 1, bias 0."""
+    solution("03.init_for_relu")(model)
+    for m in model.modules():
+        if isinstance(m, (nn.LayerNorm, nn.BatchNorm2d)):
+            m.reset_parameters()
+    return model
+
+
+def init_zeroes_every_bias(model):
+    """Kaiming on the Linear and Conv2d weights, but a zero bias on every layer that has one: the norm layers too."""
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d)):
+            nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+        if getattr(m, "bias", None) is not None:
+            nn.init.zeros_(m.bias)
+    return model
+
+
+def init_resets_everything_else(model):
+    """The reviewer's answer: zero every bias, norm weights to 1, BatchNorm's running statistics reset."""
+    init_zeroes_every_bias(model)
+    for m in model.modules():
+        if isinstance(m, (nn.LayerNorm, nn.BatchNorm2d)):
+            nn.init.ones_(m.weight)
+        if isinstance(m, nn.BatchNorm2d):
+            m.reset_running_stats()
+    return model
+
+
+def init_resets_running_stats(model):
+    """Right for every parameter, but resets BatchNorm's running statistics (buffers, not parameters)."""
+    solution("03.init_for_relu")(model)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.reset_running_stats()
+    return model
+
+
+def init_then_forward_in_train_mode(model):
+    """Right, then a forward pass "to see that it runs": in train mode it updates BatchNorm's running statistics."""
+    solution("03.init_for_relu")(model)
+    with torch.no_grad():
+        model(torch.randint(0, 100, (4, 3)), torch.randn(2, 12, 8, 8))
+    return model
+
+
+def init_returns_none(model):
+    """Right, in place, but without the return the docstring asks for."""
+    solution("03.init_for_relu")(model)
+
+
+def init_returns_a_copy(model):
+    """Initialises the model it was given, but returns a deep copy of it."""
+    return copy.deepcopy(solution("03.init_for_relu")(model))
+
+
 # (wrong answer, words of the first-tier hint, words of the fuller hint)
 INIT_WRONG = [
     (init_xavier, ["Xavier", "tanh", "expected 0.1768"], ["kaiming_normal_", "nonlinearity='relu'"]),
@@ -577,6 +635,15 @@ INIT_WRONG = [
     (init_frozen, ["no longer a trainable leaf", "requires_grad=False"], ["torch.no_grad()"]),
     (init_every_matrix, ["embed.weight", "its layer is Embedding"], ["by type", "isinstance"]),
     (init_every_vector_zero, ["body.3.weight", "its layer is LayerNorm"], ["by type"]),
+    (init_resets_norm_layers, ["body.3.weight changed", "its layer is LayerNorm"], ["reset_parameters()"]),
+    (init_zeroes_every_bias, ["body.3.bias changed", "its layer is LayerNorm"], ["by type"]),
+    (init_resets_everything_else, ["body.3.weight changed", "its layer is LayerNorm"], ["by type"]),
+    (init_resets_running_stats, ["the buffer features.1.running_mean of a BatchNorm2d changed"],
+     ["reset_running_stats()"]),
+    (init_then_forward_in_train_mode, ["the buffer features.1.running_mean of a BatchNorm2d changed"],
+     ["training mode"]),
+    (init_returns_none, ["returned None"], ["returns the model it was called on"]),
+    (init_returns_a_copy, ["returned a _InitTarget that is not the model it was given"], ["not a copy"]),
     (init_linear_only, ["features.0 = Conv2d(12, 40, kernel_size=(3, 5)) kept its old weights", "nn.Conv2d"],
      ["in_channels x kernel height x kernel width"]),
     (init_conv_fan_in_channels, ["features.0 = Conv2d", "sqrt(2 / in_channels) = sqrt(2 / 12)", "expected 0.1054"],
@@ -610,6 +677,7 @@ def init_by_hand(model):
                 m.weight.normal_(0.0, (2 / m.weight[0].numel()) ** 0.5)
                 if m.bias is not None:
                     m.bias.zero_()
+    return model
 
 
 def init_conv_fan_in_spelled_out(model):
@@ -631,7 +699,7 @@ INIT_RIGHT = [
     _on_layers(lambda m: nn.init.kaiming_uniform_(m.weight, nonlinearity="relu")),  # same variance, uniform
     _on_layers(lambda m: nn.init.kaiming_normal_(m.weight)),  # defaults: leaky_relu with a=0 is ReLU's gain
     _on_layers(lambda m: m.weight.data.normal_(0.0, (2 / m.weight[0].numel()) ** 0.5)),  # the older .data style
-    init_by_hand,  # returns None: the checker looks at the model it passed
+    init_by_hand,  # a loop over modules() instead of apply
     init_conv_fan_in_spelled_out,
 ]
 
@@ -641,6 +709,21 @@ INIT_RIGHT = [
 def test_init_for_relu_accepts(right):
     result = check("03.init_for_relu", right, show=False)
     assert result.passed, result.message
+
+
+def test_the_norm_layers_are_scrambled_before_the_answer_runs():
+    """Without the checker's random norm values, resetting the norm layers would change nothing it can see."""
+    torch.manual_seed(0)
+    fresh = ch03._InitTarget()
+    norm_names = [n for n, m in fresh.named_modules() if isinstance(m, (nn.LayerNorm, nn.BatchNorm2d))]
+    norm_state = {k: v.clone() for k, v in fresh.state_dict().items() if k.rsplit(".", 1)[0] in norm_names}
+    init_resets_everything_else(fresh)
+    assert all(torch.equal(fresh.state_dict()[k], v) for k, v in norm_state.items()), "a fresh model hides resets"
+    ch03._scramble_norm_layers(fresh)
+    scrambled = fresh.state_dict()
+    assert all(not torch.equal(scrambled[k], v) for k, v in norm_state.items()), (
+        "every norm parameter and buffer should get a value that a reset would change"
+    )
 
 
 def test_init_for_relu_reference_matches_its_docstring():

@@ -53,3 +53,19 @@ def test_hygiene_check_passes():
     tool = SHARED_MIRROR.parent / "tools" / "check_notebooks.py"
     out = subprocess.run([sys.executable, str(tool), str(NOTEBOOKS)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_build_merges_the_pieces_of_a_cells_printed_text():
+    """The kernel flushes stdout every 0.2 s, so one printed line can arrive in two pieces; build stores one block."""
+    from helpers.authoring import _coalesce_streams
+
+    pieces = [
+        {"output_type": "stream", "name": "stdout", "text": "num_batches_tracked:"},
+        {"output_type": "stream", "name": "stdout", "text": " 3\n"},
+        {"output_type": "stream", "name": "stderr", "text": "a warning\n"},
+        {"output_type": "display_data", "data": {"text/plain": "<Figure>"}, "metadata": {}},
+        {"output_type": "stream", "name": "stdout", "text": "after\n"},
+    ]
+    merged = _coalesce_streams(pieces)
+    assert [o.get("name", o["output_type"]) for o in merged] == ["stdout", "stderr", "display_data", "stdout"]
+    assert merged[0]["text"] == "num_batches_tracked: 3\n", merged[0]

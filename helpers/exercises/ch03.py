@@ -9,7 +9,8 @@ Exercises:
   statistics as buffers.
 - ``03.init_for_relu``: ``init_for_relu(model)``, Kaiming (He) weights for
   ReLU and zero biases in every ``nn.Linear`` and ``nn.Conv2d`` of ``model``,
-  in place.
+  in place, returning ``model``; the checker gives the norm layers random
+  parameters and running statistics first, so that resetting them is seen.
 
 Each checker raises a :class:`~helpers.exercises.Hint` for a wrong answer: the
 case, the expected and the actual value, and what they tell about the mistake
@@ -569,6 +570,24 @@ def _std_candidates(layer: nn.Module) -> dict[str, tuple[float, str, str]]:
     return found
 
 
+def _scramble_norm_layers(model: nn.Module) -> None:
+    """Give every norm layer of ``model`` random affine parameters and BatchNorm random running statistics.
+
+    Freshly built, a LayerNorm or BatchNorm has weight 1 and bias 0 and a
+    BatchNorm zero mean, unit variance and a zero counter, so an answer that
+    resets them (or zeroes every bias) would leave them looking unchanged.
+    """
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (nn.LayerNorm, nn.BatchNorm2d)):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-1.0, 1.0)
+                m.running_var.uniform_(0.5, 2.0)
+                m.num_batches_tracked.fill_(17)
+
+
 def _depth_note(model: nn.Module, name: str) -> str:
     depth = name.count(".") + 1
     parent = model.get_submodule(name.rsplit(".", 1)[0]) if depth > 1 else model
@@ -580,17 +599,18 @@ def _depth_note(model: nn.Module, name: str) -> str:
     "write init_for_relu(model): for every nn.Linear and nn.Conv2d in model, at any depth, draw the "
     "weight with Kaiming (He) initialisation for ReLU (std sqrt(2 / fan_in), where fan_in is "
     "in_features for a Linear and in_channels x kernel height x kernel width for a Conv2d) and set "
-    "the bias, where there is one, to zero; leave every other layer alone and change the parameters "
-    "in place.",
+    "the bias, where there is one, to zero; leave every other layer alone (parameters and buffers), "
+    "change the parameters in place and return model.",
     reference=init_for_relu,
 )
 def _check_init_for_relu(candidate: Callable) -> None:
     torch.manual_seed(0)
     model = _InitTarget()
-    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    _scramble_norm_layers(model)
+    before = {name: t.detach().clone() for name, t in [*model.named_parameters(), *model.named_buffers()]}
     objects = dict(model.named_parameters())
     targets = {name: m for name, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))}
-    candidate(model)
+    returned = candidate(model)
 
     after = dict(model.named_parameters())
     for name, p in objects.items():
@@ -616,7 +636,18 @@ def _check_init_for_relu(candidate: Callable) -> None:
                 f"{name} changed, but its layer is {kind}, neither nn.Linear nor nn.Conv2d: it should "
                 "be left alone.",
                 "Pick the layers by type (an isinstance test for the two layer classes), not by their "
-                "parameters' shapes or names.",
+                "parameters' shapes or names, and leave every other layer's parameters as they were "
+                "(a norm layer's reset_parameters() also counts as a change).",
+            )
+    for name, b in model.named_buffers():
+        if not torch.equal(b.detach(), before[name]):
+            kind = type(model.get_submodule(name.rsplit(".", 1)[0])).__name__
+            raise Hint(
+                f"the buffer {name} of a {kind} changed: init_for_relu should leave every layer other "
+                "than nn.Linear and nn.Conv2d alone, its running statistics included.",
+                "Touch only the weight and bias of the Linear and Conv2d layers: do not reset a norm "
+                "layer (reset_running_stats() and reset_parameters() change it), and do not run the "
+                "model forward in training mode, which updates BatchNorm's running statistics.",
             )
     unchanged = [name for name, layer in targets.items() if torch.equal(layer.weight.detach(), before[f"{name}.weight"])]
     if len(unchanged) == len(targets):
@@ -663,4 +694,12 @@ def _check_init_for_relu(candidate: Callable) -> None:
             f"{label}: weight std {std:.4f} and mean {mean:.4f}; expected mean 0 and std {want:.4f}.",
             "Kaiming for ReLU: a normal distribution with mean 0 and std sqrt(2 / fan_in), which "
             "nn.init's kaiming_normal_ draws for nonlinearity='relu'.",
+        )
+    if returned is not model:
+        got = "None" if returned is None else f"a {type(returned).__name__} that is not the model it was given"
+        raise Hint(
+            f"init_for_relu initialised the model correctly but returned {got}: its docstring says it "
+            "returns model, so that init_for_relu(MyNet()) can be used in one expression.",
+            "model.apply(fn) returns the model it was called on, so its result can be returned as it is; "
+            "or end the function by returning the model you were given (not a copy).",
         )
