@@ -366,7 +366,7 @@ for name in grad_names:
 disc = 1 / math.sqrt(3)  # the circular law's radius for entries uniform in ±1/sqrt(H)
 outside = [r / disc - 1 for r in spectral_radius]  # how far the largest eigenvalue lies beyond that disc
 print(f"spectral radius of the RNN's W_hh per seed: {' '.join(f'{r:.2f}' for r in spectral_radius)} (1/sqrt(3) = {disc:.2f}); "
-      f"beyond 1/sqrt(3) by {' '.join(f'{v:+.0%}' for v in outside)}")
+      f"beyond 1/sqrt(3) by {' '.join(f'{v:+.0%}' for v in outside)} (from {min(outside):+.0%} to {max(outside):+.0%})")
 lstm_below_rnn = [i for i in range(GRAD_SEEDS) if ratio_log10[grad_names[1]][i] < ratio_log10[grad_names[0]][i]]
 bf3_growing = [i for i in range(GRAD_SEEDS) if ratio_log10[grad_names[3]][i] > 0]
 print(f"seeds where the default LSTM keeps less than the RNN: {lstm_below_rnn}; "
@@ -395,7 +395,6 @@ assert (per_step_log10[grad_names[0]] < -0.1).all() and rnn_s < -0.13, (
 )
 assert lstm_s < -0.13, f"at default initialisation the LSTM's gradient should vanish too, got {lstm_s:+.3f} per step"
 assert 0 < lstm_s - rnn_s < 0.067, f"the default LSTM should keep only a little more per step than the RNN ({lstm_s - rnn_s:+.3f})"
-assert lstm_below_rnn, "in some seed the default LSTM should keep less than the RNN"
 assert abs(fgate[grad_names[1]][0] - 0.5) < 0.05, "the default forget gate should sit near 0.5"
 assert lstm_s + 0.067 < lstm1_s and lstm1_s + 0.033 < lstm3_s, "a larger forget-gate bias should keep much more of the gradient"
 assert abs(lstm3_s) < 1 / 150 and lstm3_s - rnn_s > 0.13, (
@@ -414,62 +413,61 @@ assert abs(f1 - 0.73) < 0.03 and abs(f3 - 0.95) < 0.02, f"mean forget gates {f1:
 assert all(f < r for f, r in zip(per_step[grad_names[0]].tolist(), spectral_radius)), (
     "the RNN's gradient should shrink per step by less than the spectral radius of W_hh"
 )
-assert all(v > 0 for v in outside) and sorted(outside)[GRAD_SEEDS // 2] < 0.1 and 0.2 < outside[0] < 0.35, (
-    f"the largest eigenvalue should lie outside the 1/sqrt(3) disc, by under 10 % in most seeds "
-    f"and by 20 to 35 % in seed 0: {outside}"
+assert all(v > 0 for v in outside) and sorted(outside)[GRAD_SEEDS // 2] < 0.1, (
+    f"the largest eigenvalue should lie outside the 1/sqrt(3) disc in every seed, by under 10 % in most: {outside}"
 )
 print("checked: both default layers lose > 0.13 orders of magnitude per step; the forget-gate bias decides the LSTM's decay")
 
 # %% [markdown]
-# Read the table and the figure together:
+# Read the table and the figure together. What the checks above establish,
+# and where to read each figure:
 #
-# - **The RNN** loses more than 0.13 orders of magnitude per step (checked;
-#   that is more than 20 over these 150 steps, the first row), about a
-#   constant factor per step: a straight line on the log scale. Each step multiplies the gradient by `diag(1 - h'²) W_hh`. At
-#   PyTorch's default initialisation the entries of `W_hh` are uniform in
-#   `±1/sqrt(H)`, so its eigenvalues fill a disc of radius about
-#   `1/sqrt(3) ≈ 0.58` (the circular law). That law describes the bulk of
-#   the eigenvalues; at this size the largest one strays outside the disc
-#   in every seed (printed with its excess over `1/sqrt(3)`), by less than
-#   10 % in most seeds (checked) and by almost 30 % in seed 0. Powers of
-#   `W_hh` shrink like the spectral radius to the power of the number of steps; the
-#   tanh derivative, at most 1, only shrinks it further. The measured
-#   per-step factor is below the spectral radius for every seed (checked).
-# - **The LSTM at default initialisation vanishes too.** Averaged over the
-#   seeds it keeps a little more per step than the RNN (less than 0.067
-#   orders of magnitude per step more, that is fewer than 10 over 150 steps,
-#   checked, while both lose more than 20), and not in every seed: in at
-#   least one it keeps less than the RNN (checked; the seeds are printed). Its
-#   forget gate is `sigmoid` of a pre-activation near 0, so it averages about
-#   0.5 (the "mean" column), and along the cell state each unit's gradient is
-#   multiplied by its own `f` at every step. The measured per-step factor,
-#   0.64, is larger than that mean: a norm over 64 units is dominated by the
-#   units whose gradient decays slowest, those with the largest forget gate
-#   (the 90th percentile of `f` and the most open unit's typical `f` are
-#   printed beside the mean), and the paths through `h` and the gates add to
-#   the cell path, so the measured factor is above even the most open unit's
-#   `f` in every LSTM row (checked). Still, a factor of about 0.6 per step
-#   loses more than 20 orders of magnitude over 150 steps: the LSTM is not a
-#   cure by itself.
-# - **The forget gate decides.** The direct path along the cell state has
-#   `∂c'/∂c = diag(f)`: no `W_hh` and no tanh derivative on it, only the
-#   forget gate (the gates themselves depend on `h`, which adds the other
-#   paths). Raise its bias and the gate opens: at `b_f = 1` it averages about
-#   0.73 (`sigmoid(1)`; this and `sigmoid(3)` are sanity checks of the
-#   set-up) and the gradient decays far more slowly, by a factor of about
-#   0.86 per step; at `b_f = 3` the gate averages about 0.95 and the
-#   measured factor is about 1, on average slightly **above** it (1.01):
-#   averaged over the seeds the gradient at `t = 0` is a little *larger*
-#   than the last step's (10^+0.4, the table), within a factor of 10 over
-#   the 150 steps (both checked, per step). Not in every seed: in most of
-#   them it grows (checked; the seeds are printed), in the others it shrinks
-#   a little. No single path grows here (every gate is below 1); it is the
-#   sum of the cell path and the paths through `h` that can end up a little
-#   above 1. That is the original LSTM's constant error carousel (`f = 1`)
-#   again, but now a choice the network learns, per unit and per step, and
-#   can undo when it should forget. This is why a positive forget-gate bias
-#   is a common initialisation for LSTMs; PyTorch's default leaves it at
-#   random values around 0, so set it yourself if your sequences are long.
+# | claim | figure | check |
+# |---|---|---|
+# | the RNN loses more than 0.13 orders of magnitude per step (over 20 in 150 steps) | row `nn.RNN`; the per-step line | every seed, and on average |
+# | the RNN's per-step factor is below the spectral radius of `W_hh` | "per-step factor"; the spectral-radius line | every seed |
+# | that radius lies beyond `1/sqrt(3)`, by under 10 % in most seeds | the spectral-radius line (its spread across seeds) | every seed / the median |
+# | the default LSTM vanishes too, keeping under 0.067 orders per step more than the RNN | row `nn.LSTM` | mean over seeds |
+# | its forget gate averages about 0.5 | column "mean" | within 0.05 |
+# | its per-step factor is above even the most open unit's `f` | "per-step factor" vs "top unit" | every LSTM row |
+# | `b_f = 1`, then `b_f = 3`, keep far more of the gradient | rows `b_f = 1`, `b_f = 3` | per step, with margins |
+# | at `b_f = 3` the gradient changes by less than 10x over 150 steps, growing slightly in most seeds | row `b_f = 3`; the seeds list | mean, and a majority of seeds |
+#
+# **The RNN.** Each step multiplies the gradient by `diag(1 - h'²) W_hh`, so
+# it shrinks by about a constant factor per step: a straight line on the
+# log scale. At PyTorch's default initialisation the entries of `W_hh` are
+# uniform in `±1/sqrt(H)`, so its eigenvalues fill a disc of radius about
+# `1/sqrt(3) ≈ 0.58` (the circular law). That law describes the bulk; at
+# this size the largest eigenvalue strays outside the disc, by an amount
+# that varies from seed to seed (the printed spread). Powers of `W_hh`
+# shrink like the spectral radius to the power of the number of steps, and
+# the tanh derivative, at most 1, only shrinks them further.
+#
+# **The LSTM at default initialisation vanishes too**, keeping only a
+# little more per step than the RNN on average, and not necessarily in
+# every seed (the seeds where it kept less are printed). Its forget gate is
+# `sigmoid` of a pre-activation near 0, so it averages about 0.5, and along
+# the cell state each unit's gradient is multiplied by its own `f` at every
+# step. The measured per-step factor is larger than that mean: a norm over
+# 64 units is dominated by the units whose gradient decays slowest, those
+# with the largest forget gate, and the paths through `h` and the gates add
+# to the cell path. Still, it loses more than 20 orders of magnitude over
+# 150 steps: the LSTM is not a cure by itself.
+#
+# **The forget gate decides.** The direct path along the cell state has
+# `∂c'/∂c = diag(f)`: no `W_hh` and no tanh derivative, only the forget
+# gate. Raise its bias and the gate opens (`sigmoid(1) ≈ 0.73`,
+# `sigmoid(3) ≈ 0.95`; checked as sanity checks of the set-up), and the
+# per-step factor rises towards 1; at `b_f = 3` it is slightly above 1 on
+# average, so the gradient at `t = 0` ends up a little *larger* than the
+# last step's in most seeds (row `b_f = 3`). No single path grows (every
+# gate is below 1); the sum of the cell path and the paths through `h` can
+# end up a little above 1. That is the original LSTM's constant error
+# carousel (`f = 1`) again, but now a choice the network learns, per unit
+# and per step, and can undo when it should forget. This is why a positive
+# forget-gate bias is a common initialisation for LSTMs; PyTorch's default
+# leaves it at random values around 0, so set it yourself if your sequences
+# are long.
 #
 # ### The GRU, by hand
 #
@@ -679,35 +677,26 @@ for cell in ("lstm", "gru"):
 # models start from the same seed, see the same batches in the same order,
 # and are measured on the whole test set every `EVAL_EVERY` steps.
 #
-# **CPU threads.** First a measurement that decides how everything below
-# runs on a CPU. A recurrent model is a long chain of *small* operations:
-# 30 time steps, each the product of a `[64, 32]` hidden state with a
-# `[32, 128]` weight matrix plus a few element-wise operations, forward and
-# backward. PyTorch uses all cores by default (chapter 00), but small work
-# gives a second thread little to do. How the work is split depends on
-# which kernel runs. On a CPU, a float32 `nn.LSTM` runs as **one fused
-# oneDNN operator** for the whole layer (shown in the next section), and
-# oneDNN splits its work across threads by its own rules, using the thread
-# count that `torch.set_num_threads` sets (in this build both use the same
-# OpenMP threads). The GRU has no such kernel: it runs step by step, as
-# small matrix products (which the BLAS library threads by its own rules)
-# and element-wise kernels, which ATen splits across threads only above
-# 32,768 elements (`at::internal::GRAIN_SIZE`), while the GRU's
-# element-wise operations here work on one gate block at a time, 64 × 32
-# = 2,048 elements per step. Nothing here says in advance whether a second
-# thread helps the fused LSTM, the model timed here, so the clock decides. We time
-# a few training steps with the default number of threads and with one
-# thread, and keep the default only if it is at least 20 % faster (an
-# apparent win is confirmed by two more rounds, alternating, and the median
-# of the three rounds of each setting decides). The 20 % margin is a
-# choice, not a measurement: short timings on a shared machine are noisy,
-# and a thread that has to wait for its partner to be scheduled can make
-# the default slower later in the run. The printed line gives both times,
-# their ratio and the choice; which way it goes depends on the machine and
-# its load, so the text makes no claim about it. The count is measured on
-# the sine LSTM only, and kept for the rest of the notebook: for the GRU
-# (step by step, where the grain-size rule above applies) and the character
-# model (a larger fused LSTM), for which it was not measured.
+# **CPU threads.** A recurrent model is a long chain of *small* operations
+# (30 time steps, each a `[64, 32]` hidden state times a `[32, 128]` weight
+# plus a few element-wise operations, forward and backward), and small work
+# gives a second thread little to do. Whether it helps depends on the kernel
+# and the machine, so the clock decides: we time a few training steps of the
+# sine LSTM with the default thread count and with one, and keep the
+# default only if it is at least 20 % faster (a margin chosen for noisy
+# timings; an apparent win is confirmed by two more rounds, and the median
+# decides). The printed line gives both times and the choice, which is kept
+# for the rest of the notebook.
+#
+# > **Going further: why the kernel matters.** On a CPU a float32 `nn.LSTM`
+# > runs as one fused oneDNN operator for the whole layer (shown in the next
+# > section), which splits its work across the OpenMP threads that
+# > `torch.set_num_threads` sets. `nn.GRU` has no such kernel: it runs step by
+# > step, as small matrix products (which the BLAS library threads by its own
+# > rules) and element-wise kernels, which ATen splits across threads only
+# > above 32,768 elements (`at::internal::GRAIN_SIZE`); a GRU gate block here
+# > is 64 × 32 = 2,048 elements per step. The thread count is measured on the
+# > LSTM only; the GRU and the character model use it unmeasured.
 
 # %%
 def ms_per_step(threads, cell="lstm", steps=15, warmup=3):
@@ -829,15 +818,16 @@ assert all(v < baseline_mse for v in first_mse.values()), "both models should be
 # then approach the noise floor, which they cannot cross.
 #
 # Look also at the training times printed above. The GRU has a quarter fewer
-# parameters, so one might expect it to train faster; on a CPU that is not
-# what decides. Which kernel runs matters more than the equations. On a CPU with oneDNN (Intel's deep-learning
+# parameters, so one might expect it to train faster. On a CPU the answer
+# can depend more on which kernel runs than on the equations. With oneDNN (Intel's deep-learning
 # library, called MKL-DNN in PyTorch's sources: `torch.backends.mkldnn`),
 # `nn.LSTM` on a float32 tensor runs the whole layer as **one fused
 # operator**, `aten::mkldnn_rnn_layer`, whose backward is a single autograd
 # node, `MkldnnRnnLayerBackward0`. PyTorch has no such kernel for `nn.GRU`:
 # it runs as a chain of small matrix products and element-wise operations
 # per time step, each a separate node to record and to differentiate. We can
-# see that without a clock, in the autograd graph behind each layer's output:
+# see that without a clock, in the autograd graph behind each layer's output,
+# and then measure what it costs here:
 
 # %%
 def graph_nodes(tensor):
@@ -909,23 +899,34 @@ if device.type == "cpu":
     off_time_ratio = step_off["gru"] / step_off["lstm"]
     print(", ".join(f"{cell.upper()} {ms:.1f} ms" for cell, ms in step_off.items()), "per step with oneDNN off (one round),",
           f"GRU / LSTM = {off_time_ratio:.2f}: {verdict(off_time_ratio)}")
+    margin = 1.25
+    if fused_ratio < 1 / margin:
+        conclusion = "the GRU's step is the quicker here, in spite of the LSTM's fused kernel"
+    elif fused_ratio <= margin:
+        conclusion = "with the fused kernel the two take similar times here: no kernel effect to explain"
+    elif off_time_ratio <= margin:
+        conclusion = (f"the LSTM is the quicker with its fused kernel ({fused_ratio:.2f}), and with oneDNN off the gap "
+                      f"disappears or reverses ({off_time_ratio:.2f}): here it comes with the kernel, not the GRU's design")
+    elif math.log(off_time_ratio) < 0.5 * math.log(fused_ratio):
+        conclusion = (f"the LSTM is the quicker either way, but the gap shrinks from {fused_ratio:.2f} to "
+                      f"{off_time_ratio:.2f} with oneDNN off: here the kernel accounts for most of it (on a log scale)")
+    else:
+        conclusion = (f"the LSTM is the quicker with and without its fused kernel ({fused_ratio:.2f}, "
+                      f"{off_time_ratio:.2f}): the kernel accounts for less than half of the gap in this run")
+    print(f"conclusion: {conclusion}")
 else:
     print(f"training on {device}: the CPU step-time comparison is skipped")
 
 # %% [markdown]
-# The graphs are the deterministic part (checked): with oneDNN the LSTM's
-# whole layer is one node among 6, the GRU's graph has over 400, and with
-# oneDNN off the LSTM's graph grows to about the GRU's size, within a
-# factor of 2 (checked; the counts are above). The times are printed only,
-# since a shared machine's timings vary, and each line ends with its
-# verdict: a ratio within a factor 1.25 either way counts as similar (a
-# choice, for noisy timings). Read the two lines together. If the LSTM's
-# step is the quicker one with the fused kernel and the two are similar, or
-# the gap much smaller, with oneDNN off, the gap comes from the kernel, not
-# from the GRU's design; the second line rests on one round each, so it is
-# the noisier one. On a GPU both have fused cuDNN kernels and the answer can
-# differ. Fewer parameters is not the same as less time: measure, and look
-# at which kernel runs.
+# The graphs are the deterministic part (checked; the counts are above): with
+# oneDNN the LSTM's whole layer is one node, the GRU's graph is more than ten
+# times larger, and with oneDNN off the LSTM's graph grows to about the
+# GRU's size. The times are printed, not asserted, since a shared machine's
+# timings vary; the last line combines the two ratios into one conclusion
+# (within a factor 1.25 either way counts as similar, a choice; the
+# oneDNN-off figure rests on one round each). On a GPU both layers have
+# fused cuDNN kernels and the answer can differ. Fewer parameters is not
+# the same as less time: measure, and look at which kernel runs.
 
 # %%
 mse = {cell: test_mse(model) for cell, model in forecasters.items()}
@@ -941,7 +942,7 @@ print(f"{'noise floor':22s} {noise_floor:9.4f} {noise_floor / baseline_mse:11.2f
 target_noise = F.mse_loss(y_test, y_test_clean).item()
 print(f"(the noisy targets themselves are {target_noise:.4f} away from the clean sine)")
 cell_ratio = mse["gru"] / mse["lstm"]
-print(f"GRU / LSTM test MSE = {cell_ratio:.2f}")
+print(f"GRU / LSTM test MSE = {cell_ratio:.2f} (checked: within a factor MAX_CELL_RATIO = {MAX_CELL_RATIO} either way)")
 
 # %%
 for cell, value in mse.items():
@@ -960,8 +961,8 @@ assert 1 / MAX_CELL_RATIO < cell_ratio < MAX_CELL_RATIO, (
 
 # %% [markdown]
 # So does the smaller GRU forecast as well? Here its test MSE is within a
-# factor of `MAX_CELL_RATIO` = 1.5 of the LSTM's (checked; the ratio is
-# printed above), both far below the baseline. Which of the two is ahead
+# factor of `MAX_CELL_RATIO` of the LSTM's (checked; the ratio and the
+# factor are printed above), both far below the baseline. Which of the two is ahead
 # is a different question: that takes several seeds and several training
 # budgets, and one run with one seed cannot separate them.
 
@@ -1085,7 +1086,8 @@ better_baseline = torch.minimum(zero_err, last_err)  # at each step ahead, the b
 for name in ("LSTM rollout", "GRU rollout"):
     err = horizon_err[name]
     early_ratio = (err[early] / better_baseline[early]).max().item()
-    print(f"{name}: over steps 1 to {early.stop} its error is at most {early_ratio:.2f} x the better baseline's")
+    print(f"{name}: over steps 1 to {early.stop} (EARLY_STEPS) its error is at most {early_ratio:.2f} x the better "
+          f"baseline's (limit MAX_EARLY_RATIO = {MAX_EARLY_RATIO})")
     assert early_ratio < MAX_EARLY_RATIO, (
         f"{name}: over the first {early.stop} steps ahead it should beat both baselines by far "
         f"(below {MAX_EARLY_RATIO} x the better one at every step), got up to {early_ratio:.2f} x"
@@ -1113,10 +1115,10 @@ print("checked: rollouts beat the baselines at first and lose to 'predict 0' lat
 # parameters): its forecast is closer to the true wave than the measured
 # values are, so it has learnt to average the noise out.
 #
-# The rollouts tell a different story. For the first `EARLY_STEPS` = 5
-# steps ahead they beat both baselines by far: at every one of those steps
-# their error is below `MAX_EARLY_RATIO` = 0.25 times the better
-# baseline's (checked; the largest ratio is printed). Then their error grows (the table and the
+# The rollouts tell a different story. For the first `EARLY_STEPS` steps
+# ahead they beat both baselines by far: at every one of those steps their
+# error is below `MAX_EARLY_RATIO` times the better baseline's (checked; the
+# largest ratio and the limit are printed). Then their error grows (the table and the
 # lower figure), and over the last third of the horizon, with this training
 # budget, **both rollouts do worse than simply predicting 0** (checked;
 # longer training or other seeds may move the point where that happens).
@@ -1134,8 +1136,11 @@ print("checked: rollouts beat the baselines at first and lose to 'predict 0' lat
 # error over the horizon. It is not better everywhere: one step ahead the
 # one-step models, trained for exactly that, are more accurate (checked),
 # and its own error is larger over the last third of the horizon than over
-# the first (checked): a small error in the frequency it reads from a noisy
-# window becomes a phase error that grows with the distance. Other remedies
+# the first (checked). One likely reason, not measured here: a small error in
+# the frequency it reads from a noisy window becomes a phase error that grows
+# with the distance; and a forecaster trained with MSE also tends to shrink
+# its amplitude where it is unsure, at long horizons, towards predicting 0,
+# the safest guess. Other remedies
 # train on the model's own rollouts (scheduled sampling, or
 # backpropagating through the rollout); they are not measured here.
 #
@@ -1353,9 +1358,9 @@ _ = report.record("unigram baseline (validation)", unigram_nats, "nats/char", di
 # learnt vector of `E` numbers (a lookup table, equivalent to multiplying a
 # one-hot vector by a matrix). The LSTM reads those vectors, and the linear
 # head turns its output at *every* step into `V` logits for the next
-# character. So one sequence of `CHAR_SEQ_LEN` = 64 characters gives 64
-# training targets at once: the input is `text[i : i + 64]` and the target
-# is the same text shifted by one, `text[i + 1 : i + 65]`.
+# character. So one sequence of `CHAR_SEQ_LEN` characters gives as many
+# training targets at once: the input is `text[i : i + CHAR_SEQ_LEN]` and
+# the target is the same text shifted by one, `text[i + 1 : i + CHAR_SEQ_LEN + 1]`.
 #
 # `forward` also takes and returns the recurrent state, which sampling needs
 # below.
@@ -1476,7 +1481,7 @@ train_end = val_loss(char_model, [random_slices(train_ids, 64, CHAR_SEQ_LEN, tra
 print(f"validation loss before training {val_curve[0][1]:.3f} (uniform {uniform_nats:.3f}); after: {char_val:.3f} "
       f"< unigram {unigram_nats:.3f} nats/char")
 print(f"final model on {VAL_BATCHES} fixed batches of training text {train_end:.3f} vs validation {char_val:.3f}: "
-      f"gap {char_val - train_end:+.3f} nats/char")
+      f"gap {char_val - train_end:+.3f} nats/char (limit MAX_TRAIN_VAL_GAP = {MAX_TRAIN_VAL_GAP})")
 assert abs(val_curve[0][1] - uniform_nats) < 0.1, "a fresh model should score about log(V), the uniform baseline"
 assert first_below is not None and first_below <= 50, f"the training loss should pass the unigram baseline within 50 steps ({first_below})"
 assert char_val < unigram_nats < uniform_nats, (
@@ -1494,7 +1499,7 @@ assert val_curve[-1][1] < val_curve[-2][1], "the validation loss should still be
 # frequencies), and keeps falling as it learns which characters follow
 # which. Measured the same way (fixed batches, eval mode), the final model's
 # loss on training text and on validation text differ by less than
-# `MAX_TRAIN_VAL_GAP` = 0.15 nats (checked; the gap is printed above), and
+# `MAX_TRAIN_VAL_GAP` nats (checked; the gap and the limit are printed above), and
 # the validation loss was still falling at the last measurement (checked):
 # this small model, trained briefly, shows no sign of overfitting. Part of
 # the gap need not be overfitting at all: the validation text is the last
@@ -1703,7 +1708,6 @@ for i in range(4):  # the same chunks, state carried with its history: graphs on
 print("loss per chunk with detach():", " ".join(f"{v:.3f}" for v in fixed_losses))
 for name, sizes in graph_sizes.items():
     print(f"autograd nodes behind each chunk's loss, {name:12s}: {sizes}")
-assert len(fixed_losses) == 4, "the fixed loop should run every chunk"
 assert len(set(graph_sizes["detach()"])) == 1, "with detach() every chunk's graph should be the same size"
 assert all(a < b for a, b in zip(graph_sizes["no detach()"], graph_sizes["no detach()"][1:])), (
     "without detach() the graph should grow with every chunk"
@@ -1815,10 +1819,10 @@ assert drop_diff[2, False] == (0.0, 0.0), "in eval mode dropout is off"
 # Write `lstm_param_count(input_size, hidden_size, num_layers)` returning the
 # number of parameters (a Python `int`) of `nn.LSTM(input_size,
 # hidden_size, num_layers=num_layers)` from the formula, without building
-# the module: the checker refuses an `nn.LSTM` built inside your function,
-# and any other module whose parameters you could count instead (any
-# recurrent layer or cell, `nn.Linear`), and compares your count with the real module
-# for sizes it draws afresh at every check. Watch out for the second layer:
+# the module: the checker refuses any module with parameters built inside
+# your function (an `nn.LSTM`, any other recurrent layer or cell,
+# `nn.Linear`, `nn.Conv1d`, a module class of your own), and compares your
+# count with the real module for sizes it draws afresh at every check. Watch out for the second layer:
 # what does it read?
 
 
@@ -1868,7 +1872,8 @@ result = check("08.make_windows", make_windows)
 # Write `last_valid_output(output, lengths)`: given the batch-first output
 # `[B, T, H]` of a unidirectional RNN on a padded batch and the real
 # `lengths` (an int64 tensor `[B]`), return `[B, H]` whose row `b` is
-# `output[b, lengths[b] - 1]`, without a Python loop (the checker refuses
+# `output[b, lengths[b] - 1]` (exactly `[B, H]`, also when `B` or `H` is 1:
+# the checker tries both), without a Python loop (the checker refuses
 # a loop or a comprehension in your function, and one hidden in a helper
 # too: it counts the operations issued for two batch sizes). The checker
 # also verifies that on a real LSTM it equals `h_n` of the packed run.
@@ -1907,8 +1912,8 @@ if result.passed:
 #   forget gate is from Gers, Schmidhuber & Cummins (2000), not the original
 #   1997 LSTM.
 # - On noisy sine waves both beat the last-value baseline by far, one step
-#   ahead (the figures are in the table above), and the GRU is within a
-#   factor of 1.5 of the LSTM. Fed their own predictions, with this training
+#   ahead (the figures are in the table above), and the GRU's test MSE is
+#   within a factor of `MAX_CELL_RATIO` of the LSTM's. Fed their own predictions, with this training
 #   budget their errors grow until they are worse than predicting 0; a
 #   direct forecaster that outputs the whole horizon at once is not.
 # - Padding changes `h_n`; `pack_padded_sequence(..., enforce_sorted=False)`

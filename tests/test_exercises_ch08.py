@@ -190,6 +190,44 @@ def test_lstm_param_count_by_counting_other_modules_is_refused(built, name):
     assert_rejected("08.lstm_param_count", built, "without building an nn.LSTM", name)
 
 
+def _conv_layers(i, h, layers):
+    """Two 1x1 convolutions, Conv1d(in, 4h, 1) and Conv1d(h, 4h, 1), hold exactly an LSTM layer's count."""
+    return sum(p.numel() for k in range(layers)
+               for m in (nn.Conv1d(i if k == 0 else h, 4 * h, 1), nn.Conv1d(h, 4 * h, 1)) for p in m.parameters())
+
+
+class _OwnGates(nn.Module):
+    """A module of the learner's own holding an LSTM layer's four gate blocks as parameters."""
+
+    def __init__(self, fan_in, h):
+        super().__init__()
+        self.w_ih = nn.Parameter(torch.empty(4 * h, fan_in))
+        self.w_hh = nn.Parameter(torch.empty(4 * h, h))
+        self.b = nn.Parameter(torch.empty(2, 4 * h))
+
+
+def _own_module(i, h, layers):
+    return sum(p.numel() for k in range(layers) for p in _OwnGates(i if k == 0 else h, h).parameters())
+
+
+@pytest.mark.parametrize("built", [_conv_layers, _own_module])
+def test_lstm_param_count_by_building_any_module_is_refused(built):
+    """Any module holding parameters built in the answer is refused, not only the listed layers (each gives the right count)."""
+    with torch.random.fork_rng():
+        for i, h, layers in ((5, 7, 1), (3, 4, 3)):
+            assert built(i, h, layers) == solution("08.lstm_param_count")(i, h, layers), built.__name__
+    assert_rejected("08.lstm_param_count", built, "built a module with parameters",
+                    {"_conv_layers": "Conv1d", "_own_module": "_OwnGates"}[built.__name__])
+
+
+def test_lstm_param_count_from_tensor_shapes_passes():
+    """Counting the entries of plain tensors of the right shapes is the formula itself, and is not refused."""
+    def shapes(i, h, layers):
+        return sum(torch.empty(4 * h, (i if k == 0 else h) + h).numel() + 8 * h for k in range(layers))
+
+    assert check("08.lstm_param_count", shapes, show=False).passed
+
+
 def test_lstm_param_count_returning_a_tensor_fails():
     def as_tensor(i, h, layers):
         return torch.tensor(solution("08.lstm_param_count")(i, h, layers))
@@ -432,6 +470,21 @@ def test_last_valid_output_with_gather_passes():
         return output.gather(1, index).squeeze(1)
 
     assert check("08.last_valid_output", gathered, show=False).passed
+
+
+def test_last_valid_output_with_a_bare_squeeze_fails():
+    """gather(...).squeeze() is right for B, H > 1 but drops B or H when either is 1."""
+    def squeezed(output, lengths):
+        index = (lengths - 1).view(-1, 1, 1).expand(-1, 1, output.shape[2])
+        return output.gather(1, index).squeeze()
+
+    out = torch.randn(3, 5, 2)
+    lengths = torch.tensor([3, 1, 4])
+    assert torch.equal(squeezed(out, lengths), solution("08.last_valid_output")(out, lengths))  # right in general
+    result = assert_first_tier_rejected("08.last_valid_output", squeezed, "[B, H]", "squeeze()", "size 1")
+    assert "[1, 4, 1]" in result.message, result.message
+    assert "squeeze(dim)" in hint("08.last_valid_output", show=False) or "squeeze(dim)" in check(
+        "08.last_valid_output", squeezed, show=False).message
 
 
 def test_last_valid_output_with_a_loop_is_refused():

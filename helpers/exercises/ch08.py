@@ -4,8 +4,9 @@ Exercises:
 
 - ``08.lstm_param_count``: ``lstm_param_count(input_size, hidden_size, num_layers) -> int``,
   the number of parameters of ``nn.LSTM(input_size, hidden_size, num_layers)``
-  by formula, without building the module (constructing any recurrent layer or cell,
-  ``nn.Linear`` or ``nn.Bilinear`` is refused); the sizes are drawn afresh at every check.
+  by formula, without building the module (building any module that holds parameters inside the answer is
+  refused: an ``nn.LSTM`` or another recurrent layer or cell, ``nn.Linear``, ``nn.Conv1d``, a module class of
+  the learner's own); the sizes are drawn afresh at every check.
 - ``08.make_windows``: ``make_windows(series, T, horizon, stride) -> (X [N, T, 1], y [N, horizon])``,
   windows of ``T`` values starting every ``stride`` steps and the ``horizon`` values that
   follow each, built with one indexing operation (no Python loop; no ``Tensor.unfold``/``as_strided``,
@@ -32,6 +33,7 @@ import ast
 import inspect
 import textwrap
 from collections.abc import Callable
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -162,10 +164,32 @@ def _built(name: str) -> Shortcut:
 #: (``nn.RNNBase``/``nn.RNNCellBase`` cover their torch subclasses; ``nn.GRU`` has 3/4 of the LSTM's count and
 #: ``nn.RNN`` 1/4, so either one scaled gives the answer), and ``nn.Linear`` (one ``nn.Linear(i, 4 * h)`` plus
 #: one ``nn.Linear(h, 4 * h)`` per layer hold exactly an LSTM layer's weights and biases; ``nn.LazyLinear``
-#: is a subclass) and ``nn.Bilinear``.
+#: is a subclass) and ``nn.Bilinear``. Any other module that holds parameters (``nn.Conv1d(i, 4 * h, 1)`` plus
+#: ``nn.Conv1d(h, 4 * h, 1)`` also hold an LSTM layer's count, and so can a module class of the learner's own)
+#: is caught by :func:`_modules_built`, which sees every parameter registered while the answer runs.
 _COUNTING_MODULES = tuple(_built(f"torch.nn.{name}") for name in (
     "LSTM", "GRU", "RNN", "RNNBase", "LSTMCell", "GRUCell", "RNNCell", "RNNCellBase", "Linear", "Bilinear",
 ))
+
+
+@contextmanager
+def _modules_built():
+    """Record the class of every module that registers a parameter inside the block: a list of class names.
+
+    Uses PyTorch's global ``register_module_parameter_registration_hook``, so it sees any ``nn.Module`` subclass
+    (a torch layer or the learner's own) that holds parameters; a module without parameters is not recorded.
+    """
+    names: list[str] = []
+
+    def hook(module, name, param):
+        names.append(type(module).__name__)
+
+    handle = nn.modules.module.register_module_parameter_registration_hook(hook)
+    try:
+        yield names
+    finally:
+        handle.remove()
+
 
 #: What one layer holds, named part by part (the fuller hint): the count follows from it, but the hint
 #: leaves the arithmetic, and the closed formula, to the learner.
@@ -190,7 +214,12 @@ _LAYER_PARTS = (
 def _test_lstm_param_count(candidate) -> None:
     for i, h, layers in _lstm_configs():
         want = _real_lstm_count(i, h, layers)
-        got = candidate(i, h, layers)
+        with _modules_built() as built:
+            got = candidate(i, h, layers)
+        if built:
+            raise Hint(f"for nn.LSTM({i}, {h}, num_layers={layers}) your function built a module with parameters "
+                       f"({', '.join(sorted(set(built)))}) and counted those: this exercise asks for the count from "
+                       "the formula, without building any module.", _SHAPES_NUDGE)
         expect_type(got, int, f"lstm_param_count({i}, {h}, {layers})")
         if got == want:
             continue
@@ -414,6 +443,24 @@ def _test_last_valid_output(candidate) -> None:
     if not torch.equal(got, want):
         raise Hint(f"{case} expected first columns {want[:, 0].tolist()} (as 10 * b + t), got {got[:, 0].tolist()}.",
                    _PAIRED_INDEX_FIX)
+    # sizes of 1: the result must be [B, H] exactly, also when B or H is 1 (a bare squeeze() drops them)
+    for shape, lens in (((1, 4, 1), [2]), ((1, 4, 3), [3]), ((3, 4, 1), [2, 4, 1])):
+        output = torch.arange(float(torch.Size(shape).numel())).view(shape)
+        lengths = torch.tensor(lens)
+        got = candidate(output.clone(), lengths.clone())
+        want = output[torch.arange(shape[0]), lengths - 1]
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
+            squeezed = isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(want.squeeze().shape)
+            got_desc = list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            raise Hint(f"for output {list(shape)} and lengths {lens} the result should have shape [B, H] = "
+                       f"{list(want.shape)}, got {got_desc}"
+                       + (": a squeeze() with no dimension named drops every dimension of size 1, B and H included."
+                          if squeezed else "."),
+                       "Keep B and H even when they are 1: if you added a dimension of size 1 for the time step, "
+                       "remove only that one, by naming it in squeeze(dim), or index so that no extra dimension appears.")
+        if not torch.equal(got, want):
+            raise Hint(f"for output {list(shape)} and lengths {lens} expected {want.tolist()}, got {got.tolist()}.",
+                       _PAIRED_INDEX_FIX)
     # no loop hidden in a helper: the number of operators must not grow with B
     small = ops_issued(candidate, torch.zeros(2, 6, 3), torch.tensor([1, 6]))
     large = ops_issued(candidate, torch.zeros(12, 6, 3), torch.arange(12) % 6 + 1)
