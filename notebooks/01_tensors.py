@@ -800,6 +800,27 @@ print(torch.where(z >= 0, z, -z))  # the absolute value, written as a choice
 print(torch.where(z < 0))
 
 # %% [markdown]
+# The two side by side, on the same `m` and `mask`: a mask *selects* (a 1-D copy, as long as
+# the number of hits), `torch.where` *chooses* (the shape of `m`, with 0 where the mask is `False`).
+
+# %%
+picked, chosen = m[mask], torch.where(mask, m, 0)
+assert picked.ndim == 1 and picked.numel() == int(mask.sum()), f"m[mask] should be 1-D with one entry per hit, got {tuple(picked.shape)}"
+assert chosen.shape == m.shape, f"torch.where should keep m's shape {tuple(m.shape)}, got {tuple(chosen.shape)}"
+fig, axes = plt.subplots(1, 4, figsize=(9, 3), gridspec_kw={"width_ratios": [5, 5, 7, 5]})
+panels = [(m, "m [4, 5]"), (mask.int(), "mask = m % 3 == 0"), (picked[None], f"m[mask]: 1-D copy [{picked.numel()}]"),
+          (chosen, "torch.where(mask, m, 0) [4, 5]")]
+for ax, (shown, title) in zip(axes, panels):
+    ax.imshow(shown.numpy(), cmap="Greens" if shown is not panels[1][0] else "Greys", vmin=0, vmax=max(1, int(shown.max())) * 1.6)
+    for (row_i, col_j), value in np.ndenumerate(shown.numpy()):
+        ax.text(col_j, row_i, str(value), ha="center", va="center", fontsize=9)
+    ax.set_title(title, fontsize=9)
+    ax.set_xticks([])
+    ax.set_yticks([])
+fig.suptitle("A boolean mask selects (a 1-D copy); torch.where chooses element-wise (the shape is kept)", fontsize=10)
+plt.show()
+
+# %% [markdown]
 # ## 7. Reductions and products
 #
 # Three kinds of operation fill a model's code: *reductions* (a loss is the mean over

@@ -179,9 +179,9 @@ def test_softmax_refusal_is_undone_afterwards():
 def test_softmax_first_hint_names_the_failure_but_not_the_fix():
     first = assert_rejected("01.softmax", _no_keepdim, "for x of shape [4, 3], dim=1", "broadcasting failed").message
     assert "keepdim" not in first and "amax" not in first, first
-    assert "keepdim=True" in hint("01.softmax", show=False)
+    assert "keepdim=True" in check("01.softmax", _no_keepdim, show=False).message, "the broadcasting hint names keepdim"
     second = assert_rejected("01.softmax", _no_max_subtracted, "overflowed").message
-    assert "maximum along dim" in second and "keepdim=True" in second, "the second failure should add the fuller hint"
+    assert "shift invariant" in second and "largest exponent" in second, "the second failure should add the fuller hint"
 
 
 def test_softmax_max_along_another_dim_is_named():
@@ -206,7 +206,7 @@ def test_softmax_one_shift_for_the_whole_tensor_is_named_as_underflow_not_overfl
                             "underflowed to 0", "0 / 0 is nan", "one shift for the whole tensor").message
     assert "overflowed" not in first and "own shift" not in first and "keepdim" not in first, first
     second = check("01.softmax", _one_shift_for_the_whole_tensor, show=False).message
-    assert "Each slice along dim needs its own shift" in second and "own maximum along dim" in second, second
+    assert "Each slice along dim needs its own shift" in second and "largest exponent" in second, second
 
 
 def test_softmax_nan_from_overflow_is_still_called_overflow():
@@ -214,7 +214,52 @@ def test_softmax_nan_from_overflow_is_still_called_overflow():
         e = (x - x.amin(dim=dim, keepdim=True)).exp()
         return e / e.sum(dim=dim, keepdim=True)
 
-    assert_rejected("01.softmax", shifts_by_the_smallest_entry, "float32 logits up to 1000", "exp overflowed")
+    assert_rejected("01.softmax", shifts_by_the_smallest_entry, "float32 logits up to 1000", "exp still overflowed",
+                    "smallest entry")
+
+
+def _clamps_before_exp(x, dim):  # finite, sums to 1; on the 1000-logit rows it matches a shift along dim=0 to 1e-4
+    e = x.clamp(max=80).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+def test_softmax_clamp_is_named_as_a_clamp_not_as_a_shift_along_another_dim():
+    first = assert_rejected("01.softmax", _clamps_before_exp, "float32 logits up to 1000", "both came out as 0.3333",
+                            "x.clamp(max=...)", "changes the values", "cancels out").message
+    assert "shifted by the maximum along" not in first, first
+
+
+def test_softmax_shift_along_another_dim_needs_a_second_match_on_a_probe():
+    from helpers.exercises import Hint
+    from helpers.exercises.ch01 import _name_a_shift_along_another_dim, _shift_along
+
+    x = torch.tensor([[1000.0, 999.0, 998.0, 0.0], [-1000.0, -1001.0, 50.0, 60.0]])
+    got = _clamps_before_exp(x, 1)
+    assert torch.allclose(got, _shift_along(x, 0, 1), rtol=1e-4, atol=1e-4)  # the chance match on x alone
+    _name_a_shift_along_another_dim(_clamps_before_exp, x, got, 1, "x", 1e-4)  # the probe tells them apart: no Hint
+    with pytest.raises(Hint, match="shifted by the maximum along dim=0"):  # the real mistake is still named
+        wrong = lambda x, dim: _shift_along(x, 0, dim)  # noqa: E731
+        _name_a_shift_along_another_dim(wrong, x, wrong(x, 1), 1, "x", 1e-4)
+
+
+@pytest.mark.parametrize(
+    ("statistic", "name"),
+    [
+        (lambda x, dim: x.mean(dim, keepdim=True), "mean"),
+        (lambda x, dim: x.median(dim, keepdim=True).values, "median"),
+    ],
+    ids=["mean", "median"],
+)
+def test_softmax_shift_by_a_statistic_that_still_overflows_is_named(statistic, name):
+    def shifts_by(x, dim):
+        e = (x - statistic(x, dim)).exp()
+        return e / e.sum(dim, keepdim=True)
+
+    x = torch.randn(2, 3, 5, dtype=torch.float64)
+    torch.testing.assert_close(shifts_by(x, 1), x.softmax(1))  # the shift cancels where nothing overflows
+    first = assert_rejected("01.softmax", shifts_by, "float32 logits up to 1000", f"each slice's {name} along dim=1",
+                            "exp still overflowed", "c must be the largest entry of the slice, not its mean or median").message
+    assert "Choose c for each slice on its own" not in first and "keepdim" not in first, first
 
 
 def _softmax_from_lse(lse):
@@ -275,8 +320,9 @@ def test_softmax_task_states_the_goal_but_leaves_the_recipe_to_the_hints():
 
 def test_softmax_hint_before_any_attempt_is_the_general_one():
     general = hint("01.softmax", show=False)
-    assert "maximum along dim" in general and "keepdim=True" in general, general
-    assert "amax" not in general, "the general hint names the idea, not the call"
+    assert "shift invariant" in general and "largest exponent of that slice exactly 0" in general, general
+    assert "amax" not in general and "keepdim" not in general, "the general hint names the idea, not the recipe"
+    assert "maximum" not in general and "subtract from each slice" not in general.lower(), general
 
 
 def test_pairwise_distance_library_is_refused():
@@ -354,6 +400,24 @@ def _zeros_in_float64(labels, num_classes):
 
 def _width_from_the_largest_label(labels, num_classes):
     return (labels[:, None] == torch.arange(int(labels.max()) + 1)).float()
+
+
+def _width_at_least_the_largest_label(labels, num_classes):  # right for every non-empty batch
+    out = torch.zeros(labels.shape[0], max(num_classes, int(labels.max()) + 1))
+    out[torch.arange(labels.shape[0]), labels] = 1.0
+    return out
+
+
+def test_one_hot_width_comes_from_num_classes_alone():
+    from helpers.exercises.ch01 import _one_hot_reference
+
+    assert torch.equal(_width_at_least_the_largest_label(torch.tensor([0, 3, 3, 1]), 5), torch.eye(5)[[0, 3, 3, 1]])
+    assert _one_hot_reference(torch.tensor([], dtype=torch.int64), 4).shape == (0, 4)
+    assert _one_hot_reference(torch.tensor([0]), 10).shape == (1, 10)
+    assert_rejected("01.one_hot", _width_at_least_the_largest_label, "for no labels", "num_classes=4",
+                    "shape (0, 4)")
+    # the width-from-max mistake is named whichever case it meets first
+    assert_rejected("01.one_hot", _width_from_the_largest_label, "num_classes=", "should have shape")
 
 
 def _labels_made_float(labels, num_classes):

@@ -280,6 +280,10 @@ def _test_one_hot(one_hot: Callable) -> None:
         (torch.tensor([0, 3, 3, 1]), 5),
         (torch.tensor([2, 0, 1]), 3),
         (torch.tensor([1]), 2),
+        # num_classes alone sets the width: an empty batch still has num_classes columns, and one label
+        # of class 0 still gets a row of 10
+        (torch.tensor([], dtype=torch.int64), 4),
+        (torch.tensor([0]), 10),
         (torch.randint(0, 10, (50,), generator=torch.Generator().manual_seed(0)), 10),
     ]
     for labels, num_classes in cases:
@@ -295,6 +299,13 @@ def _test_one_hot(one_hot: Callable) -> None:
             else:
                 got = one_hot(labels, num_classes)
         except (IndexError, RuntimeError) as exc:
+            if n == 0 and "numel() == 0" in str(exc):  # labels.max() of no labels
+                raise Hint(
+                    f"for no labels (an empty int64 tensor) and num_classes={num_classes}, your function raised "
+                    f"{type(exc).__name__}: {exc}. An empty batch should give an empty result of shape "
+                    f"{(0, num_classes)}; nothing about the width should depend on the labels' values.",
+                    "The width comes from the num_classes argument alone: do not read labels.max() at all.",
+                ) from exc
             said = str(exc)  # IndexError from indexing; scatter_ and gather: "Expected dtype int64 for index"
             if not ("must be long" in said or ("Expected dtype" in said and "for index" in said)):
                 raise
@@ -431,10 +442,10 @@ def _run_softmax(softmax: Callable, x: torch.Tensor, dim: int, label: str):
 
 
 _SHIFT_IDEA = (
-    "Subtract from each slice along dim its own maximum along dim before exp: the largest exponent in "
-    "every slice becomes exactly 0, so exp cannot overflow and each slice's sum is at least 1, and the "
-    "shift cancels between numerator and denominator. Both reductions (the maximum and the sum) need "
-    "keepdim=True, so that they broadcast back against x."
+    "Softmax is shift invariant: subtracting one number c from every entry of a slice along dim multiplies "
+    "numerator and denominator by the same exp(-c), so the result does not change. Which c, chosen for each "
+    "slice, makes the largest exponent of that slice exactly 0? With it no exp can overflow, and the slice's "
+    "sum is at least 1, so it cannot underflow to 0 either."
 )
 
 
@@ -469,6 +480,7 @@ def _explain_not_finite(x: torch.Tensor, got: torch.Tensor, dim: int, label: str
             "the largest entry of all of x): a slice whose entries all lie far below that value loses all of them.",
             "Each slice along dim needs its own shift. " + _SHIFT_IDEA,
         )
+    _name_a_shift_that_still_overflows(x, got, dim, label)
     raise Hint(
         f"for {label} your result contains inf or nan: exp overflowed (float32 exp is inf above about "
         "88.7), and inf / inf is nan. Softmax does not change when the same number c is subtracted from "
@@ -477,18 +489,92 @@ def _explain_not_finite(x: torch.Tensor, got: torch.Tensor, dim: int, label: str
     )
 
 
-def _name_a_shift_along_another_dim(x: torch.Tensor, got: torch.Tensor, dim: int, label: str, tol: float) -> None:
+def _name_a_shift_that_still_overflows(x: torch.Tensor, got: torch.Tensor, dim: int, label: str) -> None:
+    """Raise the Hint when ``got`` is exp(x - c) normalised along ``dim``, for c a per-slice statistic other than the max.
+
+    Such a c (the slice's mean, median or smallest entry) does cancel, but it leaves exponents x - c far above
+    0 in a slice with a wide spread, such as [1000, 999, 998, 0], and those overflow.
+    """
+    statistics = {
+        "mean": lambda: x.mean(dim=dim, keepdim=True),
+        "median": lambda: x.median(dim=dim, keepdim=True).values,
+        "smallest entry": lambda: x.amin(dim=dim, keepdim=True),
+    }
+    for name, statistic in statistics.items():
+        c = statistic()
+        e = (x - c).exp()
+        if not torch.allclose(got, e / e.sum(dim=dim, keepdim=True), rtol=1e-4, atol=1e-4, equal_nan=True):
+            continue
+        top = (x - c).amax(dim=dim)
+        index = tuple(int(i) for i in (top == top.max()).nonzero()[0])
+        raise Hint(
+            f"for {label} your result contains inf or nan: you subtract each slice's {name} along dim={dim}, a "
+            f"shift that cancels, but exp still overflowed: in {_slice_name(index, x.ndim, dim)}, x - c reaches "
+            f"{top.max().item():.4g}, and float32 exp is inf above about 88.7. c must be the largest entry of "
+            "the slice, not its mean or median (or smallest entry).",
+            _SHIFT_IDEA,
+        )
+
+
+def _looks_clamped(x: torch.Tensor, got: torch.Tensor, dim: int, tol: float) -> tuple[float, float, float] | None:
+    """Two different entries of one slice along ``dim`` with the same (non-negligible) value in ``got``, or None.
+
+    Softmax is strictly increasing within a slice (the ratio of two entries is exp(x_i - x_j)), so distinct
+    inputs never share an output; a cap on x (``x.clamp(max=80)``) makes the capped entries tie.
+    """
+    xs, gs = x.movedim(dim, -1).reshape(-1, x.shape[dim]), got.movedim(dim, -1).reshape(-1, x.shape[dim])
+    for xr, gr in zip(xs, gs):
+        for i in range(xr.numel()):
+            for j in range(i + 1, xr.numel()):
+                if xr[i] != xr[j] and gr[i] > tol and abs(float(gr[i] - gr[j])) <= tol * float(gr[i]):
+                    return float(xr[i]), float(xr[j]), float(gr[i])
+    return None
+
+
+def _name_a_clamp(x: torch.Tensor, got: torch.Tensor, dim: int, label: str, tol: float) -> None:
+    """Raise the Hint when two different entries of a slice came out equal: x was clamped (capped) before exp."""
+    tie = _looks_clamped(x, got, dim, tol)
+    if tie is None:
+        return
+    a, b, value = tie
+    raise Hint(
+        f"for {label}, the entries {a:.6g} and {b:.6g} of one slice along dim={dim} both came out as "
+        f"{value:.4g}, although softmax keeps them apart (their ratio is exp({a:.6g} - {b:.6g})). A cap on x, "
+        "such as x.clamp(max=...) before exp, does that: it avoids the overflow but changes the values, while "
+        "subtracting one number from the whole slice avoids it too, and cancels out.",
+        _SHIFT_IDEA,
+    )
+
+
+def _shift_along(x: torch.Tensor, other: int, dim: int) -> torch.Tensor:
+    """exp(x - max along ``other``), normalised along ``dim``: what a maximum taken along the wrong dim gives."""
+    e = (x - x.amax(dim=other, keepdim=True)).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _name_a_shift_along_another_dim(softmax: Callable, x: torch.Tensor, got: torch.Tensor, dim: int, label: str,
+                                    tol: float) -> None:
     """Raise the Hint when ``got`` is exp(x - max along another dimension), normalised along ``dim``.
 
     Such a shift differs between the entries of one slice along ``dim``, so it does not cancel: the
     values still sum to 1 but are wrong (``x.amax(dim=-1, keepdim=True)`` with a sum along ``dim=0``).
+    A match on ``x`` alone can be chance (on the float32 logits up to 1000 other wrong answers agree with
+    it to 1e-4), so the candidate must also match it on a float64 probe of the same shape, where that
+    formula and softmax differ clearly.
     """
     along = dim % x.ndim
+    probe = torch.randn(x.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64) * 3
     for other in range(x.ndim):
         if other == along:
             continue
-        e = (x - x.amax(dim=other, keepdim=True)).exp()
-        if torch.allclose(got, e / e.sum(dim=dim, keepdim=True), rtol=tol, atol=tol):
+        if not torch.allclose(got, _shift_along(x, other, dim), rtol=tol, atol=tol):
+            continue
+        wrong = _shift_along(probe, other, dim)
+        if (wrong - torch.softmax(probe, dim=dim)).abs().max() < 1e-3:
+            continue  # the probe cannot tell the two apart
+        on_probe = _run_softmax(softmax, probe, dim, f"a float64 x of shape {list(x.shape)}, dim={dim}")
+        if isinstance(on_probe, torch.Tensor) and on_probe.shape == probe.shape and torch.allclose(
+                on_probe.to(torch.float64), wrong, rtol=1e-8, atol=1e-8):
             raise Hint(
                 f"for {label}, your values match a softmax shifted by the maximum along dim={other} (or "
                 f"{other - x.ndim}) while the sum runs along dim={dim}: that maximum differs between the "
@@ -547,6 +633,7 @@ def _test_softmax(softmax: Callable) -> None:
         # float32 tolerates the rounding of other correct formulas (exp(x - logsumexp) at x ~ 1000)
         tol = 1e-4 if x.dtype == torch.float32 else 1e-8
         if not torch.allclose(got, want, rtol=tol, atol=tol):
-            _name_a_shift_along_another_dim(x, got, dim, label, tol)
+            _name_a_clamp(x, got, dim, label, tol)
+            _name_a_shift_along_another_dim(softmax, x, got, dim, label, tol)
             raise Hint(f"for {label} some values are off by up to {worst:.3g}, although they sum to 1.",
                        f"Each entry should be exp(x) divided by the sum of exp(x) along dim={dim}.")
