@@ -346,7 +346,10 @@ _LIBRARY_DERIVATIVES = (
     reference=derivative,
     shortcuts=_LIBRARY_DERIVATIVES,
     goal="the derivative with backward() or torch.autograd.grad",
-    hint=_AUTOGRAD_AT_X + " A one-element tensor becomes a Python float with .item().",
+    hint="Autograd gives the exact derivative of what it recorded, at the point where it was recorded: "
+    "section 2 shows which tensors it records operations on, and how backward() then fills in a "
+    "derivative; section 6 shows torch.autograd.grad, which returns it instead. Finite differences only "
+    "approximate it.",
 )
 def _check_derivative(candidate: Callable) -> None:
     for label, f, x, value, first, _ in _SCALAR_CASES:
@@ -384,11 +387,9 @@ def _first_line(exc: BaseException) -> str:
     shortcuts=_LIBRARY_DERIVATIVES,
     goal="the second derivative from two autograd passes (create_graph=True)",
     hint="The first derivative that autograd returns is normally a constant: how it was computed is not "
-    "recorded. With create_graph=True the first pass records its own computation, so the derivative it "
-    "returns has a grad_fn, and a second pass can differentiate it with respect to the same tensor "
-    "(section 6). Prefer torch.autograd.grad for both passes: it returns each derivative instead of adding "
-    "it to .grad, so nothing accumulates, and it avoids the reference cycle that backward(create_graph=True) "
-    "warns about.",
+    "recorded. The flag create_graph=True (section 6) records a backward pass, so that its result can be "
+    "differentiated again; section 6 also says why torch.autograd.grad suits this better than backward(): "
+    ".grad accumulates, and backward(create_graph=True) leaves the reference cycle that PyTorch warns about.",
 )
 def _check_second_derivative(candidate: Callable) -> None:
     for label, f, x, value, first, second in _SCALAR_CASES:
