@@ -624,3 +624,47 @@ def test_evaluate_accuracy_variants_are_accepted():
     for candidate in (inference_mode, restores_mode):
         result = check("05.evaluate_accuracy", candidate, show=False)
         assert result.passed, f"{candidate.__name__}: {result.message}"
+
+
+def _mse_central_differences(w, b, x, y, h=1e-3):
+    """Central differences in float64: exact on a quadratic, so only the checker's watch can refuse it."""
+    w64, b64, x64, y64 = w.double(), b.double(), x.double(), y.double()
+
+    def loss(w_, b_):
+        return ((x64 @ w_ + b_ - y64) ** 2).mean()
+
+    eye = torch.eye(len(w64), dtype=torch.float64)
+    dw = torch.stack([(loss(w64 + h * e, b64) - loss(w64 - h * e, b64)) / (2 * h) for e in eye])
+    db = (loss(w64, b64 + h) - loss(w64, b64 - h)) / (2 * h)
+    return dw.float(), db.float()
+
+
+def _mse_engine(w, b, x, y):
+    """The autograd engine called directly: no public autograd function is named."""
+    with torch.enable_grad():
+        w_, b_ = w.detach().requires_grad_(), b.detach().requires_grad_()
+        loss = ((x @ w_ + b_ - y) ** 2).mean()
+        torch.autograd.Variable._execution_engine.run_backward((loss,), (torch.ones(()),), False, False, (), True, True)
+    return w_.grad, b_.grad
+
+
+def test_mse_gradients_central_differences_are_right_but_refused():
+    import helpers.exercises.ch04 as ch04
+
+    g = torch.Generator().manual_seed(0)
+    x, y, w, b = torch.randn(7, 5, generator=g), torch.randn(7, generator=g), torch.randn(5, generator=g), torch.randn(())
+    dw, db = _mse_central_differences(w, b, x, y)
+    want_w, want_b = ch04._mse_gradients(w, b, x, y)
+    assert torch.allclose(dw, want_w, atol=1e-4) and torch.allclose(db, want_b, atol=1e-4)
+    assert_rejected("04.mse_gradients", _mse_central_differences, "finite", "differences")
+
+
+def test_mse_gradients_through_the_autograd_engine_is_refused():
+    import helpers.exercises.ch04 as ch04
+
+    g = torch.Generator().manual_seed(1)
+    x, y, w, b = torch.randn(6, 3, generator=g), torch.randn(6, generator=g), torch.randn(3, generator=g), torch.randn(())
+    dw, db = _mse_engine(w, b, x, y)
+    want_w, want_b = ch04._mse_gradients(w, b, x, y)
+    assert torch.allclose(dw, want_w, atol=1e-5) and torch.allclose(db, want_b, atol=1e-5), "the route must be right"
+    assert_rejected("04.mse_gradients", _mse_engine, "required grad", "by hand")

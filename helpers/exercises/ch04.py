@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from . import Hint, exercise
 
@@ -144,10 +145,43 @@ _AUTOGRAD_SHORTCUTS = (
 _MSE_CASES = ((6, 6), (50, 1), (200, 3), (7, 5))
 
 
+class _HandDerivedWatch(TorchFunctionMode):
+    """Watches one call of the answer: did any result require grad, and how often was x multiplied?
+
+    A gradient derived by hand builds no autograd graph, so a result that requires grad means some
+    autograd route was used (``backward``, ``torch.autograd.grad``, the engine itself). Finite
+    differences evaluate the loss at several perturbed weights: each evaluation multiplies x by a
+    weight vector, so more than a few products with x (the reference needs two: x @ w and x.T @ r)
+    means the answer is differencing, not deriving.
+    """
+
+    _PRODUCTS = {torch.matmul, torch.mm, torch.mv, torch.Tensor.matmul, torch.Tensor.mm, torch.Tensor.mv,
+                 torch.Tensor.__matmul__, torch.Tensor.__rmatmul__, torch.einsum, torch.tensordot, torch.inner}
+
+    def __init__(self, x: torch.Tensor):
+        super().__init__()
+        self.shapes = {tuple(x.shape), tuple(x.shape[::-1])}
+        self.products = 0
+        self.required_grad = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in self._PRODUCTS and any(isinstance(a, torch.Tensor) and tuple(a.shape) in self.shapes for a in args):
+            self.products += 1
+        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                self.required_grad = True
+        return out
+
+
+#: More products with x than a hand-derived gradient needs (two) plus slack for a recomputed residual.
+_MAX_PRODUCTS_WITH_X = 3
+
+
 @exercise(
     "04.mse_gradients",
     "return (dw, db), the gradients of L = mean((x @ w + b - y)**2) for x [N, D], w [D], b [] "
-    "and y [N], derived by hand (no backward(), torch.autograd or torch.func): dw has shape [D], "
+    "and y [N], derived by hand (no backward(), torch.autograd, torch.func or finite differences): dw has shape [D], "
     "db shape [].",
     reference=_mse_gradients,
     shortcuts=_AUTOGRAD_SHORTCUTS,
@@ -164,8 +198,23 @@ def _test_mse_gradients(candidate) -> None:
         w = torch.randn(d, generator=g)
         b = torch.randn((), generator=g)
         want_w, want_b = _autograd_gradients(w, b, x, y)
-        with torch.no_grad():
+        watch = _HandDerivedWatch(x)
+        with torch.no_grad(), watch:
             result = candidate(w.clone(), b.clone(), x.clone(), y.clone())
+        if watch.required_grad:
+            raise Hint(
+                "a tensor in your function required grad: that is autograd computing the gradient, and this "
+                "exercise asks for the gradient derived by hand.",
+                "Write dw and db as formulas in x, w, b and y: the chain rule applied to the mean of squared "
+                "residuals, with no requires_grad, backward() or torch.autograd anywhere.",
+            )
+        if watch.products > _MAX_PRODUCTS_WITH_X:
+            raise Hint(
+                f"for N={n}, D={d} your function multiplied x by a vector {watch.products} times: that is finite "
+                "differences (evaluating the loss at nudged weights), not a gradient derived by hand.",
+                "A hand-derived gradient needs x twice: once for the residuals, once to sum them back onto the "
+                "D weights.",
+            )
         try:
             dw, db = result
         except (TypeError, ValueError) as exc:
