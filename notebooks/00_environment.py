@@ -137,9 +137,10 @@ print(f"versions the helpers expect: {PINNED}")
 
 # %% [markdown]
 # Wheels from PyTorch's own index name their build in a *local version label* after a `+`
-# (`2.14.1+cpu`, `2.14.1+cu130`). The pin `torch==2.14.1` ignores the label, so you can install
-# the CPU-only wheel first and `pip install -r requirements.txt` afterwards keeps it. pip compares
-# versions by the rules the `packaging` library implements; the cell asks it:
+# (`2.14.1+cpu`, `2.14.1+cu130`). The pin `torch==2.14.1` ignores the label, so after you install
+# the CPU-only wheel, the pin in `requirements.txt` is already satisfied, and pip leaves the installed
+# wheel in place. pip compares versions by the rules the `packaging` library implements; the cell asks
+# it whether each version satisfies the pin:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -455,12 +456,11 @@ assert unlimited == (affinity, None), f"'max' is no limit, so the affinity count
 #   these apart;
 # - and, before it starts, the machine's 1-minute load average (`os.getloadavg()`, where the system has it).
 #
-# The line after the timings reads the speed-up against those numbers, and each part of it is
-# chosen by them: "consistent with the cores" only when the two-thread timings obtained more than
-# `1.2` cores; a faster two-thread run that obtained fewer is set against the cores the one-thread
-# timings obtained (on a shared machine, one thread may get even less); the CPU time per product is
-# called extra only when it grew by half or more, and is otherwise just printed. It asserts only what
-# PyTorch promises: the thread count takes effect, and is restored.
+# The line after the timings names whichever of these explains the result: the cores obtained, extra
+# CPU per product, or the load (the thresholds are in the code's comments). The cell asserts only what
+# PyTorch promises: the thread count takes effect, and is restored. In the figure, the number in brackets
+# under each bar is the cores that setting obtained: below 1 for one thread means that even a single
+# thread did not have a CPU to itself, because other work was running.
 # (These are timings of a shared machine: the stored numbers are one run's, and yours will differ.)
 
 # %%
@@ -508,6 +508,14 @@ for n in settings:
     print(f"{n} thread(s): {median_ms[n]:6.1f} ms per {MATMUL_SIZE}x{MATMUL_SIZE} product "
           f"(median of {ROUNDS} rounds: {per_round} ms; {samples[n]} products timed); "
           f"cores obtained: {cores[n]:.2f}; CPU time per product: {cpu_ms[n]:.1f} ms ({products_run[n]} products run)")
+# How the line after the timings is chosen (it only reads the numbers; nothing here is asserted):
+# - speed: "faster" from a 1.2x speed-up, "slower" below 1/1.2, "about the same" in between;
+# - cores: "consistent with the cores" when faster and the two-thread timings obtained more than
+#   ENOUGH_CORES; a faster run on fewer cores is set against the cores the one-thread timings obtained
+#   (on a shared machine, one thread may get even less than a core);
+# - CPU: called extra when the CPU time per product grew EXTRA_CPU times or more, otherwise just printed;
+# - load: named when the 1-minute load average was at least the usable CPUs before the timing;
+# - none of these: said so, when it was not faster although it had the cores and no extra CPU.
 ENOUGH_CORES = 1.2  # cores obtained above which two threads had (most of) two cores
 EXTRA_CPU = 1.5  # growth of the CPU time per product from which the line names it as extra CPU
 if len(settings) > 1:
@@ -560,12 +568,12 @@ colors = ["tab:gray", "tab:blue"][: len(settings)]
 ax_wall.bar(labels, [median_ms[n] for n in settings], color=colors)
 for i, n in enumerate(settings):
     ax_wall.plot([i] * ROUNDS, [1000 * m.median for m in runs[n]], "k.", label="one round" if i == 0 else None)
-ax_wall.set_xlabel("intra-op threads (Timer num_threads)")
+ax_wall.set_xlabel("intra-op threads (cores obtained)")
 ax_wall.set_ylabel("wall ms per product (median)")
 ax_wall.set_title("time to the result")
 ax_wall.legend(loc="best", fontsize=8)
 ax_cpu.bar(labels, [cpu_ms[n] for n in settings], color=colors)
-ax_cpu.set_xlabel("intra-op threads (Timer num_threads)")
+ax_cpu.set_xlabel("intra-op threads (cores obtained)")
 ax_cpu.set_ylabel("CPU ms per product (all threads)")
 ax_cpu.set_title("CPU time spent, all threads together")
 fig.suptitle(f"{MATMUL_SIZE}x{MATMUL_SIZE} float32 matmul, this run (load {load_text})", fontsize=10)
@@ -636,6 +644,10 @@ health = doctor()
 print(health)
 
 # %% [markdown]
+# A line that is not OK has a `fix:` line under it, saying what to do (for INFO, often that nothing is
+# needed); an OK line has none, as there is nothing to fix. The *Checks* below assert that every line
+# that is not OK, here and on the made-up machines that follow, has a fix.
+#
 # The report is also an object you can test in code: `health.ok` is `False` as
 # soon as one check failed, and `health.verdict` is the last line.
 
@@ -901,7 +913,7 @@ print(f"tests of this chapter's exercises: test_exercises.py, {', '.join(exercis
 # ## Checks
 #
 # What this chapter must show: the automatic device choice agrees with what torch reports as usable, the doctor passes on this machine
-# and its verdicts follow its legend on the made-up ones, and seeded draws repeat.
+# and its verdicts follow its legend on the made-up ones (each line that is not OK says how to fix it), and seeded draws repeat.
 
 # %%
 new_learner = made_up["new learner with a network"]
@@ -915,6 +927,9 @@ if os.environ.get("COURSE_DEVICE") is None:  # the automatic choice: the usable 
         f"pick_device() chose {device}, but torch.accelerator reports {accelerator}: expected {expected_type}"
     )
 assert health.ok, f"the doctor found a problem, see its report above: {health.verdict}"
+without_fix = [(where, c.name) for where, r in [("this machine", health), *made_up.items(), ("too many threads", oversubscribed)]
+               for c in r.checks if c.status != "ok" and not c.fix.strip()]
+assert not without_fix, f"every line that is not OK should say how to fix it; these have no fix: {without_fix}"
 assert last_line == f"verdict: {health.verdict}", f"make doctor should end with this machine's verdict: {last_line!r}"
 for status, verdict_line in ((exit_status, last_line), (broken_exit_status, broken_last_line)):
     assert status == (1 if verdict_line.startswith("verdict: NOT READY") else 0), (
@@ -963,11 +978,13 @@ for wanted in (f"cuda:{torch.cuda.device_count()}", "gpu", "meta"):
 # %% [markdown]
 # **"MPS is supported on macOS 14.0+", seen on macOS 14 or newer.** Recent releases refuse to make a
 # tensor on MPS with ``RuntimeError: The MPS backend is supported on macOS 14.0+. Current OS version can
-# be queried using `sw_vers` ``. pytorch/pytorch issue #177819 reports it on macOS 26.3.1, a version
-# that meets the requirement. If you see it on macOS 14 or newer, check that `torch.backends.mps.is_built()`
-# is `True` and that Python runs natively on arm64 (`platform.machine()` says `arm64`, not `x86_64` under
-# Rosetta), then see that issue. The message is compiled only into the macOS builds, so this Linux run
-# cannot reproduce it.
+# be queried using `sw_vers` ``. There are reports of this message on macOS versions that meet the
+# requirement (pytorch/pytorch issue #177819). If you see it on macOS 14 or newer, check that
+# `torch.backends.mps.is_built()` is `True` and that Python runs natively on arm64 (`platform.machine()`
+# says `arm64`, not `x86_64` under Rosetta). If it says `x86_64`, install a native arm64 Python (the
+# python.org installer or an arm64 conda), then in a new environment made with it install the macOS arm64
+# wheel, which `pip install torch==2.14.1` picks there. Otherwise, see that issue. The message is compiled
+# only into the macOS builds, so this Linux run cannot reproduce it.
 #
 # **Moving a tensor to `"cuda"` without a GPU.** Code copied from a GPU machine
 # often says `.to("cuda")` or `.cuda()`. On a machine without one, torch raises.
@@ -1107,7 +1124,8 @@ result = check("00.seed_all", seed_all)
 #
 # Write the walk over the containers yourself. PyTorch has walks in private modules:
 # `torch.utils._pytree` (`tree_map_only(torch.Tensor, fn, batch)` would do the whole exercise, and
-# so would flattening the batch and rebuilding it from its spec) and `torch.distributed.utils`
+# so would flattening the batch and rebuilding it from its spec), its twin `torch.utils._cxx_pytree`
+# (the same functions on the optree library, where that optional package is installed), and `torch.distributed.utils`
 # (`_recursive_to`, which DistributedDataParallel uses to move its inputs); Lightning has
 # `move_data_to_device` and `apply_to_collection`. The checker refuses them, because here the walk
 # is the point. `hint("00.to_device")` gives the idea in words before you start.

@@ -421,6 +421,16 @@ def _with_pytree_swallowing_the_refusal(batch, device):
         return solution("00.to_device")(batch, device)
 
 
+def _with_broadcast_to_and_flatten(batch, device, _structure=torch.utils._pytree.tree_structure):
+    # The spec comes from a default argument, which the guard does not rebind, so that only the private
+    # helper that hands out the leaves can stop this answer.
+    import torch.utils._pytree as pytree
+
+    spec = _structure(batch)
+    leaves = pytree._broadcast_to_and_flatten(batch, spec)
+    return spec.unflatten([x.to(device) if isinstance(x, torch.Tensor) else x for x in leaves])
+
+
 _LIBRARY_WALKS = [
     (_with_recursive_to, "torch.distributed.utils._recursive_to"),
     (_with_to_kwargs, "torch.distributed.utils._to_kwargs"),
@@ -429,6 +439,7 @@ _LIBRARY_WALKS = [
     (_with_flatten_and_spec_unflatten, "torch.utils._pytree.tree_flatten"),
     (_with_tree_map, "torch.utils._pytree.tree_map"),
     (_with_pytree_swallowing_the_refusal, "torch.utils._pytree.tree_map_only"),
+    (_with_broadcast_to_and_flatten, "torch.utils._pytree._broadcast_to_and_flatten"),
 ]
 
 
@@ -439,6 +450,41 @@ def test_to_device_library_walks_are_correct_but_refused(walk, name):
 
     EXERCISES["00.to_device"].test(walk)  # the same checks, without the shortcut guard: a correct walk
     assert_rejected("00.to_device", walk, "walk over nested containers yourself", name)
+
+
+def _with_cxx_pytree(batch, device):
+    from torch.utils import _cxx_pytree
+
+    return _cxx_pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), batch)
+
+
+def _with_cxx_pytree_flatten(batch, device):
+    import torch.utils._cxx_pytree as cxx_pytree
+
+    leaves, spec = cxx_pytree.tree_flatten(batch)
+    return cxx_pytree.tree_unflatten([x.to(device) if isinstance(x, torch.Tensor) else x for x in leaves], spec)
+
+
+@pytest.mark.parametrize(("walk", "name"), [(_with_cxx_pytree, "tree_map_only"), (_with_cxx_pytree_flatten, "tree_flatten")])
+def test_to_device_cxx_pytree_walks_are_refused_where_they_import(walk, name):
+    """torch.utils._cxx_pytree needs the optional package optree; where it imports, its walks are refused too."""
+    pytest.importorskip("torch.utils._cxx_pytree", reason="needs the optional package optree", exc_type=ImportError)
+    from helpers.exercises import EXERCISES
+
+    EXERCISES["00.to_device"].test(walk)  # a correct walk, without the guard
+    assert_rejected("00.to_device", walk, "walk over nested containers yourself", f"torch.utils._cxx_pytree.{name}")
+
+
+def test_to_device_pytree_shortcuts_exist_in_the_installed_torch():
+    """Every refused pytree name resolves (a name that resolves to nothing would stop the checker)."""
+    import importlib
+
+    from helpers.exercises.ch00 import _PYTREE_SHORTCUTS
+
+    assert "torch.utils._pytree._broadcast_to_and_flatten" in _PYTREE_SHORTCUTS
+    for dotted in _PYTREE_SHORTCUTS:
+        module, _, attr = dotted.rpartition(".")
+        assert callable(getattr(importlib.import_module(module), attr)), dotted
 
 
 def test_to_device_shortcut_guard_restores_the_distributed_walks():

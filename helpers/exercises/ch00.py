@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import random
 from collections import namedtuple
 from collections.abc import Callable
@@ -340,12 +341,29 @@ def _unchanged(now, before, where: str) -> None:
 #: flattening (tree_flatten, or tree_leaves / tree_iter with tree_structure) followed by rebuilding
 #: (tree_unflatten, or the spec's own ``unflatten`` method) does it too. The method cannot be patched
 #: (it lives on a class), so the functions that hand out the leaves and the spec are refused instead.
-_PYTREE_SHORTCUTS = tuple(
-    f"torch.utils._pytree.{name}"
-    for name in ("tree_map", "tree_map_", "tree_map_only", "tree_map_only_", "tree_map_with_path",
-                 "tree_flatten", "tree_flatten_with_path", "tree_unflatten", "tree_leaves", "tree_leaves_with_path",
-                 "tree_iter", "tree_structure", "arg_tree_leaves")
-)
+#: ``_broadcast_to_and_flatten(batch, spec)`` is a private route to the leaves (with ``spec.unflatten``
+#: it rebuilds the batch), as was ``_tree_flatten_helper`` in older releases (torch 2.14 has none). Each name is refused only where the module has it, since a name that
+#: resolves to nothing would stop the checker.
+_PYTREE_WALK_NAMES = ("tree_map", "tree_map_", "tree_map_only", "tree_map_only_", "tree_map_with_path",
+                      "tree_flatten", "tree_flatten_with_path", "tree_unflatten", "tree_leaves",
+                      "tree_leaves_with_path", "tree_iter", "tree_structure", "arg_tree_leaves",
+                      "_broadcast_to_and_flatten", "_tree_flatten_helper")
+
+
+def _pytree_walks(module_name: str) -> tuple[str, ...]:
+    """The names of ``_PYTREE_WALK_NAMES`` that ``module_name`` defines, as dotted names; () if it does not import.
+
+    ``torch.utils._cxx_pytree`` (the same API on the C++ library optree) imports only where the optional
+    package ``optree`` is installed.
+    """
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return ()
+    return tuple(f"{module_name}.{name}" for name in _PYTREE_WALK_NAMES if callable(getattr(module, name, None)))
+
+
+_PYTREE_SHORTCUTS = (*_pytree_walks("torch.utils._pytree"), *_pytree_walks("torch.utils._cxx_pytree"))
 
 
 def _distributed_walks() -> tuple[str, ...]:
