@@ -54,7 +54,7 @@ def test_local_causal_mask_plain_causal_fails():
     def causal(T, window):  # ignores the window
         return torch.ones(T, T, dtype=torch.bool).tril()
 
-    assert_two_tier("09.local_causal_mask", causal, ["keys"], ["column of query positions", "broadcasting"])
+    assert_two_tier("09.local_causal_mask", causal, ["keys"], ["pair (i, j)", "broadcasting", "both"])
 
 
 def test_local_causal_mask_upper_triangle_fails():
@@ -122,7 +122,7 @@ def test_grouped_query_attention_with_repeat_fails():
         return _written_out(q, k, v, causal, lambda t, group: t.repeat(1, group, 1, 1))
 
     assert_two_tier("09.grouped_query_attention", tiled, ["wrong key/value heads", "0, 1, 0, 1"],
-                    ["Tensor.repeat_interleave", "0, 0, 1, 1"])
+                    ["in place", "0, 0, 1, 1"])
 
 
 def test_grouped_query_attention_without_scaling_fails():
@@ -136,7 +136,7 @@ def test_grouped_query_attention_ignoring_causal_fails():
     def no_mask(q, k, v, causal=False):
         return _written_out(q, k, v, False, _interleave)
 
-    assert_two_tier("09.grouped_query_attention", no_mask, ["j <= i"], ["-inf"])
+    assert_two_tier("09.grouped_query_attention", no_mask, ["j <= i"], ["-inf", "before the softmax"])
 
 
 def test_grouped_query_attention_softmax_over_queries_fails():
@@ -233,9 +233,51 @@ def test_flex_attention_and_the_math_kernel_are_refused():
     assert_rejected("09.grouped_query_attention", math_kernel, "does it for you")
 
 
+def _repeated(q, k, v):
+    g = q.shape[1] // k.shape[1]
+    return q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+
+
+#: SDPA through torch.ops: its ATen operator, and each backend kernel (CUDA ones too: the guard refuses the call
+#: at dispatch, before a CPU tensor could make it fail for another reason).
+_ATEN_SDPA = {
+    "scaled_dot_product_attention": lambda q, k, v, c: torch.ops.aten.scaled_dot_product_attention(
+        *_repeated(q, k, v), is_causal=c),
+    "_scaled_dot_product_flash_attention_for_cpu": lambda q, k, v, c:
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*_repeated(q, k, v), is_causal=c)[0],
+    "_scaled_dot_product_flash_attention": lambda q, k, v, c:
+        torch.ops.aten._scaled_dot_product_flash_attention(*_repeated(q, k, v), is_causal=c)[0],
+    "_scaled_dot_product_efficient_attention": lambda q, k, v, c:
+        torch.ops.aten._scaled_dot_product_efficient_attention(*_repeated(q, k, v), None, False, is_causal=c)[0],
+    "_scaled_dot_product_cudnn_attention": lambda q, k, v, c:
+        torch.ops.aten._scaled_dot_product_cudnn_attention(*_repeated(q, k, v), None, False, is_causal=c)[0],
+    "_scaled_dot_product_fused_attention_overrideable": lambda q, k, v, c:
+        torch.ops.aten._scaled_dot_product_fused_attention_overrideable(*_repeated(q, k, v), is_causal=c)[0],
+}
+
+
+@pytest.mark.parametrize("op", [op for op in _ATEN_SDPA if hasattr(torch.ops.aten, op)])
+def test_sdpa_through_torch_ops_is_refused(op):
+    def through_ops(q, k, v, causal=False):
+        return _ATEN_SDPA[op](q, k, v, causal)
+
+    result = assert_rejected("09.grouped_query_attention", through_ops, "does it for you")
+    assert op in result.message, result.message
+
+
+def test_sdpa_kernel_reached_through_a_helper_is_refused():
+    def helper(q, k, v, causal):  # the kernel one call further down, via the learner's own function
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, is_causal=causal)[0]
+
+    def via_helper(q, k, v, causal=False):
+        return helper(*_repeated(q, k, v), causal)
+
+    assert_rejected("09.grouped_query_attention", via_helper, "does it for you")
+
+
 #: The reference solutions' lines (or the calls in them): no fuller hint may paste them.
-REFERENCE_CODE = ("torch.arange(T)", "(j <= i) & (i - j < window)", ".tril().bool()", "repeat_interleave(",
-                  "masked_fill(~", "~tril", "unsqueeze(")
+REFERENCE_CODE = ("torch.arange(T)", "(j <= i) & (i - j < window)", ".tril().bool()", "repeat_interleave",
+                  "masked_fill", "~tril", "unsqueeze(", "[T, 1]", "[1, T]", "expand")
 
 
 @pytest.mark.parametrize(("name", "wrong"), [
@@ -244,6 +286,8 @@ REFERENCE_CODE = ("torch.arange(T)", "(j <= i) & (i - j < window)", ".tril().boo
     ("09.grouped_query_attention", lambda q, k, v, causal=False: _written_out(q, k, v, causal,
                                                                                lambda t, g: t.repeat(1, g, 1, 1))),
     ("09.grouped_query_attention", lambda q, k, v, causal=False: _written_out(q, k, v, False, _interleave)),
+    ("09.local_causal_mask", lambda T, window: (lambda i, j: (i - j).abs() < window)(  # symmetric band
+        torch.arange(T)[:, None], torch.arange(T)[None, :])),
 ])
 def test_fuller_hints_name_the_idea_without_pasting_the_solution(name, wrong):
     assert_rejected(name, wrong)

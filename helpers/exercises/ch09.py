@@ -74,18 +74,17 @@ def _test_local_causal_mask(candidate) -> None:
             )
         if (got & ~torch.ones(T, T, dtype=torch.bool).tril()).any():
             raise Hint(f"for T={T}, window={window} some query may attend to a later key; a causal mask keeps j <= i",
-                       "combine the window condition with j <= i using &")
+                       "a pair is allowed only when it meets the window condition AND j <= i")
         per_row = got.sum(dim=1)
         want_row = want.sum(dim=1)
         if not torch.equal(got, want):
             raise Hint(
                 f"for T={T}, window={window} each query should see min(i + 1, window) keys "
                 f"{want_row.tolist()} (itself included), yours see {per_row.tolist()}",
-                "think of the mask as a function of the pair (i, j) and build it for all pairs at once by "
-                "broadcasting: a column of query positions ([T, 1]) against a row of key positions ([1, T]) gives "
-                "a [T, T] grid. Each of the task's two conditions (the key is not after the query; it is fewer "
-                "than window steps back, i - j < window) is then one element-wise comparison on that grid, and "
-                "the mask is where both hold",
+                "think of the mask as a function of the pair (i, j): compare every query position with every "
+                "key position at once by broadcasting, and keep the pairs that meet both of the task's "
+                "conditions: the key is not after the query (j <= i), and it is fewer than window steps back "
+                "(i - j < window)",
             )
     # the plain causal mask is the special case window >= T
     if not torch.equal(_as_bool_mask(candidate(5, 5), 5), torch.ones(5, 5).tril().bool()):
@@ -124,6 +123,20 @@ def _grouped_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     return scores.softmax(dim=-1) @ v
 
 
+#: SDPA's backend kernels (MATH, the CPU flash kernel, CUDA's flash, memory-efficient and cuDNN ones, the
+#: OVERRIDEABLE slot of other devices): a checker refuses those the installed torch has.
+_SDPA_KERNELS = (
+    "_scaled_dot_product_attention_math",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_fused_attention_overrideable",
+    "_flash_attention_forward",
+    "_efficient_attention_forward",
+)
+
+
 @exercise(
     "09.grouped_query_attention",
     "write grouped_query_attention(q, k, v, causal=False) for q [B, Hq, T, d] and k, v [B, Hkv, S, d] "
@@ -136,8 +149,12 @@ def _grouped_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         Shortcut("torch.nn.functional.multi_head_attention_forward", does="F.multi_head_attention_forward"),
         Shortcut("torch.nn.MultiheadAttention", does="nn.MultiheadAttention"),
         Shortcut("torch.nn.attention.flex_attention.flex_attention", does="flex_attention", lazy=True),
-        Shortcut("torch.ops.aten._scaled_dot_product_attention_math", reached=True,
-                 does="the SDPA math kernel (`torch.ops.aten._scaled_dot_product_attention_math`)"),
+        # the ATen operator behind F.scaled_dot_product_attention, called through torch.ops
+        Shortcut("torch.ops.aten.scaled_dot_product_attention",
+                 does="SDPA's ATen operator (`torch.ops.aten.scaled_dot_product_attention`)"),
+        # SDPA's backend kernels, however the learner's code reaches them
+        *(Shortcut(f"torch.ops.aten.{op}", reached=True, does=f"the SDPA kernel `torch.ops.aten.{op}`")
+          for op in _SDPA_KERNELS if hasattr(torch.ops.aten, op)),
     ),
     goal="softmax(q k^T / sqrt(d)) v and the head grouping",
 )
@@ -175,8 +192,8 @@ def _test_grouped_query_attention(candidate) -> None:
                 f"query heads are paired with the wrong key/value heads {where}: query heads 0..{group - 1} must "
                 "all use kv head 0, but yours cycle through the kv heads 0, 1, 0, 1, ...",
                 "Tensor.repeat tiles the whole head axis (kv heads 0, 1, 0, 1, ...); the pairing asked for "
-                "repeats each kv head g times in place (0, 0, 1, 1, ...) along the head dimension, which is what "
-                "Tensor.repeat_interleave does (or a new group axis, expand, and a reshape)",
+                "repeats each kv head g times in place (0, 0, 1, 1, ...) along the head dimension, so that "
+                "neighbouring query heads meet the same kv head",
             )
         unscaled = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True, scale=1.0)
         if torch.allclose(got, unscaled, atol=1e-5, rtol=1e-4):
@@ -184,9 +201,8 @@ def _test_grouped_query_attention(candidate) -> None:
                        f"divide the scores q @ k^T by sqrt(d) = {math.sqrt(d):g} before the softmax")
         if causal and torch.allclose(got, F.scaled_dot_product_attention(q, k, v, enable_gqa=True), atol=1e-5, rtol=1e-4):
             raise Hint(f"with causal=True query i may only attend to keys j <= i; your output ignores the mask {where}",
-                       "before the softmax, give every pair whose key j comes after its query i the score -inf "
-                       "(Tensor.masked_fill with a bool tensor that is True at the forbidden pairs), so that its "
-                       "weight is exactly 0")
+                       "the forbidden scores (key j after query i) must become -inf before the softmax, so that "
+                       "their weights come out exactly 0")
         raise Hint(
             f"the output differs from F.scaled_dot_product_attention(q, k, v, is_causal={causal}, enable_gqa=True) "
             f"by up to {(got - want).abs().max().item():.3g} {where}",
