@@ -257,14 +257,16 @@ assert list(with_buffer.state_dict()) == list(with_register.state_dict()) == ["w
 # `model = model.to(device)` and a bare `model.to(device)` do the same thing.
 #
 # Whether each parameter stays the same `nn.Parameter` **object** depends on
-# the conversion. Between ordinary dense tensors (a dtype change, or a move
-# between the CPU and a GPU) `.to()` puts the converted data into the old
-# Parameter object. For a move to `meta` it makes a **new** Parameter. An
-# optimizer holds Parameter objects, so the safe habit is to move the model
-# first and build the optimizer afterwards. The cell measures the dtype change
-# and the `meta` move, which every machine can run (the last two rows are
-# explained in a "Going further" note below); the cell after it makes the
-# CPU/GPU move when the machine has an accelerator.
+# the conversion. For a dtype change between ordinary dense tensors `.to()`
+# puts the converted data into the old Parameter object; for a move to `meta`
+# it makes a **new** Parameter. A move between the CPU and a GPU should keep
+# the object too: that follows from the `Module._apply` rule in the "Going
+# further" note below (CPU and GPU dense tensors pass its test), and the cell
+# after next asserts it only where an accelerator exists. An optimizer holds
+# Parameter objects, so the safe habit is to move the model first and build
+# the optimizer afterwards. The next cell measures the dtype change and the
+# `meta` move, which every machine can run (its last two rows are explained in
+# the "Going further" note).
 #
 # `Tensor.to()` never changes its tensor. It returns a converted copy (or the
 # tensor itself when nothing needs converting), so a bare `x.to(device)` on a
@@ -327,8 +329,8 @@ assert t.to(torch.float32) is t, "Tensor.to should return the tensor itself when
 # %% [markdown]
 # The CPU/GPU move itself needs an accelerator. The next cell makes it when
 # the machine has one; on a CPU-only machine, such as the one that produced
-# the stored outputs, it prints that it skipped, and the measurement of the
-# rule here is the dtype change above.
+# the stored outputs, it prints that it skipped, and the claim for a CPU/GPU
+# move rests on the `Module._apply` rule below, not on a measurement here.
 
 # %%
 if torch.accelerator.is_available():
@@ -948,9 +950,10 @@ assert not buggy_repeatable, "the buggy block's eval() output should change from
 #
 # $$\sqrt{\text{fan\_in}\,\sigma^2 / 2}.$$
 #
-# In the experiment below (`DEPTH` = 25 layers with the defaults), a factor of
-# 0.5 per layer shrinks the signal from layer 1 to layer 25
-# $2^{24} \approx 1.7 \times 10^7$ times and a factor of 2 blows it up as much. The backward pass multiplies
+# In the experiment below, with `DEPTH` layers, a factor of 0.5 per layer
+# shrinks the signal from the first layer to the last $2^{\text{DEPTH} - 1}$
+# times and a factor of 2 blows it up as much (the cell below prints these
+# numbers for the current `DEPTH`). The backward pass multiplies
 # the gradient by the transposed weights at every layer, with the same factor
 # (`fan_out` in place of `fan_in`; here the two are equal): vanishing and
 # exploding gradients. Two standard choices keep the factor at 1:
@@ -985,6 +988,8 @@ assert (0.01 * math.sqrt(WIDTH / 2)) ** DEPTH > torch.finfo(torch.float32).tiny,
     f"DEPTH={DEPTH} is too deep for WIDTH={WIDTH}: N(0, 0.01²) weights multiply the activations by about "
     f"0.01 sqrt(WIDTH/2) = {0.01 * math.sqrt(WIDTH / 2):.3f} per layer, and {DEPTH} layers would underflow float32"
 )
+print(f"over the {DEPTH - 1} steps from layer 1 to layer {DEPTH}: a factor 0.5 per layer gives "
+      f"0.5^{DEPTH - 1} = {0.5 ** (DEPTH - 1):.1e} (a factor 2 gives {2.0 ** (DEPTH - 1):.1e})")
 
 # %% [markdown]
 # **What PyTorch does by default.** `nn.Linear.reset_parameters`, which the
@@ -1017,8 +1022,8 @@ assert math.isclose(gain, math.sqrt(1 / 3)), "calculate_gain('leaky_relu', sqrt(
 # $\sqrt{1/6} \approx 0.41$ per `Linear + ReLU`. Between the first and the
 # last of the three Linear layers of chapter 05's MLP that compounds to
 # $0.41^2 \approx 0.17$; over the `DEPTH` layers of the experiment below to
-# $0.41^{\text{DEPTH} - 1}$ ($5 \times 10^{-10}$ for 25 layers), which the
-# experiment checks against its measured gradients. `nn.Conv2d` uses the same rule, with
+# $0.41^{\text{DEPTH} - 1}$ (the next cell prints it for the current
+# `DEPTH`), which the experiment checks against its measured gradients. `nn.Conv2d` uses the same rule, with
 # $\text{fan\_in} = \text{in\_channels} \times \text{kernel height} \times \text{kernel width}$.
 
 # %%
@@ -1031,6 +1036,8 @@ default_std = default_linear.weight.std().item()
 print(f"nn.Linear's weight equals uniform_(-1/sqrt(fan_in), 1/sqrt(fan_in)) from the same seed: {same_draw}")
 print(f"std of the default weights {default_std:.4f}: 1/sqrt(3 fan_in) = {1 / math.sqrt(3 * WIDTH):.4f}, "
       f"Kaiming's sqrt(2/fan_in) = {math.sqrt(2 / WIDTH):.4f}")
+print(f"predicted shrink of the default init + ReLU over {DEPTH} layers: sqrt(1/6)^{DEPTH - 1} = "
+      f"{math.sqrt(1 / 6) ** (DEPTH - 1):.1e}")
 assert same_draw, "nn.Linear's default weight should be U(-1/sqrt(fan_in), 1/sqrt(fan_in))"
 assert abs(default_std * math.sqrt(3 * WIDTH) - 1) < 0.02, f"default weight std {default_std:.4f} should be 1/sqrt(3 fan_in)"
 conv = nn.Conv2d(16, 32, kernel_size=3)  # fan_in = 16 * 3 * 3 = 144
@@ -1168,11 +1175,17 @@ for act_name, inits in WEIGHT_INITS.items():
         profiles[act_name, init_name] = scale_profile(stack, stat_x, upstream)
 
 print(f"{'':5s} {'initialisation':16s} {'activation std: layer 1':>24s} {f'layer {DEPTH}':>9s} {'last/first':>10s}"
-      f"   {'gradient std: layer 1':>22s} {f'layer {DEPTH}':>9s} {'first/last':>10s}   {'|tanh| > 0.99':>13s}")
+      f"   {'gradient std: layer 1':>22s} {f'layer {DEPTH} (= upstream)':>22s} {'first/last':>10s}   {'|tanh| > 0.99':>13s}")
 for (act_name, init_name), (fwd, bwd, out) in profiles.items():
     saturated = f"{(out.abs() > 0.99).double().mean().item():13.0%}" if act_name == "tanh" else ""
     print(f"{act_name:5s} {init_name:16s} {fwd[0]:24.2g} {fwd[-1]:9.2g} {fwd[-1] / fwd[0]:10.1e}"
-          f"   {bwd[0]:22.2g} {bwd[-1]:9.2g} {bwd[0] / bwd[-1]:10.1e}   {saturated}")
+          f"   {bwd[0]:22.2g} {bwd[-1]:22.2g} {bwd[0] / bwd[-1]:10.1e}   {saturated}")
+upstream_std = upstream.double().std().item()
+print(f"(the gradient reaching layer {DEPTH} is the upstream gradient itself, std {upstream_std:.4f}, the same "
+      "for every model by design: the first/last column is in effect the layer-1 gradient std over it)")
+assert all(abs(bwd[-1].item() - upstream_std) < 1e-9 for _, bwd, _ in profiles.values()), (
+    f"the gradient reaching layer {DEPTH} should be the shared upstream gradient in every model"
+)
 
 # %%
 STYLES = {  # colour, line style, marker: lines that meet stay apart (N(0, 1²) and Xavier in the tanh forward panel)
@@ -1709,9 +1722,11 @@ result = check("03.init_for_relu", init_for_relu)
 #   off autograd.
 # - `Module.to()` converts the module and returns it; a dtype change casts
 #   only its floating-point tensors, a device move takes them all. It keeps
-#   the same Parameter objects for a dtype change or a CPU/GPU move, but makes
-#   new ones for `.to("meta")` (or under `torch.__future__`'s overwrite
-#   switch): build the optimizer after moving the model.
+#   the same Parameter objects for a dtype change (measured here) and, by the
+#   same `Module._apply` rule, for a CPU/GPU move (asserted only where an
+#   accelerator exists), but makes new ones for `.to("meta")` (or under
+#   `torch.__future__`'s overwrite switch): build the optimizer after moving
+#   the model.
 #   `Tensor.to()` returns a new tensor, so write `x = x.to(device)`.
 # - Forward hooks observe a model from outside; remove their handles, and
 #   return nothing from an observing hook.

@@ -118,6 +118,14 @@ def mlp_plain_list(sizes):
     return _ListMLP(sizes)
 
 
+def mlp_bare_module_list(sizes):
+    """Registers the right layers (the parameter count is right) but a ModuleList has no forward."""
+    layers = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.ModuleList(layers[:-1])
+
+
 def mlp_trailing_relu(sizes):
     layers = []
     for a, b in zip(sizes[:-1], sizes[1:]):
@@ -166,6 +174,18 @@ class StandardizeWithParameters(nn.Module):
         super().__init__()
         self.mean = nn.Parameter(mean.clone())
         self.std = nn.Parameter(std.clone())
+
+    def forward(self, x):
+        return (x - self.mean) / self.std
+
+
+class StandardizeFrozenParameters(nn.Module):
+    """Parameters with requires_grad=False: no optimizer step changes them, but they are still weights."""
+
+    def __init__(self, mean, std):
+        super().__init__()
+        self.mean = nn.Parameter(mean.clone(), requires_grad=False)
+        self.std = nn.Parameter(std.clone(), requires_grad=False)
 
     def forward(self, x):
         return (x - self.mean) / self.std
@@ -245,6 +265,7 @@ WRONG = [
     ("03.count_parameters", count_as_float, ["integer", "float"], ["p.numel()"]),
     ("03.count_parameters", count_as_tensor, ["not a tensor"], [".item()"]),
     ("03.build_mlp", mlp_plain_list, ["plain Python list"], ["nn.Sequential", "nn.ModuleList", "registers"]),
+    ("03.build_mlp", mlp_bare_module_list, ["ModuleList", "no forward"], ["nn.Sequential", "nn.ModuleList"]),
     ("03.build_mlp", mlp_trailing_relu, ["every output", "after the last Linear"], ["Drop the ReLU"]),
     ("03.build_mlp", mlp_no_activation, ["nothing between consecutive"], ["nn.ReLU()"]),
     ("03.build_mlp", mlp_leaky, ["LeakyReLU"], ["exactly one nn.ReLU()"]),
@@ -252,6 +273,8 @@ WRONG = [
     ("03.build_mlp", mlp_functional_leaky, ["not exactly ReLU"], ["torch.relu"]),
     ("03.standardize", StandardizeEpsParameter, ["['eps'] is a Parameter", "optimizer"], ["register_buffer", "mean and std"]),
     ("03.standardize", StandardizeWithParameters, ["are Parameters"], ["register_buffer", "never trained"]),
+    ("03.standardize", StandardizeFrozenParameters, ["requires_grad=False", "parameters()", "requires_grad_(True)"],
+     ["register_buffer", "never listed"]),
     ("03.standardize", StandardizePlainAttributes, ["state_dict", "plain tensor attribute"], ["register_buffer"]),
     ("03.standardize", StandardizeNotPersistent, ["not in state_dict()", "non-persistent"], ["persistent flag", "default is True"]),
     ("03.standardize", StandardizeComputesWithCopies, ["load_state_dict", "does not read the buffers"],
@@ -771,3 +794,18 @@ def test_the_reference_code_list_is_really_in_the_references():
                                                      ch03.init_for_relu))
     missing = [code for code in REFERENCE_CODE if code not in source]
     assert not missing, f"not in the reference solutions any more: {missing}"
+
+
+def test_frozen_parameters_are_not_told_an_optimizer_would_change_them():
+    """With requires_grad=False the gradient stays None, so no optimizer step moves them: the hint must not say so."""
+    model = StandardizeFrozenParameters(torch.tensor([1.0, -2.0]), torch.tensor([2.0, 0.5]))
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    model(torch.randn(4, 2, requires_grad=True)).sum().backward()
+    opt.step()
+    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+    message = assert_rejected("03.standardize", StandardizeFrozenParameters, "requires_grad=False").message
+    assert "would change" not in message, message
+    # ... while a trainable Parameter still gets the optimizer explanation.
+    assert "would change" in assert_rejected("03.standardize", StandardizeWithParameters).message

@@ -324,6 +324,16 @@ def _check_build_mlp(candidate: Callable) -> None:
                 "as LeakyReLU, even one that behaves almost like ReLU).",
                 "Between two Linear layers put exactly one nn.ReLU(), and no layer of any other kind.",
             )
+        if type(model).forward is nn.Module.forward:
+            kind = type(model).__name__
+            raise Hint(
+                f"build_mlp({sizes}) returned a {kind}, which registers the layers but has no forward of its "
+                f"own: calling it raises NotImplementedError"
+                + (" (a ModuleList only holds layers, it does not chain them)." if isinstance(model, nn.ModuleList)
+                   else "."),
+                "Return a module that also runs the layers in order: nn.Sequential does, or a subclass of "
+                "nn.Module whose forward loops over an nn.ModuleList.",
+            )
         out, calls = _run_recording(model, linears, x)
         with torch.no_grad():  # the intended computation, layer by layer in the order of sizes
             h = x
@@ -408,7 +418,20 @@ def _check_standardize(candidate: Callable) -> None:
             f"{want.tolist()}, got {out.tolist() if out.numel() < 20 else tuple(out.shape)}.",
             "Subtract mean and divide by std; both [F] broadcast over the batch dimension of x [B, F].",
         )
-    names = [n for n, _ in module.named_parameters()]
+    frozen = [n for n, p in module.named_parameters() if not p.requires_grad]
+    names = [n for n, p in module.named_parameters() if p.requires_grad]
+    if frozen:
+        one = len(frozen) == 1
+        raise Hint(
+            f"{frozen} {'is a Parameter' if one else 'are Parameters'} with requires_grad=False: frozen, so an "
+            f"optimizer leaves {'it' if one else 'them'} alone (the gradient stays None), but "
+            f"{'it is' if one else 'they are'} still listed by model.parameters() and counted as "
+            "weights, and model.requires_grad_(True), a common way to unfreeze a model, would make "
+            f"{'it' if one else 'them'} trainable.",
+            "Fixed statistics are not weights at all: keep mean and std as buffers, registered with the "
+            "module's register_buffer under the names mean and std: a buffer is saved and moved, never "
+            "listed by parameters() nor trained.",
+        )
     if names:
         one = len(names) == 1
         raise Hint(
