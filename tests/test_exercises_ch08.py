@@ -284,7 +284,9 @@ def test_make_windows_without_feature_dimension_fails():
         return X.squeeze(-1), y
 
     assert_first_tier_rejected("08.make_windows", flat, "[N, T, 1]")
-    assert "unsqueeze(-1)" in hint("08.make_windows", show=False)
+    fuller = hint("08.make_windows", show=False)
+    assert "feature dimension of size 1" in fuller, fuller
+    assert "unsqueeze" not in fuller, f"the fuller hint should name the idea, not the call: {fuller}"
 
 
 def test_make_windows_with_unfold_is_refused():
@@ -437,9 +439,13 @@ def test_make_windows_with_index_select_passes():
 
 def test_hints_do_not_paste_the_reference_lines():
     """The fuller hints name the idea and the API, not the reference solution's code."""
-    for name, pasted in (("08.make_windows", ("starts[:, None]", "torch.arange(", "w[:, :T]", "w[:, T:]")),
-                         ("08.last_valid_output", ("torch.arange(", "lengths - 1]", "gather(1"))):
+    for name, pasted, idea in (
+            ("08.make_windows", ("starts[:, None]", "torch.arange(", "w[:, :T]", "w[:, T:]", "unsqueeze", "0 .. T",
+                                 "column of", "row of the offsets"), "Broadcasting"),
+            ("08.last_valid_output", ("torch.arange(", "lengths - 1", "0 .. B", "gather(1", "size 1"),
+             "Paired advanced indexing")):
         text = hint(name, show=False)
+        assert idea in text, f"the fuller hint of {name} should name the idea ({idea!r}): {text}"
         for code in pasted:
             assert code not in text, f"the fuller hint of {name} pastes the solution ({code!r}): {text}"
 
@@ -461,7 +467,9 @@ def test_last_valid_output_off_by_one_fails():
         return output[torch.arange(output.shape[0]), lengths.clamp(max=output.shape[1] - 1)]
 
     assert_first_tier_rejected("08.last_valid_output", off_by_one, "n - 1")
-    assert "lengths - 1" in hint("08.last_valid_output", show=False)
+    fuller = hint("08.last_valid_output", show=False)
+    assert "numbered from 0" in fuller, fuller
+    assert "- 1" not in fuller, f"the fuller hint should name the idea, not the index: {fuller}"
 
 
 def test_last_valid_output_with_gather_passes():

@@ -262,11 +262,11 @@ def _as_pair(result) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 _GATHER_FIX = (
-    "Index the series once with a 2-d int64 tensor of positions, one row per window, holding the "
-    "T + horizon positions that window and its targets need. Build that tensor by broadcasting: a column "
-    "of the N window starts (they step by stride) plus a row of the offsets 0 .. T + horizon - 1 gives "
-    "an [N, T + horizon] grid. The result of the indexing has the same shape; its first T columns are "
-    "the inputs (they still need a feature dimension of size 1) and the rest are the targets."
+    "Indexing a 1-d tensor with a 2-d integer tensor returns a 2-d tensor of the same shape, so one "
+    "indexing operation can pick every window at once if you first build a grid of positions, one row per "
+    "window. Broadcasting builds such a grid from two 1-d pieces: where each window starts, and how far "
+    "into its window each column is. Split the picked rows into inputs and targets; the inputs still "
+    "need a feature dimension of size 1."
 )
 
 #: Calls that run a Python loop for you: ``map(f, xs)`` is a loop written as a call.
@@ -343,7 +343,7 @@ def _test_make_windows(candidate) -> None:
     case = "for the series 0., 1., ..., 11. with T=3, horizon=2, stride=2"
     if X.ndim == 2 and tuple(X.shape) == (n, 3):
         raise Hint(f"{case} X has shape {tuple(X.shape)}, but it should be [N, T, 1]: one feature per step.",
-                   "Add a feature dimension of size 1 at the end: X.unsqueeze(-1).")
+                   "An RNN layer reads [N, T, F]: a series of single numbers has F = 1, a trailing feature dimension of size 1.")
     if X.shape[0] == 12 - 3 - 2 + 1:
         raise Hint(f"{case} you made {X.shape[0]} windows, one per step: the windows should start every stride steps.",
                    "The i-th window starts at i * stride, so there are (L - T - horizon) // stride + 1 of them.")
@@ -402,10 +402,10 @@ def _test_make_windows(candidate) -> None:
 # --------------------------------------------------------------------------
 
 _PAIRED_INDEX_FIX = (
-    "Advanced indexing with two index tensors of the same length B pairs them up entry by entry: a tensor "
-    "of the row numbers 0 .. B-1 in the first position and a tensor of each row's last real time step in the "
-    "second pick one time step per row, [B, H] in all. Tensor.gather along the time dimension, with an index "
-    "tensor of the result's shape plus a time dimension of size 1, does the same."
+    "Paired advanced indexing: two integer index tensors of the same length B, one for the batch "
+    "dimension and one for the time dimension, are paired entry by entry and pick one element per pair, "
+    "so each row gets its own time step and the result is [B, H]. Which time step is a sequence's last "
+    "real one, given its length? (Tensor.gather along the time dimension is another route.)"
 )
 
 
@@ -439,7 +439,7 @@ def _test_last_valid_output(candidate) -> None:
                    _PAIRED_INDEX_FIX)
     if torch.equal(got, output[torch.arange(B), lengths.clamp(max=T - 1)]):
         raise Hint(f"off by one: {case} a sequence of length n has its last real step at index n - 1.",
-                   "Use lengths - 1 as the time index.")
+                   "Time steps are numbered from 0, so a length counts one more than the index of the last real step.")
     if not torch.equal(got, want):
         raise Hint(f"{case} expected first columns {want[:, 0].tolist()} (as 10 * b + t), got {got[:, 0].tolist()}.",
                    _PAIRED_INDEX_FIX)
