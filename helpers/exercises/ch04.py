@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import Hint, exercise
+from . import Hint, exercise, expect_type
 
 # --------------------------------------------------------------------------
 # 04.closed_form_fit
@@ -32,13 +32,16 @@ def _closed_form_fit(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
 
 
 def _as_pair(result, what: str) -> tuple[float, float]:
+    """The two Python floats of ``result``; a Hint for anything else (a tensor of two, a pair of tensors)."""
     try:
         first, second = result
-        return float(first), float(second)
     except (TypeError, ValueError) as exc:
         raise AssertionError(
             f"return two numbers {what}, e.g. `return w.item(), b.item()`; got {type(result).__name__}"
         ) from exc
+    expect_type(first, float, f"the first number of {what}")
+    expect_type(second, float, f"the second number of {what}")
+    return first, second
 
 
 @exercise(
@@ -146,17 +149,26 @@ _MSE_CASES = ((6, 6), (50, 1), (200, 3), (7, 5))
 
 
 class _HandDerivedWatch(TorchFunctionMode):
-    """Watches one call of the answer: did any result require grad, and how often was x multiplied?
+    """Watches one call of the answer: did any result require grad, and how often was x computed with?
 
     A gradient derived by hand builds no autograd graph, so a result that requires grad means some
     autograd route was used (``backward``, ``torch.autograd.grad``, the engine itself). Finite
-    differences evaluate the loss at several perturbed weights: each evaluation multiplies x by a
-    weight vector, so more than a few products with x (the reference needs two: x @ w and x.T @ r)
-    means the answer is differencing, not deriving.
+    differences evaluate the loss at several perturbed weights, and each evaluation multiplies x by a
+    weight vector and sums: as ``x @ w_``, ``(x * w_).sum(1)``, ``einsum``, ``F.linear``... So the watch
+    counts every product or sum (``_ARITHMETIC``, matched by function name, which covers the
+    ``torch.*`` function, the ``Tensor`` method and the operator alike) that takes x, or any tensor of
+    x's shape or its transpose (a float64 copy of x, the elementwise product ``x * w``), as an
+    argument. The reference needs two (``x @ w`` and ``x.T @ r``); an elementwise answer such as
+    ``(r[:, None] * x).mean(0)`` needs three. Metadata and conversions (``x.shape``, ``x.T``,
+    ``x.double()``) and indexing (``x[:, j]``, used by a loop over features) are not counted.
     """
 
-    _PRODUCTS = {torch.matmul, torch.mm, torch.mv, torch.Tensor.matmul, torch.Tensor.mm, torch.Tensor.mv,
-                 torch.Tensor.__matmul__, torch.Tensor.__rmatmul__, torch.einsum, torch.tensordot, torch.inner}
+    _ARITHMETIC = frozenset({
+        "matmul", "mm", "mv", "bmm", "dot", "inner", "outer", "einsum", "tensordot", "linear", "bilinear",
+        "addmm", "addmv", "baddbmm", "vecdot", "__matmul__", "__rmatmul__",
+        "mul", "multiply", "__mul__", "__rmul__", "__imul__", "mul_",
+        "sum", "mean", "nansum", "nanmean", "cumsum", "__iadd__",
+    })
 
     def __init__(self, x: torch.Tensor):
         super().__init__()
@@ -164,9 +176,15 @@ class _HandDerivedWatch(TorchFunctionMode):
         self.products = 0
         self.required_grad = False
 
+    def _takes_x(self, args, kwargs) -> bool:
+        flat = [*args, *kwargs.values()]
+        flat += [t for a in flat if isinstance(a, (tuple, list)) for t in a]  # einsum's operands, stack's list
+        return any(isinstance(a, torch.Tensor) and tuple(a.shape) in self.shapes for a in flat)
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func in self._PRODUCTS and any(isinstance(a, torch.Tensor) and tuple(a.shape) in self.shapes for a in args):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if getattr(func, "__name__", "") in self._ARITHMETIC and self._takes_x(args, kwargs):
             self.products += 1
         for t in (out if isinstance(out, (tuple, list)) else (out,)):
             if isinstance(t, torch.Tensor) and t.requires_grad:
@@ -174,8 +192,10 @@ class _HandDerivedWatch(TorchFunctionMode):
         return out
 
 
-#: More products with x than a hand-derived gradient needs (two) plus slack for a recomputed residual.
-_MAX_PRODUCTS_WITH_X = 3
+#: More products and sums with x than a hand-derived gradient needs (two, three written elementwise),
+#: plus slack for a recomputed residual. Finite differences on the first case (D = 6) need at least
+#: D + 1 = 7 loss evaluations, each with one or two such calls.
+_MAX_PRODUCTS_WITH_X = 5
 
 
 @exercise(
@@ -210,7 +230,7 @@ def _test_mse_gradients(candidate) -> None:
             )
         if watch.products > _MAX_PRODUCTS_WITH_X:
             raise Hint(
-                f"for N={n}, D={d} your function multiplied x by a vector {watch.products} times: that is finite "
+                f"for N={n}, D={d} your function multiplied or summed x {watch.products} times: that is finite "
                 "differences (evaluating the loss at nudged weights), not a gradient derived by hand.",
                 "A hand-derived gradient needs x twice: once for the residuals, once to sum them back onto the "
                 "D weights.",
