@@ -20,9 +20,10 @@
 # on). The model is a multi-layer perceptron (MLP), a stack of `nn.Linear`
 # layers with non-linearities in between. With the default parameters it
 # reaches about 98 % test accuracy (the checks require 97.5 %) after five
-# passes over the training set. The whole notebook is meant to run within
-# `TIME_BUDGET_S` (three minutes) on two CPU cores; it prints its own time and
-# checks that budget at the end.
+# passes over the training set. Training takes about a minute on two CPU
+# cores (the run below prints its time and checks it against
+# `TRAIN_BUDGET_S`, 90 s); the whole notebook is meant to run within
+# `TIME_BUDGET_S` (three minutes), and checks that budget at the end.
 #
 # **What you will learn**
 # - loading a real dataset through `torchvision.datasets` and looking at it;
@@ -56,7 +57,9 @@ RACE_SEEDS = 3  # the race is run with seeds SEED, SEED + 1, ...
 SHIFT_PIXELS = 2  # how far the shifted test digits are moved to the right
 SHIFT_DROP = 0.05  # the accuracy the MLP must lose on the shifted digits, at least
 MIN_LOADING_SPEEDUP = 5.0  # converting once must make data loading at least this many times faster
+SQUASH_LIMIT_TOL = 0.01  # the correct digits' median squash must lie this close to its limit 10 / (e + 9)
 SQUASH_CONTRAST = 4.0  # after the race, misclassified digits' gradients must be squashed this many times more than correct ones'
+TRAIN_BUDGET_S = 90  # training (EPOCHS epochs) must finish within this many seconds (the syllabus's ~60 s, with a 50 % margin for a busy machine)
 TIME_BUDGET_S = 180  # the whole notebook must run within this many seconds (about 4x a quiet 2-core run)
 SEED = 0
 
@@ -172,7 +175,11 @@ assert round(STD, 4) == 0.3081, f"std {STD:.5f} does not round to 0.3081"
 # δⱼ: one sample can only push a neuron's weights (those of the non-black
 # pixels) all up together or all down together, and weights that need to
 # move in different directions get there by zig-zagging over many samples. Centred inputs have both signs,
-# which removes that restriction. One image through a fresh MLP shows it:
+# which removes that restriction. One image through a fresh MLP illustrates
+# the sign rule. The counts follow from the arithmetic above, so the cell
+# checks nothing; and this chapter does not measure whether centring speeds
+# up the training of this particular model (it trains with Adam, which
+# adapts each weight's step on its own):
 
 
 # %%
@@ -191,8 +198,6 @@ raw_mixed, raw_active = rows_with_both_signs(pixels[:1])
 centred_mixed, centred_active = rows_with_both_signs((pixels[:1] - MEAN) / STD)
 print(f"raw pixels in [0, 1]: {raw_mixed} of {raw_active} neurons get weight gradients of both signs")
 print(f"normalised pixels:    {centred_mixed} of {centred_active} neurons get weight gradients of both signs")
-assert raw_mixed == 0 and raw_active > 0, "with all-positive inputs a neuron's weight gradients should share one sign"
-assert centred_mixed == centred_active, "with centred inputs every active neuron should get gradients of both signs"
 
 # %% [markdown]
 # ## The transforms pipeline
@@ -269,8 +274,10 @@ assert len(caught_v2) == 1 and "deprecated" in str(caught_v2[0].message), "v2.To
 # `data.float() / 255`, normalise, add the channel dimension, and wrap the
 # result in a `TensorDataset`, whose `dataset[i]` is just an index into two
 # tensors. The whole training set is 60,000 × 784 floats, 188 MB, which fits
-# comfortably in memory. (Chapter 07 keeps the per-sample pipeline, because
-# random augmentation must run anew every epoch.)
+# comfortably in memory. (Chapter 07 keeps CIFAR-10 as one tensor too, even
+# though its random augmentation must change every epoch: it draws fresh
+# random crops and flips for each batch, on the batch tensor, instead of
+# going back to per-sample transforms.)
 
 
 # %%
@@ -460,11 +467,13 @@ plt.show()
 
 # %% [markdown]
 # After the first epoch the test accuracy is *higher* than the training
-# accuracy. That is no mistake: the training accuracy is averaged over the
-# epoch while the model was still improving, and it is measured with
-# dropout switched on, which handicaps the model (pitfall 1 measures that
-# handicap). The test accuracy is measured at the end of the epoch, with
-# dropout off.
+# accuracy. That is no mistake. The training accuracy is averaged over the
+# whole epoch, while the model was still improving from random guessing;
+# the test accuracy is measured once, at the end of the epoch. That running
+# average accounts for most of the gap. The training accuracy is also
+# measured with dropout switched on, which handicaps the model, but only a
+# little: pitfall 1 measures the handicap on the final model, a fraction of
+# a point against this gap of several points.
 
 # %%
 print(f"epoch 1: train accuracy {history.train_acc[0]:.2%}, test accuracy {history.val_acc[0]:.2%}")
@@ -499,7 +508,12 @@ assert test_acc >= TARGET_ACCURACY, (
     f"test accuracy {test_acc:.2%} is below the target {TARGET_ACCURACY:.1%}: "
     "train longer (EPOCHS) or on more data (TRAIN_SUBSET=None)"
 )
-print(f"test accuracy {test_acc:.2%} >= target {TARGET_ACCURACY:.1%}; training took {train_seconds:.1f} s")
+print(f"test accuracy {test_acc:.2%} >= target {TARGET_ACCURACY:.1%}; training took {train_seconds:.1f} s "
+      f"(budget {TRAIN_BUDGET_S} s)")
+assert train_seconds < TRAIN_BUDGET_S, (
+    f"training took {train_seconds:.0f} s, over its budget of {TRAIN_BUDGET_S} s: "
+    "lower EPOCHS or TRAIN_SUBSET, or run on a less busy machine"
+)
 
 # %% [markdown]
 # ### Confusion matrix
@@ -544,12 +558,29 @@ plt.show()
 # Some of these would make a person hesitate too; others are obvious to us
 # but not to the MLP. It sees 784 unrelated numbers and knows nothing about
 # which pixels are neighbours: shift a digit by two pixels and, to the MLP,
-# it is a different input. We can measure that. `torch.roll` moves every
-# test image `SHIFT_PIXELS` pixels to the right (what falls off the right
-# edge, black background, comes back on the left):
+# it is a different input. We can measure that. We move every test image
+# `SHIFT_PIXELS` pixels to the right: `F.pad` adds that many columns of
+# background on the left, and slicing keeps the first 28 columns. The pad
+# value is the *normalised* black, (0 − mean) / std, not 0. (`torch.roll`
+# would be shorter, but it wraps what falls off the right edge back onto
+# the left, and some digits have strokes there; the cell counts them.)
 
 # %%
-shifted_set = TensorDataset(test_set.tensors[0].roll(SHIFT_PIXELS, dims=3), test_set.tensors[1])
+BACKGROUND = (0 - MEAN) / STD  # a black pixel after normalisation
+test_x = test_set.tensors[0]
+shifted_x = F.pad(test_x, (SHIFT_PIXELS, 0), value=BACKGROUND)[..., :28]
+wrapped = (test_raw.data[..., -SHIFT_PIXELS:] > 0).any(dim=(1, 2)).sum().item()
+print(f"{wrapped:,} of {len(test_x):,} test digits have ink in their last {SHIFT_PIXELS} columns "
+      "(torch.roll would wrap it around)")
+assert torch.equal(shifted_x[..., SHIFT_PIXELS:], test_x[..., :-SHIFT_PIXELS]), "the shift should move the columns right"
+assert (shifted_x[..., :SHIFT_PIXELS] == BACKGROUND).all(), "the new columns on the left should be background"
+image_grid(torch.cat([test_x[:8], shifted_x[:8]]),
+           titles=[f"{t}" for t in test_set.tensors[1][:8].tolist()] + [f"{t}, moved" for t in test_set.tensors[1][:8].tolist()],
+           ncols=8, cell_inches=1.125, suptitle=f"test digits (top) and the same digits moved {SHIFT_PIXELS} pixels right")
+plt.show()
+
+# %%
+shifted_set = TensorDataset(shifted_x, test_set.tensors[1])
 _, shifted_acc = evaluate(model, DataLoader(shifted_set, batch_size=1000), device=device)
 print(f"test accuracy {test_acc:.2%}; on the same digits moved {SHIFT_PIXELS} pixels right: {shifted_acc:.2%}")
 assert shifted_acc < test_acc - SHIFT_DROP, (
@@ -571,7 +602,8 @@ assert shifted_acc < test_acc - SHIFT_DROP, (
 # you write your own evaluation and forget it, the predictions become random
 # and slightly worse. For this small MLP with light dropout the damage is
 # small, but it is real; chapter 12 measures the much larger damage with
-# BatchNorm.
+# BatchNorm. The same measurement sizes dropout's share of the gap between
+# test and training accuracy after epoch 1 (see "Training" above).
 
 
 # %%
@@ -600,6 +632,13 @@ print("train mode: two passes over the same batch give different logits:", train
 print("eval mode:  two passes over the same batch give identical logits:", eval_mode_same)
 assert train_mode_differs and eval_mode_same
 assert max(acc_train_a, acc_train_b) < acc_eval, "dropout left on should cost some accuracy"
+dropout_handicap = acc_eval - (acc_train_a + acc_train_b) / 2
+epoch1_gap = history.val_acc[0] - history.train_acc[0]
+print(f"dropout's handicap: {100 * dropout_handicap:.2f} points; the gap between test and training accuracy "
+      f"after epoch 1: {100 * epoch1_gap:.2f} points")
+assert dropout_handicap < epoch1_gap / 2, (
+    "dropout's handicap should explain less than half of the epoch-1 gap; the rest is the running average"
+)
 
 # %% [markdown]
 # **Fix:** call `model.eval()` before evaluating and `model.train()` before
@@ -834,19 +873,39 @@ for seed, (on_wrong, on_right, n_wrong) in squashes.items():
     print(f"seed {seed}: median squash factor {on_wrong:.3f} on its {n_wrong} misclassified digits, "
           f"{on_right:.3f} on the correct ones ({on_right / on_wrong:.0f} times as strong on the mistakes)")
 
+# %% [markdown]
+# The factor on the correct digits, 0.853, is the same on every seed, and
+# not by chance. For a confidently correct prediction the probabilities are
+# p = y + ε, the one-hot label plus a small ε. The loss on logits has the
+# gradient p − y = ε. Through the extra softmax, the second softmax turns p
+# into probabilities e / (e + 9) for the right class and 1 / (e + 9) for the
+# others, and multiplying by the first softmax's derivative at p gives, to
+# first order in ε, the gradient 10 / (e + 9) · ε. So the factor tends to
+# 10 / (e + 9) ≈ 0.853 for every confidently correct digit, whatever the
+# model; the checks below compare the medians with that limit.
+
 # %%
+squash_limit = 10 / (math.e + 9)
+print(f"limit for confidently correct digits: 10 / (e + 9) = {squash_limit:.4f}")
 for seed, (on_wrong, on_right, _) in squashes.items():
+    assert abs(on_right - squash_limit) < SQUASH_LIMIT_TOL, (
+        f"seed {seed}: the correct digits' median squash {on_right:.4f} should be within {SQUASH_LIMIT_TOL} of "
+        f"10 / (e + 9) = {squash_limit:.4f}, as it is for confidently correct predictions"
+    )
     assert on_wrong * SQUASH_CONTRAST < on_right, (
         f"seed {seed}: the misclassified digits' gradients should be squashed at least {SQUASH_CONTRAST:g} times "
         f"more than the correct ones' ({on_wrong:.3f} vs {on_right:.3f})"
     )
 
 # %% [markdown]
-# The extra softmax falls hardest on exactly the digits the model gets
-# wrong: their gradients shrink many times more than those of the digits
-# it already gets right. Adam rescales each parameter's step as a whole,
-# so it cannot give the mistakes back their weight, and the model trained
-# on probabilities keeps learning mostly from what it already knows.
+# On the final models of the race, the extra softmax falls hardest on
+# exactly the digits the model gets wrong: their gradients shrink many times
+# more than those of the digits it already gets right. Adam rescales each
+# parameter's step by one number for the whole batch, so it cannot undo a
+# squash that differs from digit to digit: in the summed gradient, the
+# mistakes get far less say than they would with the loss on logits. (This
+# measures the squash at the end of the race; it does not trace how the
+# squash shaped each step of training.)
 # **Fix:** give the loss the raw logits. Apply `softmax` only when you want
 # to *show* probabilities, and take the `argmax` of the logits when you
 # want a prediction.

@@ -56,6 +56,7 @@ STEPS = 500  # training steps of the character model
 EVAL_EVERY = 100  # steps between two measurements of the validation loss
 EVAL_BATCHES = 8  # validation batches (of BATCH_SIZE windows) per measurement
 BIGRAM_MARGIN = 0.3  # nats: the final validation loss must be this far below the bigram model's
+MAX_TRAIN_VAL_GAP = 0.15  # nats: the final validation loss may exceed the last 10 steps' mean training loss by less
 LSTM_EMBED = 32  # chapter 08's character LSTM: embedding size (CHAR_EMBED there)
 LSTM_HIDDEN = 128  # its LSTM hidden size (CHAR_HIDDEN there)
 LSTM_LR = 4e-3  # its Adam learning rate (CHAR_LR there)
@@ -178,9 +179,10 @@ print("every row of weights sums to 1:", torch.allclose(weights.sum(dim=-1), tor
 # keys block by block and never store the full weight matrix, which is why
 # the function does not return the weights. The private
 # `torch._fused_sdp_choice` tells which backend a call would use: for our
-# 3-D example it is `MATH`; for the 4-D `[batch, heads, T, d]` tensors of
-# the model trained in section 7 it is the CPU flash kernel (both checked,
-# on the CPU). For both, the fused result equals our written-out
+# 3-D example it is `MATH`; for 4-D `[batch, heads, T, d]` tensors built the
+# way the model of section 7 builds them (one fused projection of `x`, cut
+# in three with `chunk` and split into heads: strided views that require
+# gradients) it is the CPU flash kernel (both checked, on the CPU). For both, the fused result equals our written-out
 # `attention` (with the causal mask built by hand for the 4-D case) and the
 # result with `MATH` forced by the `sdpa_kernel` context manager, up to
 # float rounding (checked with `assert_close`):
@@ -195,7 +197,12 @@ assert set(backends) == {"MATH", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDN
 sdpa_out = F.scaled_dot_product_attention(q, k, v)
 assert_close(out, sdpa_out, **TOL)
 print(f"max |attention - F.scaled_dot_product_attention| = {(out - sdpa_out).abs().max().item():.1e}")
-q4, k4, v4 = torch.randn(3, BATCH_SIZE, N_HEADS, BLOCK_SIZE, D_MODEL // N_HEADS).unbind(0)  # section 7's shapes
+in_proj = nn.Linear(D_MODEL, 3 * D_MODEL)  # section 4's fused projection, as in the model of section 7
+x4 = torch.randn(BATCH_SIZE, BLOCK_SIZE, D_MODEL)
+q4, k4, v4 = (t.view(BATCH_SIZE, BLOCK_SIZE, N_HEADS, D_MODEL // N_HEADS).transpose(1, 2)  # [B, H, T, d] views
+              for t in in_proj(x4).chunk(3, dim=-1))
+print(f"q4 {list(q4.shape)}: stride {q4.stride()}, contiguous {q4.is_contiguous()}, requires_grad {q4.requires_grad}")
+assert q4.requires_grad and not q4.is_contiguous(), "the 4-D case should be strided and require grad, as in the model"
 causal4 = torch.ones(BLOCK_SIZE, BLOCK_SIZE, dtype=torch.bool).tril()  # what is_causal=True means, for attention()
 backend = {}
 for name, args, kwargs, mask in [("3-D example above", (q, k, v), {}, None),
@@ -342,9 +349,10 @@ print("head 1 holds features 4..7 of every token:", torch.equal(heads[:, 1], x[:
 
 # %% [markdown]
 # No data moves during the split: `view` and `transpose` only change the
-# strides (chapter 01). Attention's output, though, is a fresh tensor laid
-# out as `[B, H, T, D/H]` in memory, like `heads.contiguous()` below;
-# transposed to `[B, T, H, D/H]` it is not contiguous, and `view` cannot
+# strides (chapter 01). Our written-out attention's output, though, is a
+# fresh tensor laid out as `[B, H, T, D/H]` in memory, like
+# `heads.contiguous()` below; transposed to `[B, T, H, D/H]` it is not
+# contiguous, and `view` cannot
 # merge the last two axes without copying, so it refuses. That is why the
 # merge uses `reshape` (or `.contiguous().view(...)`). (On `heads` itself,
 # still a view of `x`, transposing back restores `x`'s layout and `view`
@@ -364,6 +372,28 @@ assert torch.equal(merge_heads(head_outputs), x), "reshape merges it correctly"
 scrambled = heads.reshape(B, T, D)  # no transpose back: the shape is right, the content is not
 print("reshape without transpose, shape", list(scrambled.shape), "- equals x:", torch.equal(scrambled, x))
 print("its token 0 is made of token 0..3's first head slices:", torch.equal(scrambled[0, 0], heads[0, 0, :4].flatten()))
+
+# %% [markdown]
+# `F.scaled_dot_product_attention` gives another reason for `reshape`: the
+# layout of its output depends on the backend and on the inputs. On the
+# CPU, the flash kernel (chosen for these 4-D inputs, as in section 1)
+# returns, for the strided `heads`, an output whose transpose back *is*
+# contiguous, so `view` would work; for `heads.contiguous()` it returns one
+# laid out like our attention's, and `view` would fail. Code that merges
+# with `view` works or breaks depending on where its input came from;
+# `reshape` is right for both (checked):
+
+# %%
+for name, h in [("heads (strided view)", heads), ("heads.contiguous()", heads.contiguous())]:
+    y = F.scaled_dot_product_attention(h, h, h, is_causal=True)
+    choice = SDPBackend(torch._fused_sdp_choice(h, h, h, is_causal=True)).name
+    merged_contiguous = y.transpose(1, 2).is_contiguous()
+    print(f"SDPA on {name:20s}: backend {choice}, output stride {y.stride()}, "
+          f"transpose(1, 2) contiguous: {merged_contiguous}")
+    assert torch.equal(merge_heads(y), y.transpose(1, 2).contiguous().view(B, T, D)), "reshape merges either layout"
+    if y.device.type == "cpu":
+        assert choice == "FLASH_ATTENTION" and merged_contiguous == (name == "heads (strided view)"), (
+            f"torch {torch.__version__}: SDPA's output layout on the CPU is not what the text says: update it")
 
 # %% [markdown]
 # ## 4. Multi-head attention from scratch
@@ -498,8 +528,9 @@ print(f"permutation {perm.tolist()}: attention(shuffled x) == shuffled attention
 # (Vaswani et al., 2017) used fixed **sinusoidal encodings**: pairs of
 # features `(2i, 2i+1)` hold `sin(p·ω_i)` and `cos(p·ω_i)` of the position
 # `p`, with frequencies `ω_i = 10000^(−2i/d)` that fall geometrically from 1
-# to about 1/10000 radian per position. Written out, and checked against
-# `helpers.models.sinusoidal_positional_encoding`:
+# towards 1/10000 radian per position (the last one, `i = d/2 − 1`, is
+# `10000^(−(d−2)/d)`; the cell prints it for `d = D_MODEL`). Written out,
+# and checked against `helpers.models.sinusoidal_positional_encoding`:
 
 
 # %%
@@ -516,6 +547,9 @@ def positional_encoding(length, d_model):
 PE_LENGTH = 128
 pe = positional_encoding(PE_LENGTH, D_MODEL)
 assert_close(pe, sinusoidal_positional_encoding(PE_LENGTH, D_MODEL), **TOL)
+omega = 10000.0 ** (-torch.arange(0, D_MODEL, 2, dtype=torch.float64) / D_MODEL)
+print(f"d = {D_MODEL}: omega from {omega[0]:.0f} down to {omega[-1]:.2e} = 1/{1 / omega[-1]:.0f} radian per position")
+assert omega[0].item() == 1 and 1 / 10000 < omega[-1].item() < 1 / 5000, "the text says the frequencies fall from 1 towards, not to, 1/10000"
 similarity = pe @ pe.T  # [PE_LENGTH, PE_LENGTH]: dot product between the encodings of two positions
 
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
@@ -803,7 +837,9 @@ print(f"targets {list(yb.shape)} {vocab.decode(yb[0, :40])!r}")
 # with the default parameters the model reads each character of the
 # training text about once (the check below prints how many passes), and
 # the check also confirms that the validation loss is still falling at the
-# end, so there is no overfitting to fight yet.
+# end and that it is within `MAX_TRAIN_VAL_GAP` nats of the training loss
+# (the mean over the last 10 steps), so there is no overfitting to fight
+# yet.
 
 
 # %%
@@ -846,8 +882,9 @@ _ = report.record("validation loss", final_val_loss, "nats/char", digits=3)
 # all; below the bigram line it uses more than the previous character. The
 # check asks for a clear margin, `BIGRAM_MARGIN` nats, under the bigram
 # line (and so under the unigram one, which is higher), and for a
-# validation loss that is still falling at the last measurement (a model
-# that had begun to overfit would show a rising one).
+# validation loss that is still falling at the last measurement and close
+# to the training loss, within `MAX_TRAIN_VAL_GAP` nats (a model that had
+# begun to overfit would show a rising one, above the training loss).
 
 # %%
 print(f"validation loss at step 0: {gpt_curve[0][1]:.3f} nats (uniform {uniform_loss:.3f})")
@@ -861,6 +898,11 @@ assert final_val_loss < bigram_loss - BIGRAM_MARGIN, (
     "and the shifted targets"
 )
 assert gpt_curve[-1][1] < gpt_curve[-2][1], "the validation loss rose at the last measurement: overfitting?"
+train_val_gap = final_val_loss - sum(gpt_losses[-10:]) / len(gpt_losses[-10:])
+print(f"final validation loss minus the mean training loss of the last 10 steps: {train_val_gap:+.3f} nats")
+assert train_val_gap < MAX_TRAIN_VAL_GAP, (
+    f"the validation loss is {train_val_gap:.3f} nats above the training loss (more than {MAX_TRAIN_VAL_GAP}): "
+    "the model has begun to fit the training text more than the language; add dropout or train less")
 
 # %% [markdown]
 # ### Against chapter 08's LSTM, on the same batches
@@ -1003,7 +1045,9 @@ for name, params, losses, curve, ms in [
 print("transformer minus LSTM validation loss at the shared steps:",
       ", ".join(f"step {step}: {diff:+.3f}" for step, diff in lead.items()),
       f"nats (on the same {EVAL_BATCHES} batches of {BATCH_SIZE} x {BLOCK_SIZE} characters)")
-print(f"the transformer at step {gpt_curve[-1][0]}: {final_val_loss:.3f}; the LSTM at step {lstm_curve[-1][0]}: {lstm_val:.3f}")
+print(f"final validation losses at different step counts (not a comparison): the transformer at step "
+      f"{gpt_curve[-1][0]}: {final_val_loss:.3f}; the LSTM at step {lstm_curve[-1][0]}: {lstm_val:.3f} "
+      f"({gpt_curve[-1][0] / lstm_curve[-1][0]:.2f} times as many batches for the transformer)")
 n_both = min(len(gpt_losses), len(lstm_losses))
 gpt_lower = (smooth(gpt_losses[:n_both]) < smooth(lstm_losses[:n_both])).nonzero().flatten() + 10  # index i = step i + 10
 lstm_ahead_from = gpt_lower.max().item() + 1 if len(gpt_lower) else 10
@@ -1117,8 +1161,8 @@ for name in ("CharGPT", "LSTM"):
 # - whether it looks back at the **start of the current word**. For every
 #   query inside a word, at least three characters after the last space or
 #   line break, we take the weight on that space, and divide it by the
-#   weight the same head puts on other characters at the same distance.
-#   A ratio near 1 means the head does not care whether a key is a space;
+#   mean weight the same head gives, from such queries, to other characters
+#   at the same distance (not spaces or line breaks). A ratio near 1 means the head does not care whether a key is a space;
 #   a ratio well above 1 means it seeks the boundary out.
 
 # %%
@@ -1142,7 +1186,8 @@ recent_uniform = (3 / (pos[3:] + 1.0)).mean().item()  # an even spread over the 
 
 def word_boundary_lift(att, windows):
     """Per head: the mean weight a query inside a word (3 or more characters after the last space or line
-    break) puts on that space, over the mean weight on non-boundary keys at the same distance.
+    break) puts on that space, over the mean weight the same queries put on non-boundary keys at the same
+    distance (queries whose distance has no such key are left out).
 
     att: weights [L, N, H, T, T]; windows: int64 [N, T]. Returns ([L, H] ratios, the number of such queries).
     """
@@ -1151,14 +1196,16 @@ def word_boundary_lift(att, windows):
     is_boundary = (windows == vocab.stoi[" "]) | (windows == vocab.stoi["\n"])  # [N, T]
     last_boundary = torch.where(is_boundary, pos, -1).cummax(dim=1).values  # [N, T]: the last space/newline at or before t
     gap = pos - last_boundary
-    n_idx, t_idx = ((last_boundary >= 0) & (gap >= 3)).nonzero(as_tuple=True)  # queries inside a word
+    inside = (last_boundary >= 0) & (gap >= 3)  # [N, T]: queries inside a word
+    pair = inside[:, :, None] & ~is_boundary[:, None, :]  # [N, T, T]: such a query and a non-boundary key
+    other_weight = (att * pair[None, :, None]).sum(dim=1)  # [L, H, T, T]: their weights, summed over windows
+    other_count = pair.sum(dim=0).double()  # [T, T]: how many such pairs
+    weight_at = torch.stack([other_weight.diagonal(offset=-d, dim1=-2, dim2=-1).sum(dim=-1) for d in range(T)], -1)
+    count_at = torch.stack([other_count.diagonal(offset=-d).sum() for d in range(T)])  # [distance]
+    inside &= count_at[gap.clamp(0, T - 1)] > 0  # keep the queries that have something to compare with
+    n_idx, t_idx = inside.nonzero(as_tuple=True)
     on_boundary = att.permute(1, 3, 4, 0, 2)[n_idx, t_idx, last_boundary[n_idx, t_idx]].mean(dim=0)  # [L, H]
-    other_weight = (att * ~is_boundary[None, :, None, None, :]).sum(dim=1)  # [L, H, T, T]: weight on non-boundary keys
-    other_count = (~is_boundary).sum(dim=0).double().expand(T, T)  # [T, T]: how many there are
-    by_distance = torch.stack([
-        other_weight.diagonal(offset=-d, dim1=-2, dim2=-1).sum(dim=-1) / other_count.diagonal(offset=-d).sum()
-        for d in range(T)
-    ], dim=-1)  # [L, H, distance]: mean weight on a non-boundary key at that distance
+    by_distance = weight_at / count_at.clamp(min=1)  # [L, H, distance]: mean weight of those queries on such a key
     return on_boundary / by_distance[..., gap[n_idx, t_idx]].mean(dim=-1), len(n_idx)
 
 
@@ -1487,7 +1534,8 @@ if result.passed:
 # shape `[B, Hq, T, d]` and `k`, `v` of shape `[B, Hkv, S, d]`, where `Hq` is
 # a multiple of `Hkv`: with `g = Hq // Hkv`, query heads `0 … g−1` use
 # key/value head 0, heads `g … 2g−1` use head 1, and so on. Return the
-# output `[B, Hq, T, d]`. Write the attention out (you may call this
+# output `[B, Hq, T, d]`; `causal=True` lets query `i` see keys `j ≤ i`
+# and needs `T == S`. Write the attention out (you may call this
 # chapter's `attention` function, but not `F.scaled_dot_product_attention`);
 # the checker compares your answer with
 # `F.scaled_dot_product_attention(..., enable_gqa=True)`. Think about which

@@ -66,12 +66,26 @@ def test_closed_form_fit_hints_do_not_paste_the_solution():
         assert "lstsq(" not in text and "mean(y) - w" not in text and "ones_like" not in text, text
 
 
-def test_closed_form_fit_returning_a_tensor_of_two_is_accepted():
+def test_closed_form_fit_returning_tensors_is_refused():
+    """The task asks for Python floats: the exact numbers in tensors are named as the wrong type."""
+
     def as_tensor(x, y):
         design = torch.stack([x, torch.ones_like(x)], dim=1)
         return torch.linalg.lstsq(design, y.unsqueeze(1)).solution.squeeze(1)
 
-    assert check("04.closed_form_fit", as_tensor, show=False).passed
+    def pair_of_tensors(x, y):
+        w, b = as_tensor(x, y)
+        return w, b
+
+    for candidate in (as_tensor, pair_of_tensors):
+        assert_rejected("04.closed_form_fit", candidate, "Python float", "Tensor")
+        assert ".item()" in hint("04.closed_form_fit", show=False)
+
+    def as_floats(x, y):
+        w, b = as_tensor(x, y).tolist()
+        return w, b
+
+    assert check("04.closed_form_fit", as_floats, show=False).passed
 
 
 # --------------------------------------------------------------------------
@@ -344,7 +358,8 @@ def test_top_confusions_ties_in_another_order_fail():
     first = assert_rejected("05.top_confusions", _ties_reversed, "with ties", "[[10, 3, 3], [3, 10, 0], [0, 3, 10]]",
                             "row-major", 'hint("05.top_confusions")').message
     assert "stable" not in first, f"the first tier names the mistake, not the fix: {first}"
-    assert "stable sort" in hint("05.top_confusions", show=False)
+    nudge = hint("05.top_confusions", show=False)
+    assert "keep equal values" in nudge, nudge
 
 
 def test_top_confusions_ties_by_column_first_fail():
@@ -376,6 +391,8 @@ def test_top_confusions_sorted_python_cells_are_accepted():
 def test_top_confusions_hints_do_not_paste_the_solution():
     text = exercises.EXERCISES["05.top_confusions"].hint
     assert "fill_diagonal_(0)" not in text and "i // c" not in text and "i % c" not in text, text
+    for api in ("stable=True", "Tensor.sort", "divmod", "topk"):  # the nudge leaves API names to solution()
+        assert api not in text, f"the hint names {api}: {text}"
 
 
 def test_top_confusions_float_counts_fail():
@@ -657,6 +674,59 @@ def test_mse_gradients_central_differences_are_right_but_refused():
     want_w, want_b = ch04._mse_gradients(w, b, x, y)
     assert torch.allclose(dw, want_w, atol=1e-4) and torch.allclose(db, want_b, atol=1e-4)
     assert_rejected("04.mse_gradients", _mse_central_differences, "finite", "differences")
+
+
+def _mse_central_differences_elementwise(w, b, x, y, h=1e-3):
+    """The same central differences with the products written as (x * w).sum(1) instead of x @ w."""
+    w64, b64, x64, y64 = w.double(), b.double(), x.double(), y.double()
+
+    def loss(w_, b_):
+        return (((x64 * w_).sum(1) + b_ - y64) ** 2).mean()
+
+    eye = torch.eye(len(w64), dtype=torch.float64)
+    dw = torch.stack([(loss(w64 + h * e, b64) - loss(w64 - h * e, b64)) / (2 * h) for e in eye])
+    db = (loss(w64, b64 + h) - loss(w64, b64 - h)) / (2 * h)
+    return dw.float(), db.float()
+
+
+def _mse_forward_differences_einsum(w, b, x, y, h=1e-3):
+    """Forward differences (D + 1 loss evaluations) with the product written as einsum."""
+    w64, b64, x64, y64 = w.double(), b.double(), x.double(), y.double()
+
+    def loss(w_, b_):
+        return ((torch.einsum("nd,d->n", x64, w_) + b_ - y64) ** 2).mean()
+
+    base = loss(w64, b64)
+    eye = torch.eye(len(w64), dtype=torch.float64)
+    dw = torch.stack([(loss(w64 + h * e, b64) - base) / h for e in eye])
+    return dw.float(), ((loss(w64, b64 + h) - base) / h).float()
+
+
+@pytest.mark.parametrize("candidate", [_mse_central_differences_elementwise, _mse_forward_differences_einsum])
+def test_mse_gradients_finite_differences_without_matmul_are_refused(candidate):
+    g = torch.Generator().manual_seed(2)
+    x, y, w, b = torch.randn(7, 5, generator=g), torch.randn(7, generator=g), torch.randn(5, generator=g), torch.randn(())
+    import helpers.exercises.ch04 as ch04
+
+    want_w, want_b = ch04._mse_gradients(w, b, x, y)
+    dw, db = candidate(w, b, x, y)
+    assert torch.allclose(dw, want_w, atol=2e-2) and torch.allclose(db, want_b, atol=2e-2), "the route must be right"
+    assert_rejected("04.mse_gradients", candidate, "finite", "differences")
+
+
+def test_mse_gradients_elementwise_and_per_feature_answers_are_accepted():
+    def elementwise(w, b, x, y):
+        r = (x * w).sum(1) + b - y
+        return 2 * (r[:, None] * x).mean(0), 2 * r.mean()
+
+    def per_feature(w, b, x, y):
+        r = x.double() @ w.double() + b - y
+        n = len(x)
+        return torch.stack([2 / n * (r * x[:, j]).sum() for j in range(x.shape[1])]).float(), (2 / n * r.sum()).float()
+
+    for candidate in (elementwise, per_feature):
+        result = check("04.mse_gradients", candidate, show=False)
+        assert result.passed, f"{candidate.__name__}: {result.message}"
 
 
 def test_mse_gradients_through_the_autograd_engine_is_refused():

@@ -54,7 +54,8 @@ def test_local_causal_mask_plain_causal_fails():
     def causal(T, window):  # ignores the window
         return torch.ones(T, T, dtype=torch.bool).tril()
 
-    assert_two_tier("09.local_causal_mask", causal, ["keys"], ["pair (i, j)", "broadcasting", "both"])
+    assert_two_tier("09.local_causal_mask", causal, ["keys"],
+                    ["pair (i, j)", "column of query positions", "row of key positions", "broadcasting", "both"])
 
 
 def test_local_causal_mask_upper_triangle_fails():
@@ -70,7 +71,10 @@ def test_local_causal_mask_off_by_one_fails():
         i, j = torch.arange(T).unsqueeze(1), torch.arange(T).unsqueeze(0)
         return (j <= i) & (i - j <= window)
 
-    assert_two_tier("09.local_causal_mask", one_too_many, ["itself included"], ["i - j < window"])
+    assert_two_tier("09.local_causal_mask", one_too_many, ["itself included"], ["task text"])
+    more = hint("09.local_causal_mask", show=False)
+    given = [cond for cond in ("j <= i", "i - j < window", "i - j <= window - 1") if cond in more]
+    assert not given, f"the fuller hint should leave the conditions to the task text, but states {given}: {more}"
 
 
 def test_local_causal_mask_symmetric_band_fails():

@@ -146,9 +146,10 @@ def _normalise_answer(result) -> list[tuple[int, int, int]]:
     "predictions) and zero counts. Equal counts keep the matrix's row-major order: the smaller true "
     "class first, and within one true class the smaller predicted class first.",
     reference=_top_confusions,
-    hint="Blank out the diagonal, then rank every remaining cell of the flattened matrix together with "
-    "a stable sort (Tensor.sort(stable=True)), which keeps equal counts in row-major order; divmod of a "
-    "flat index by the number of columns gives the row and the column.",
+    hint="Take the diagonal out of the ranking, then rank every remaining cell of the flattened matrix "
+    "together, across rows. Which ways of sorting promise to keep equal values in their original order? "
+    "The flattened matrix is in row-major order, and a flat index together with the number of columns "
+    "tells you the row and the column.",
 )
 def _test_top_confusions(candidate) -> None:
     cm = torch.tensor(
@@ -228,8 +229,8 @@ def _check_against_reference(candidate, cm: torch.Tensor, k: int, what: str) -> 
         raise Hint(
             f"{case} The counts are right, but cells with equal counts come in another order than the "
             "task's: row-major (smaller true class first, then smaller predicted class).",
-            "An ordinary sort, or topk, promises nothing about the order of equal values; a stable sort "
-            "keeps them in the order of the flattened matrix, which is row-major.",
+            "Not every way of sorting promises to keep equal values in the order they came in; which "
+            "ones do? The flattened matrix is in row-major order.",
         )
     raise Hint(f"{case}", "Compare with the task: the diagonal out, zero counts out, largest count first, at most k.")
 

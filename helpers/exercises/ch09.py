@@ -81,10 +81,9 @@ def _test_local_causal_mask(candidate) -> None:
             raise Hint(
                 f"for T={T}, window={window} each query should see min(i + 1, window) keys "
                 f"{want_row.tolist()} (itself included), yours see {per_row.tolist()}",
-                "think of the mask as a function of the pair (i, j): compare every query position with every "
-                "key position at once by broadcasting, and keep the pairs that meet both of the task's "
-                "conditions: the key is not after the query (j <= i), and it is fewer than window steps back "
-                "(i - j < window)",
+                "think of the mask as a function of the pair (i, j): compare a column of query positions with "
+                "a row of key positions by broadcasting, and keep the pairs that meet both of the conditions "
+                "the task text states",
             )
     # the plain causal mask is the special case window >= T
     if not torch.equal(_as_bool_mask(candidate(5, 5), 5), torch.ones(5, 5).tril().bool()):
@@ -141,7 +140,8 @@ _SDPA_KERNELS = (
     "09.grouped_query_attention",
     "write grouped_query_attention(q, k, v, causal=False) for q [B, Hq, T, d] and k, v [B, Hkv, S, d] "
     "(Hq a multiple of Hkv): query heads h*g .. h*g+g-1 (g = Hq // Hkv) share key/value head h. "
-    "Write out softmax(q k^T / sqrt(d)) v yourself (no enable_gqa); causal=True lets query i see keys j <= i.",
+    "Write out softmax(q k^T / sqrt(d)) v yourself (no enable_gqa); causal=True lets query i see keys j <= i "
+    "(causal needs T == S).",
     reference=_grouped_query_attention,
     shortcuts=(
         # every SDPA call, with or without enable_gqa: the task is to write the attention out
