@@ -20,8 +20,8 @@
 # on). The model is a multi-layer perceptron (MLP), a stack of `nn.Linear`
 # layers with non-linearities in between. With the default parameters it
 # reaches about 98 % test accuracy (the checks require 97.5 %) after five
-# passes over the training set. Training takes about a minute on two CPU
-# cores (the run below prints its time and checks it against
+# passes over the training set. Training takes well under a minute on two
+# quiet CPU cores (the run below prints its time and checks it against
 # `TRAIN_BUDGET_S`, 90 s); the whole notebook is meant to run within
 # `TIME_BUDGET_S` (three minutes), and checks that budget at the end.
 #
