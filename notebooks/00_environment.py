@@ -297,7 +297,7 @@ assert os.environ.get("COURSE_DEVICE") == device_before, "temporary_env did not 
 #   the tensor itself.) So you must keep the result: `x = x.to(device)`.
 # - `Module.to(...)` (a layer or a whole model) changes the module **in place** and returns
 #   the same module object, so `model.to(device)` on a line of its own is enough. A device
-#   moves every parameter and buffer; a dtype converts only the floating-point ones. Chapter 03
+#   moves every parameter and buffer; a dtype converts only the floating-point (and complex) ones. Chapter 03
 #   looks at parameters and buffers, and at what `Module.to` does to each, in depth.
 #
 # The cell checks both with a dtype change, which works on every machine.

@@ -1540,7 +1540,7 @@ result = check("01.softmax", softmax)
 #   `xt`, but `xt.view(2, 2, 3)` works, non-contiguous as `xt` is. `reshape` copies when it must.
 #   `transpose`, `permute`, `expand`, slicing and `view` all share memory with their source.
 # - Broadcasting compares shapes right-aligned; sizes must match or be 1, and size-1 dimensions stretch with stride 0.
-# - Slices are views; integer-tensor and boolean-mask indexing make copies; `torch.where` selects element-wise.
+# - Slices are views; integer-tensor and boolean-mask indexing make copies; `torch.where` chooses element-wise.
 # - A reduction with `dim=d` removes dimension `d`; `keepdim=True` keeps it as size 1 so the result broadcasts
 #   back (`x / x.sum(dim=1, keepdim=True)`). `max(dim=...)` returns `(values, indices)`.
 # - `*` is element-wise, `@` the matrix product with broadcast batch dimensions (a 1-D operand gets a 1 added,

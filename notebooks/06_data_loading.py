@@ -600,8 +600,8 @@ assert seen_zeros["WeightedRandomSampler"] < seen_zeros["ClassBalancedSampler"],
 assert abs((zeros > 0).double().mean().item() - expected_seen) < 0.05, "the zeros seen should follow 1 - (1 - 1/n) ** k"
 
 # %% [markdown]
-# Oversampling does not create information: the model sees the same few
-# hundred nines over and over, and can overfit them. Random augmentation
+# Oversampling does not create information: the model sees the same
+# nines (the count printed above) over and over, and can overfit them. Random augmentation
 # (chapter 07) makes the repeats differ a little. The alternative that leaves
 # the sampler alone is to weight the *loss* instead,
 # `F.cross_entropy(logits, y, weight=class_weights)`. Which works better
@@ -933,7 +933,7 @@ if "num_workers=2" in results:
 #   batch takes less than half as long as that of any row that restarts its
 #   workers. With `fork` a restart costs about as much as a batch or two, so
 #   one run may not show the gap, and the verdict does not judge it.
-# - **`pin_memory`** only matters with a CUDA device. Without an accelerator
+# - **`pin_memory`** only matters with an accelerator. Without one
 #   the `DataLoader` warns (printed above the table) and ignores it, so that
 #   row does exactly the work of plain `num_workers=2`; the verdict checks
 #   that its batches were not pinned, and uses the gap between the two rows

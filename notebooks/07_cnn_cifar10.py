@@ -670,8 +670,9 @@ assert x.shape == (1, 10)
 # our network's first convolution (and BatchNorm) for 64 training images.
 # The network is not trained yet (its weights are the random initial ones,
 # and BatchNorm in `eval()` mode still has its initial statistics); the
-# correlation comes mostly from the images, whose neighbouring pixels are
-# alike, and each 3×3 filter sums overlapping patches of them:
+# correlation comes from the images, whose neighbouring pixels are alike,
+# and from the overlap of the 3×3 windows (neighbours share 6 of 9 inputs);
+# this cell does not measure how much each contributes:
 
 # %%
 with torch.no_grad():
@@ -758,8 +759,7 @@ assert recovered["Dropout"][0] > 0.9 and recovered["Dropout"][1] > 0.7, (
 # better is a separate question, which this chapter does not measure.) To use it in
 # this network you would end a stage with it, for example
 # `nn.Sequential(vgg_stage(16, 32), nn.Dropout2d(0.1))`. We train the
-# network as it is: `helpers.models.VGGNet`, which later chapters share,
-# keeps dropout in the head only.
+# network as it is: `helpers.models.VGGNet` keeps dropout in the head only.
 #
 # ## Training
 #
