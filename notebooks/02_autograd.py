@@ -807,10 +807,10 @@ with expect_error(RuntimeError, "does not require grad and does not have a grad_
 # process, captures the warning there and prints it (the cell then shows it on
 # every run). The graph behind
 # `x.grad` ends in the `AccumulateGrad` node of `x`, which holds `x`, so `x`
-# refers to its `.grad`, which refers back to `x`: a reference cycle. Python's
-# reference counting cannot free a cycle, so the graph and its saved tensors
-# stay in memory until the cycle is broken (`x.grad = None`) or the garbage
-# collector finds it. Since `.grad` also accumulates (section 3), a second
+# refers to its `.grad`, which refers back to `x`: a reference cycle. Part of
+# it lives in C++ objects that Python's garbage collector does not see, so the
+# graph and its saved tensors stay in memory until the cycle is broken by
+# resetting the gradient (`x.grad = None`), as the warning itself says. Since `.grad` also accumulates (section 3), a second
 # derivative taken this way needs a reset between the passes too.
 # `torch.autograd.grad(..., create_graph=True)` returns the derivative and
 # leaves `.grad` alone, which avoids both problems: that is why this chapter
