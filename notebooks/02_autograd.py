@@ -536,8 +536,11 @@ with expect_error(RuntimeError, "modified by an inplace operation"):
     y.sum().backward()
 
 # %% [markdown]
+# Here the change went to a tensor that the backward pass needed, and `.data`
+# hid it. A weight update through `.data` after `backward()` is harmless, but
+# between a forward and its backward it would hide the same kind of change.
 # So write weight updates as `with torch.no_grad(): w -= lr * w.grad`, as
-# above, rather than through `.data`.
+# above: the version counter then still catches a change made too early.
 #
 # **`Variable`**: before 0.4, a tensor that autograd tracked had to be wrapped
 # in `torch.autograd.Variable`. Tensor and Variable have since been merged:

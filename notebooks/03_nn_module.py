@@ -1019,9 +1019,8 @@ assert math.isclose(gain, math.sqrt(1 / 3)), "calculate_gain('leaky_relu', sqrt(
 # range. Drawing that uniform by hand from the same seed gives the same
 # weights. Its variance is $\text{bound}^2/3 = 1/(3\,\text{fan\_in})$, a sixth
 # of Kaiming's $2/\text{fan\_in}$, so the factor above is
-# $\sqrt{1/6} \approx 0.41$ per `Linear + ReLU`. Between the first and the
-# last of the three Linear layers of chapter 05's MLP that compounds to
-# $0.41^2 \approx 0.17$; over the `DEPTH` layers of the experiment below to
+# $\sqrt{1/6} \approx 0.41$ per `Linear + ReLU` of equal widths and zero
+# biases; over the `DEPTH` layers of the experiment below to
 # $0.41^{\text{DEPTH} - 1}$ (the next cell prints it for the current
 # `DEPTH`), which the experiment checks against its measured gradients. `nn.Conv2d` uses the same rule, with
 # $\text{fan\_in} = \text{in\_channels} \times \text{kernel height} \times \text{kernel width}$.

@@ -443,7 +443,8 @@ for w, sizes in fixed_sizes.items():
 # `IMBALANCE_MAX * IMBALANCE_RATIO` for the digit 9. (Real datasets look like
 # this: fraud is rarer than honest payments, rare diseases rarer than common
 # ones.) A model trained on it with plain shuffling would see the digit 0
-# many times more often than the digit 9, and learn that guessing 0 pays.
+# many times more often than the digit 9, and could learn that guessing 0
+# pays (this chapter does not train on it).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -605,8 +606,8 @@ assert abs((zeros > 0).double().mean().item() - expected_seen) < 0.05, "the zero
 # (chapter 07) makes the repeats differ a little. The alternative that leaves
 # the sampler alone is to weight the *loss* instead,
 # `F.cross_entropy(logits, y, weight=class_weights)`. Which works better
-# depends on the data; samplers have the advantage that every batch contains
-# the rare classes.
+# depends on the data; a sampler makes the rare classes show up in many more
+# batches, where the loss weights only rescale the few that appear.
 #
 # ## Collating sequences of different lengths
 #
@@ -939,8 +940,9 @@ if "num_workers=2" in results:
 #   that its batches were not pinned, and uses the gap between the two rows
 #   as a yardstick of this run's noise. On a GPU, pin and use
 #   `.to(device, non_blocking=True)`, as `measure` does.
-# - **`prefetch_factor`** helps when the time per batch varies (a slow disk,
-#   images of very different sizes): a deeper queue absorbs the bumps. MNIST
+# - **`prefetch_factor`** is meant for when the time per batch varies (a slow
+#   disk, images of very different sizes): a deeper queue can absorb the
+#   bumps (not measured here). MNIST
 #   batches all cost about the same, so here a deeper queue has little to
 #   absorb and mostly holds more memory; the verdict compares its gap to
 #   plain `num_workers=2` with the noise yardstick.

@@ -217,12 +217,14 @@ assert (CIFAR_MEAN - quoted_mean).abs().max() < 0.03 and (CIFAR_STD - quoted_std
 # ## Data augmentation
 #
 # A few thousand training images are few for a network with tens of
-# thousands of weights (and even the full set's 50,000 are not many): it
-# would soon memorise them. **Data augmentation** shows the
+# thousands of weights (and even the full set's 50,000 are not many): with
+# enough epochs it could memorise them (this chapter does not run that long). **Data augmentation** shows the
 # network a slightly different version of each image in every epoch, made
 # with changes that do not alter the label: a cat shifted by a few pixels,
-# mirrored, or in different light is still a cat. This makes the training
-# set effectively larger and teaches the network to ignore those changes.
+# mirrored, or in different light is still a cat. The aim is a training set
+# that is in effect larger, and a network that learns to ignore those
+# changes; this chapter does not run a control without augmentation, so it
+# does not measure how much that helps here.
 #
 # `torchvision.transforms.v2` is the current transforms API; torchvision's
 # documentation recommends it over the older `torchvision.transforms`, which
