@@ -795,8 +795,9 @@ assert all(low < r < high for r in ratios), (
 )
 
 # %% [markdown]
-# At the constant rate `LR` the parameters wander by one to two and a half
-# standard errors (the checks accept `JITTER_SE`): as much as the
+# At the constant rate `LR` the parameters wander by about one to two and a
+# half standard errors in this run (printed above; the check accepts the
+# wider band `JITTER_SE`): as much as the
 # uncertainty that the noise in the data puts on the best line itself. The
 # final parameters of the shuffled run sit within three standard errors of
 # the full-batch fit. A ten times smaller rate shrinks the jitter by a factor

@@ -470,7 +470,8 @@ plt.show()
 # accuracy. That is no mistake. The training accuracy is averaged over the
 # whole epoch, while the model was still improving from random guessing;
 # the test accuracy is measured once, at the end of the epoch. That running
-# average accounts for most of the gap. The training accuracy is also
+# average is the likely main cause of the gap (the next sentence says why;
+# it is not measured on the epoch-1 model itself). The training accuracy is also
 # measured with dropout switched on, which handicaps the model, but only a
 # little: pitfall 1 measures the handicap on the final model, a fraction of
 # a point against this gap of several points.
