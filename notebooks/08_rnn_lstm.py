@@ -292,7 +292,8 @@ assert folded < 1e-6, "an LSTM's two bias vectors should be interchangeable: onl
 # `bias_hh[H:2H]` to 0, gate order i, f, g, o): `b_f = 1`, the value
 # Jozefowicz, Zaremba & Sutskever (2015) recommend, and `b_f = 3`. The
 # computation is in float64, because in float32 the smallest of these
-# gradients underflow to exactly 0. It runs on one CPU thread: these are
+# gradients would fall below its smallest number (about 1e-45) and round
+# to 0. It runs on one CPU thread: these are
 # many tiny operations (a `[32, 64]` state times a `[64, 256]` weight per
 # step); one thread keeps these float64 runs steady, and the thread count
 # is not what this section is about.
@@ -452,8 +453,9 @@ print("checked: both default layers lose > 0.13 orders of magnitude per step; th
 # step. The measured per-step factor is larger than that mean: a norm over
 # 64 units is dominated by the units whose gradient decays slowest, those
 # with the largest forget gate, and the paths through `h` and the gates add
-# to the cell path. Still, it loses about 20 orders of magnitude over
-# 150 steps: the LSTM is not a cure by itself.
+# to the cell path. Still, it loses more than 19 orders of magnitude over
+# 150 steps (the check's threshold; the table prints the measured figure):
+# the LSTM is not a cure by itself.
 #
 # **The forget gate decides.** The direct path along the cell state has
 # `∂c'/∂c = diag(f)`: no `W_hh` and no tanh derivative, only the forget
@@ -1132,8 +1134,8 @@ print("series 0, MSE over the horizon: " + ", ".join(f"{name} {err[0]:.3f}" for 
 # The rollouts tell a different story. For the first `EARLY_STEPS` steps
 # ahead they beat both baselines by far: at every one of those steps their
 # error is below `MAX_EARLY_RATIO` times the better baseline's (checked; the
-# largest ratio and the limit are printed). Then their error grows (the table and the
-# lower figure), and over the last third of the horizon, with this training
+# largest ratio and the limit are printed). Then their error rises and, as the
+# phase drifts, oscillates (the table and the lower figure), and over the last third of the horizon, with this training
 # budget, **both rollouts do worse than simply predicting 0** (checked;
 # longer training or other seeds may move the point where that happens).
 # The printed first step where each one falls behind "predict 0" is where
