@@ -292,8 +292,7 @@ assert folded < 1e-6, "an LSTM's two bias vectors should be interchangeable: onl
 # `bias_hh[H:2H]` to 0, gate order i, f, g, o): `b_f = 1`, the value
 # Jozefowicz, Zaremba & Sutskever (2015) recommend, and `b_f = 3`. The
 # computation is in float64, because in float32 the smallest of these
-# gradients would fall below its smallest number (about 1e-45) and round
-# to 0. It runs on one CPU thread: these are
+# gradients underflow to exactly 0. It runs on one CPU thread: these are
 # many tiny operations (a `[32, 64]` state times a `[64, 256]` weight per
 # step); one thread keeps these float64 runs steady, and the thread count
 # is not what this section is about.
