@@ -417,3 +417,14 @@ def test_a_c_callable_outside_torch_is_refused_by_name_and_restored(register):
     assert "numpy.array_split" in check("99.split", lambda n, k: np.split(np.arange(n), [4, 7]), show=False).message
     assert np.array_split is original and renamed_numpy_split is original, "the names must be restored"
     assert check("99.split", reference, show=False).passed
+
+
+def test_a_tensor_method_named_on_its_own_keeps_its_message_whatever_the_order(register):
+    def checker(candidate):
+        assert torch.allclose(candidate(torch.ones(2, 3)), torch.full((2,), 3.0).log() + 1), "wrong"
+
+    register("99.lse", checker, lambda x: (x.exp().sum(-1)).log(), goal="the log-sum-exp",
+             shortcuts=(Shortcut("torch.Tensor.logsumexp", does="`Tensor.logsumexp`"),
+                        Shortcut("torch.logsumexp", does="`torch.logsumexp`")))
+    assert "`Tensor.logsumexp`" in check("99.lse", lambda x: x.logsumexp(-1), show=False).message
+    assert "`torch.logsumexp`" in check("99.lse", lambda x: torch.logsumexp(x, -1), show=False).message

@@ -414,15 +414,11 @@ def test_make_windows_stacking_slices_from_a_helper_is_refused():
     assert_first_tier_rejected("08.make_windows", stacked, "16 windows", "grows with the number of windows")
 
 
-def _window_lists(values, n, width, stride):
-    return [values[i * stride : i * stride + width] for i in range(n)]
-
-
 def test_make_windows_rebuilt_from_python_numbers_is_refused():
     """A helper loops over a Python list: no operator per window, but the windows lose the series' history."""
     def from_list(series, T, horizon, stride):
         n = (len(series) - T - horizon) // stride + 1
-        w = torch.tensor(_window_lists(series.tolist(), n, T + horizon, stride))
+        w = torch.tensor(_window_slices(series.tolist(), n, T + horizon, stride))
         return w[:, :T, None], w[:, T:]
 
     assert_first_tier_rejected("08.make_windows", from_list, "autograd history", "Python numbers")

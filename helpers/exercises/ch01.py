@@ -417,7 +417,7 @@ _LIBRARY_SOFTMAX = (
     # the last entry of a cumulative log-sum-exp along dim is the log-sum-exp itself
     Shortcut("torch._logcumsumexp", does=_LOGCUMSUMEXP_DOES),
     *_aten("logcumsumexp", "_logcumsumexp", reached=True, does=_LOGCUMSUMEXP_DOES),
-    Shortcut("torch.logcumsumexp", does=_LOGCUMSUMEXP_DOES),  # also files Tensor.logcumsumexp: keep it last
+    Shortcut("torch.logcumsumexp", does=_LOGCUMSUMEXP_DOES),  # also stands for Tensor.logcumsumexp
 )
 
 

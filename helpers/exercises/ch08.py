@@ -309,8 +309,7 @@ _CONV_DOES = "a convolution with an identity kernel (it copies every window of t
 #: ``F.unfold``/``nn.Unfold`` -> ``aten.im2col``, ``F.conv1d``/``nn.Conv1d``/``F.conv2d`` -> ``aten.convolution``)
 #: are refused wherever the learner's code reaches them from (``reached=True``). ``conv1d``/``conv2d``/
 #: ``_convolution_mode`` are composite (decomposed before dispatch), so they are refused by name only.
-#: Order matters: the guard also files a ``torch`` module function under the ``Tensor`` method of the same
-#: name (``F.unfold`` under ``Tensor.unfold``), and the last entry wins, so the ``Tensor`` methods come last.
+#: ``Tensor.unfold`` is named on its own, so its message names it, not ``F.unfold``.
 _WINDOW_SHORTCUTS = (
     *_aten("unfold", "unfold_copy", "as_strided", "as_strided_copy", reached=True, does=_VIEW_DOES),
     *_aten("im2col", reached=True, does=_IM2COL_DOES),

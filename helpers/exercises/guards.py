@@ -175,6 +175,7 @@ class _Guard:
         self.classes: list[tuple[type, Shortcut]] = []
         self.functions: list[tuple[object, str, Callable, Shortcut]] = []
         self.reached: dict[torch._ops.OpOverload, Shortcut] = {}  # ATen overloads, seen by the dispatch mode
+        same_name_methods: dict[object, Shortcut] = {}
         for item in shortcuts:
             for shortcut, owner, attr, obj in _expand(_as_shortcut(item)):
                 if shortcut.reached and isinstance(obj, torch._ops.OpOverload):
@@ -192,7 +193,11 @@ class _Guard:
                     is_torch_module = isinstance(owner, ModuleType) and owner.__name__.startswith("torch")
                     method = getattr(torch.Tensor, attr, None) if is_torch_module else None
                     if method is not None:
-                        self.ops[method] = shortcut
+                        same_name_methods.setdefault(method, shortcut)
+        # A Tensor method named by a shortcut of its own keeps that shortcut (and its message), whatever
+        # the order of the list: F.unfold does not take over Tensor.unfold.
+        for method, shortcut in same_name_methods.items():
+            self.ops.setdefault(method, shortcut)
 
     # -- who called? ------------------------------------------------------
     def learner_called(self, skip: CodeType | set[CodeType] | None = None) -> bool:
