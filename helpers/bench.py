@@ -6,12 +6,17 @@ benchmark needs: it runs the code a few times before timing it (warm-up: lazy
 initialisation, caches, compiled kernels), synchronises the accelerator before
 reading the clock (CUDA kernels are asynchronous, so an unsynchronised timer
 measures only the launch), and repeats the measurement in blocks so that the
-median is stable. This module adds three things on top:
+median is stable. This module adds four things on top:
 
 - it keeps the current thread count (``Timer`` defaults to **one** thread,
   which silently makes CPU results look several times slower than the rest of
   the notebook);
-- it returns a small :class:`Timing` with the median and spread in seconds;
+- it times at least :data:`MIN_BLOCKS` blocks. ``blocked_autorange`` stops
+  once ``min_run_time`` has passed, so a call slower than a fifth of it gets
+  fewer than five blocks (one, for a call slower than ``min_run_time``), and a
+  "median" of one block is a single sample with no spread at all;
+- it returns a small :class:`Timing` with the median, the spread, and how many
+  blocks and calls they rest on;
 - :func:`speedup` and :func:`timing_table` turn timings into the ratios and
   the table the notebooks print.
 
@@ -36,7 +41,12 @@ from .device import import_without_cuda_home_log
 # Its import logs a harmless CUDA_HOME line on GPU-less machines with a CUDA toolkit.
 benchmark = import_without_cuda_home_log("torch.utils.benchmark")
 
-__all__ = ["Timing", "measure", "speedup", "timing_table"]
+__all__ = ["MIN_BLOCKS", "Timing", "measure", "speedup", "timing_table"]
+
+MIN_BLOCKS = 5
+"""The fewest timed blocks :func:`measure` accepts: with five, the quartiles
+(and so the IQR) come from five different samples, and one outlier cannot move
+the median."""
 
 
 @dataclass(frozen=True)
@@ -49,13 +59,17 @@ class Timing:
         iqr_s: interquartile range of the per-call times, in seconds (the
             spread: a large value relative to ``median_s`` means a noisy
             machine).
-        calls: how many calls the median is over.
+        calls: how many timed calls the median is over (warm-up excluded).
+        blocks: how many timed blocks those calls ran in. Each block times
+            ``calls / blocks`` calls in a row and contributes one per-call
+            sample, so the median and IQR are over ``blocks`` samples.
     """
 
     label: str
     median_s: float
     iqr_s: float
     calls: int
+    blocks: int
 
     @property
     def median_ms(self) -> float:
@@ -63,7 +77,8 @@ class Timing:
         return self.median_s * 1e3
 
     def __str__(self) -> str:
-        return f"{self.label}: {_human(self.median_s)} per call (IQR {_human(self.iqr_s)}, {self.calls} calls)"
+        return (f"{self.label}: {_human(self.median_s)} per call "
+                f"(IQR {_human(self.iqr_s)}, {self.calls} calls in {self.blocks} blocks)")
 
 
 def _human(seconds: float) -> str:
@@ -79,6 +94,7 @@ def measure(
     label: str = "",
     min_run_time: float = 0.5,
     num_threads: int | None = None,
+    min_blocks: int = MIN_BLOCKS,
 ) -> Timing:
     """Time ``fn()`` with warm-up, accelerator synchronisation and repeats.
 
@@ -92,13 +108,18 @@ def measure(
         num_threads: CPU threads during the measurement. ``None`` (the
             default) keeps ``torch.get_num_threads()``, so the timing matches
             what the rest of the notebook experiences.
+        min_blocks: the fewest timed blocks (samples of the median). When
+            ``min_run_time`` ran out first, more blocks are timed until there
+            are this many, so a slow ``fn`` costs at least ``min_blocks``
+            calls plus warm-up. At least :data:`MIN_BLOCKS`.
 
     Returns:
         A :class:`Timing` (seconds per call).
 
     Raises:
         TypeError: ``fn`` is not callable.
-        ValueError: ``min_run_time`` is not positive, or ``num_threads`` < 1.
+        ValueError: ``min_run_time`` is not positive, ``num_threads`` < 1, or
+            ``min_blocks`` < :data:`MIN_BLOCKS`.
         Whatever ``fn`` raises, unchanged, during the warm-up call.
     """
     if not callable(fn):
@@ -108,10 +129,20 @@ def measure(
     threads = torch.get_num_threads() if num_threads is None else num_threads
     if threads < 1:
         raise ValueError(f"num_threads must be at least 1, got {threads}")
+    if min_blocks < MIN_BLOCKS:
+        raise ValueError(f"min_blocks must be at least {MIN_BLOCKS} (a median of fewer blocks is not robust), got {min_blocks}")
     fn()  # fail fast, with the caller's own traceback, before the timer's machinery
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads, label=label)
-    result = timer.blocked_autorange(min_run_time=min_run_time)
-    return Timing(label=label, median_s=result.median, iqr_s=result.iqr, calls=len(result.times) * result.number_per_run)
+    parts = [timer.blocked_autorange(min_run_time=min_run_time)]
+    while (blocks := sum(len(m.raw_times) for m in parts)) < min_blocks:
+        # Each block of this slow fn took more than min_run_time / min_blocks. Time the
+        # missing blocks in one more run (its block-size search costs one warm-up call).
+        missing = min_blocks - blocks
+        parts.append(timer.blocked_autorange(min_run_time=missing * parts[-1].median * 0.99))
+    calls = sum(len(m.raw_times) * m.number_per_run for m in parts)
+    # merge() turns every block into one per-call sample (time / calls in the block).
+    (merged,) = benchmark.Measurement.merge(parts) if len(parts) > 1 else parts
+    return Timing(label=label, median_s=merged.median, iqr_s=merged.iqr, calls=calls, blocks=blocks)
 
 
 def speedup(baseline: Timing, candidate: Timing) -> float:
@@ -122,7 +153,10 @@ def speedup(baseline: Timing, candidate: Timing) -> float:
 
 
 def timing_table(timings: Sequence[Timing], *, baseline: Timing | None = None) -> str:
-    """A plain-text table of ``timings``: label, median, IQR, and speed-up over ``baseline``.
+    """A plain-text table of ``timings``: label, median, IQR, sample counts, and speed-up over ``baseline``.
+
+    The ``calls`` column is the number of timed calls and ``blocks`` the
+    number of samples the median and IQR are taken over.
 
     ``baseline`` defaults to the first timing. Returns the table as a string
     (print it); raises ``ValueError`` for an empty list.
@@ -131,7 +165,8 @@ def timing_table(timings: Sequence[Timing], *, baseline: Timing | None = None) -
         raise ValueError("timing_table() needs at least one Timing")
     base = baseline or timings[0]
     width = max(len("what"), *(len(t.label) for t in timings))
-    lines = [f"{'what':<{width}}  {'median':>10}  {'IQR':>10}  {'speed-up':>8}"]
+    lines = [f"{'what':<{width}}  {'median':>10}  {'IQR':>10}  {'calls':>7}  {'blocks':>6}  {'speed-up':>8}"]
     for t in timings:
-        lines.append(f"{t.label:<{width}}  {_human(t.median_s):>10}  {_human(t.iqr_s):>10}  {speedup(base, t):>7.2f}x")
+        lines.append(f"{t.label:<{width}}  {_human(t.median_s):>10}  {_human(t.iqr_s):>10}  "
+                     f"{t.calls:>7}  {t.blocks:>6}  {speedup(base, t):>7.2f}x")
     return "\n".join(lines)

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from helpers.bench import Timing, measure, speedup, timing_table
+from helpers.bench import MIN_BLOCKS, Timing, measure, speedup, timing_table
 
 
 def test_measure_keeps_the_callers_thread_count():
@@ -26,6 +26,23 @@ def test_measure_warms_up_and_repeats():
     t = measure(lambda: calls.append(1), label="noop", min_run_time=0.01)
     assert len(calls) >= t.calls + 1 > 1  # one warm-up call at least, then the timed ones
     assert t.label == "noop" and t.median_s > 0 and t.iqr_s >= 0
+
+
+def test_a_slow_call_still_gets_min_blocks_samples():
+    # 20 ms calls against a 50 ms budget: blocked_autorange alone stops after about 3 blocks.
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.02)
+
+    t = measure(slow, min_run_time=0.05)
+    assert t.blocks >= MIN_BLOCKS == 5, f"the median rests on {t.blocks} blocks"
+    assert t.calls >= t.blocks and len(calls) > t.calls  # warm-up calls are not counted
+    assert 0.02 <= t.median_s < 0.2
+    assert f"{t.calls} calls in {t.blocks} blocks" in str(t)
+    with pytest.raises(ValueError, match="min_blocks"):
+        measure(slow, min_run_time=0.05, min_blocks=MIN_BLOCKS - 1)
 
 
 def test_a_sleep_is_measured_as_at_least_its_length():
@@ -48,14 +65,15 @@ def test_errors_surface_from_the_callers_code():
 
 
 def test_speedup_and_table():
-    slow, fast = Timing("slow", 2e-3, 1e-4, 10), Timing("fast", 5e-4, 1e-5, 40)
+    slow, fast = Timing("slow", 2e-3, 1e-4, 10, 5), Timing("fast", 5e-4, 1e-5, 40, 8)
     assert speedup(slow, fast) == pytest.approx(4.0)
     table = timing_table([slow, fast])
     lines = table.splitlines()
-    assert lines[0].split() == ["what", "median", "IQR", "speed-up"]
-    assert lines[1].endswith("1.00x") and lines[2].endswith("4.00x") and "500 us" in lines[2]
-    assert str(fast) == "fast: 500 us per call (IQR 10 us, 40 calls)"
+    assert lines[0].split() == ["what", "median", "IQR", "calls", "blocks", "speed-up"]
+    assert lines[1].split()[-3:] == ["10", "5", "1.00x"]
+    assert lines[2].split()[-3:] == ["40", "8", "4.00x"] and "500 us" in lines[2]
+    assert str(fast) == "fast: 500 us per call (IQR 10 us, 40 calls in 8 blocks)"
     with pytest.raises(ValueError):
         timing_table([])
     with pytest.raises(ValueError, match="non-positive"):
-        speedup(slow, Timing("broken", 0.0, 0.0, 1))
+        speedup(slow, Timing("broken", 0.0, 0.0, 1, 1))
