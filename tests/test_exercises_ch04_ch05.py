@@ -478,6 +478,34 @@ def test_train_step_clearing_gradients_between_backward_and_step_fails():
     assert_rejected("05.train_step", cleared_too_late, "did not change")
 
 
+def test_train_step_with_its_own_optimizer_fails():
+    def fresh_optimizer(model, batch, optimizer):  # same learning rate, but none of the given optimizer's state
+        x, y = batch
+        model.train()
+        own = torch.optim.SGD(model.parameters(), lr=optimizer.param_groups[0]["lr"])
+        loss = F.cross_entropy(model(x), y)
+        own.zero_grad()
+        loss.backward()
+        own.step()
+        return loss.item()
+
+    assert_rejected("05.train_step", fresh_optimizer, "momentum", "new optimizer")
+
+
+def test_train_step_stepping_twice_fails():
+    def two_steps(model, batch, optimizer):
+        x, y = batch
+        model.train()
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        optimizer.step()
+        return loss.item()
+
+    assert_rejected("05.train_step", two_steps, "once per call")
+
+
 def test_train_step_in_eval_mode_fails():
     def no_train_mode(model, batch, optimizer):
         x, y = batch

@@ -326,7 +326,13 @@ def _train_step(model: nn.Module, batch, optimizer: torch.optim.Optimizer) -> fl
     return loss.item()
 
 
-_STEP_LR = 0.5  # plain SGD, so each correct update is exactly -lr * gradient
+# SGD with momentum: the optimizer carries a buffer from step to step, so only the optimizer the
+# learner was given, stepped once per call, follows the expected path (a fresh SGD made inside
+# train_step forgets the buffer and is caught from the second step on). In torch.optim.SGD
+# (dampening 0, no Nesterov) the buffer starts as the first gradient, then buf = momentum * buf + grad,
+# and the update is p -= lr * buf.
+_STEP_LR = 0.2
+_STEP_MOMENTUM = 0.9
 
 
 def _same(tensors_a, tensors_b, atol: float = 1e-5) -> bool:
@@ -348,8 +354,14 @@ def _test_train_step(candidate) -> None:
     model = nn.Sequential(recorder, nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4))
     right = copy.deepcopy(model)  # follows the correct path, one step ahead of the checks
     model.eval()  # as an evaluation would have left it
-    optimizer = torch.optim.SGD(model.parameters(), lr=_STEP_LR)
+    optimizer = torch.optim.SGD(model.parameters(), lr=_STEP_LR, momentum=_STEP_MOMENTUM)
     gradient_sum = None  # what .grad holds after backward() if nothing ever clears it
+    buffers = None  # the momentum buffers of the correct path, after the previous step
+
+    def stepped(before, grads):
+        """The parameters after one momentum-SGD step from ``before`` with ``grads`` in ``.grad``."""
+        bufs = grads if buffers is None else [_STEP_MOMENTUM * b + g_ for b, g_ in zip(buffers, grads)]
+        return [p - _STEP_LR * b for p, b in zip(before, bufs)], bufs
     for step, (x, y) in enumerate(batches, start=1):
         params = list(right.parameters())
         before = [p.detach().clone() for p in params]
@@ -359,7 +371,7 @@ def _test_train_step(candidate) -> None:
         probs_loss = F.cross_entropy(logits.softmax(dim=1), y)
         probs_grads = torch.autograd.grad(probs_loss, params)
         gradient_sum = list(grads) if gradient_sum is None else [s + g_ for s, g_ in zip(gradient_sum, grads)]
-        want = [b - _STEP_LR * g_ for b, g_ in zip(before, grads)]
+        want, want_buffers = stepped(before, grads)
 
         calls_before = len(recorder.calls)
         result = _call_keeping_grad_mode(candidate, model, (x.clone(), y.clone()), optimizer)
@@ -391,15 +403,21 @@ def _test_train_step(candidate) -> None:
                 "that backward() left in .grad: was the step called, and after backward(), with nothing "
                 "clearing the gradients in between?"
             )
-        if step > 1 and _same(got, [b - _STEP_LR * s for b, s in zip(before, gradient_sum)]):
+        if step > 1 and _same(got, stepped(before, gradient_sum)[0]):
             raise AssertionError(
                 f"{where} the update used this step's gradients plus those of the previous steps: backward() "
                 "adds into .grad, and nothing cleared the gradients left over from the step before."
             )
-        if _same(got, [b - _STEP_LR * g_ for b, g_ in zip(before, probs_grads)]):
+        if _same(got, stepped(before, probs_grads)[0]):
             raise AssertionError(
                 f"{where} the update followed the gradient of the cross-entropy of probabilities (softmax "
                 "outputs); cross_entropy takes the raw logits."
+            )
+        if step > 1 and _same(got, [b - _STEP_LR * g_ for b, g_ in zip(before, grads)]):
+            raise AssertionError(
+                f"{where} the update was a plain gradient step that ignored the optimizer's momentum: it looks "
+                "like a new optimizer, made inside train_step, took the step. An optimizer keeps state between "
+                "steps (momentum buffers, Adam's moment estimates); step the one you were given."
             )
         if not _same(got, want):
             gap = max((a - b).abs().max().item() for a, b in zip(got, want))
@@ -410,6 +428,7 @@ def _test_train_step(candidate) -> None:
         with torch.no_grad():  # keep the reference on the same path as the candidate
             for p, w in zip(params, want):
                 p.copy_(w)
+        buffers = want_buffers
 
 
 # --------------------------------------------------------------------------
