@@ -742,6 +742,47 @@ def test_mse_gradients_finite_differences_without_matmul_are_refused(candidate):
     assert_rejected("04.mse_gradients", candidate, "finite", "differences")
 
 
+def _mse_central_differences_one_product(w, b, x, y, h=1e-3):
+    """Central differences with every nudged weight vector in one matrix: a single product with x."""
+    w64, b64, x64, y64 = w.double(), b.double(), x.double(), y.double()
+    eye = torch.eye(len(w64), dtype=torch.float64)
+    nudged = torch.cat([w64[:, None] + h * eye, w64[:, None] - h * eye], dim=1)  # [D, 2D]
+    losses = ((x64 @ nudged + b64 - y64[:, None]) ** 2).mean(0)  # [2D]
+    d = len(w64)
+    dw = (losses[:d] - losses[d:]) / (2 * h)
+    base = x64 @ w64 - y64
+    db = (((base + b64 + h) ** 2).mean() - ((base + b64 - h) ** 2).mean()) / (2 * h)
+    return dw.float(), db.float()
+
+
+def _mse_central_differences_in_numpy(w, b, x, y, h=1e-3):
+    """Central differences on NumPy copies: no torch product with x at all."""
+    import numpy as np
+
+    w64, x64, y64, b64 = w.numpy().astype(np.float64), x.numpy().astype(np.float64), y.numpy().astype(np.float64), float(b)
+
+    def loss(w_, b_):
+        return float(((x64 @ w_ + b_ - y64) ** 2).mean())
+
+    eye = np.eye(len(w64))
+    dw = [(loss(w64 + h * e, b64) - loss(w64 - h * e, b64)) / (2 * h) for e in eye]
+    db = (loss(w64, b64 + h) - loss(w64, b64 - h)) / (2 * h)
+    return torch.tensor(dw, dtype=torch.float32), torch.tensor(db, dtype=torch.float32)
+
+
+def test_mse_gradients_batched_or_numpy_finite_differences_are_refused():
+    import helpers.exercises.ch04 as ch04
+
+    g = torch.Generator().manual_seed(3)
+    x, y, w, b = torch.randn(7, 5, generator=g), torch.randn(7, generator=g), torch.randn(5, generator=g), torch.randn(())
+    want_w, want_b = ch04._mse_gradients(w, b, x, y)
+    for candidate in (_mse_central_differences_one_product, _mse_central_differences_in_numpy):
+        dw, db = candidate(w, b, x, y)
+        assert torch.allclose(dw, want_w, atol=1e-3) and torch.allclose(db, want_b, atol=1e-3), candidate.__name__
+    assert_rejected("04.mse_gradients", _mse_central_differences_one_product, "matrix", "finite differences")
+    assert_rejected("04.mse_gradients", _mse_central_differences_in_numpy, "NumPy", "torch operations")
+
+
 def test_mse_gradients_elementwise_and_per_feature_answers_are_accepted():
     def elementwise(w, b, x, y):
         r = (x * w).sum(1) + b - y
@@ -752,7 +793,11 @@ def test_mse_gradients_elementwise_and_per_feature_answers_are_accepted():
         n = len(x)
         return torch.stack([2 / n * (r * x[:, j]).sum() for j in range(x.shape[1])]).float(), (2 / n * r.sum()).float()
 
-    for candidate in (elementwise, per_feature):
+    def column_residuals(w, b, x, y):  # products with a single column are still vector products
+        r = (x @ w[:, None]).squeeze(1) + b - y
+        return (2 / len(x)) * (r[None, :] @ x).squeeze(0), 2 * r.mean()
+
+    for candidate in (elementwise, per_feature, column_residuals):
         result = check("04.mse_gradients", candidate, show=False)
         assert result.passed, f"{candidate.__name__}: {result.message}"
 

@@ -161,7 +161,19 @@ class _HandDerivedWatch(TorchFunctionMode):
     argument. The reference needs two (``x @ w`` and ``x.T @ r``); an elementwise answer such as
     ``(r[:, None] * x).mean(0)`` needs three. Metadata and conversions (``x.shape``, ``x.T``,
     ``x.double()``) and indexing (``x[:, j]``, used by a loop over features) are not counted.
+
+    Two more routes around that count are caught. Finite differences can evaluate every nudged weight
+    vector in one matrix product, ``x @ W`` with ``W`` of shape ``[D, K]``: a matrix-product family call
+    on x whose result is a matrix with more than one row and column (``batched``; a hand-derived gradient
+    only ever multiplies x by a vector). And work done outside torch, on ``x.numpy()``, ``x.tolist()``
+    or ``np.asarray(x)``, is invisible to any torch-level watch, so such a conversion of x is noted
+    (``left_torch``).
     """
+
+    _MATRIX_PRODUCTS = frozenset({
+        "matmul", "mm", "bmm", "einsum", "tensordot", "linear", "addmm", "baddbmm", "__matmul__", "__rmatmul__",
+    })
+    _LEAVE_TORCH = frozenset({"numpy", "tolist", "__array__"})
 
     _ARITHMETIC = frozenset({
         "matmul", "mm", "mv", "bmm", "dot", "inner", "outer", "einsum", "tensordot", "linear", "bilinear",
@@ -174,6 +186,8 @@ class _HandDerivedWatch(TorchFunctionMode):
         super().__init__()
         self.shapes = {tuple(x.shape), tuple(x.shape[::-1])}
         self.products = 0
+        self.batched = False
+        self.left_torch = False
         self.required_grad = False
 
     def _takes_x(self, args, kwargs) -> bool:
@@ -183,9 +197,15 @@ class _HandDerivedWatch(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in self._LEAVE_TORCH and self._takes_x(args, kwargs):
+            self.left_torch = True
         out = func(*args, **kwargs)
-        if getattr(func, "__name__", "") in self._ARITHMETIC and self._takes_x(args, kwargs):
+        if name in self._ARITHMETIC and self._takes_x(args, kwargs):
             self.products += 1
+            if name in self._MATRIX_PRODUCTS and isinstance(out, torch.Tensor) and out.dim() >= 2 \
+                    and min(out.shape[-2:]) > 1:
+                self.batched = True
         for t in (out if isinstance(out, (tuple, list)) else (out,)):
             if isinstance(t, torch.Tensor) and t.requires_grad:
                 self.required_grad = True
@@ -201,7 +221,8 @@ _MAX_PRODUCTS_WITH_X = 5
 @exercise(
     "04.mse_gradients",
     "return (dw, db), the gradients of L = mean((x @ w + b - y)**2) for x [N, D], w [D], b [] "
-    "and y [N], derived by hand (no backward(), torch.autograd, torch.func or finite differences): dw has shape [D], "
+    "and y [N], derived by hand in torch operations (no backward(), torch.autograd, torch.func, finite differences "
+    "or NumPy): dw has shape [D], "
     "db shape [].",
     reference=_mse_gradients,
     shortcuts=_AUTOGRAD_SHORTCUTS,
@@ -227,6 +248,19 @@ def _test_mse_gradients(candidate) -> None:
                 "exercise asks for the gradient derived by hand.",
                 "Write dw and db as formulas in x, w, b and y: the chain rule applied to the mean of squared "
                 "residuals, with no requires_grad, backward() or torch.autograd anywhere.",
+            )
+        if watch.left_torch:
+            raise Hint(
+                "your function turned x into a NumPy array or a Python list: the exercise asks for the "
+                "gradient in torch operations, which is also the only way the checker can see how it was computed.",
+                "Keep x a tensor: the formula is a few tensor operations on x, w, b and y.",
+            )
+        if watch.batched:
+            raise Hint(
+                f"for N={n}, D={d} your function multiplied x by a matrix, which evaluates the loss at many "
+                "weight vectors at once: that is finite differences, not a gradient derived by hand.",
+                "A hand-derived gradient only ever multiplies x by a vector: once by w for the residuals, once "
+                "(transposed) by the residuals to sum them back onto the D weights.",
             )
         if watch.products > _MAX_PRODUCTS_WITH_X:
             raise Hint(
