@@ -414,6 +414,23 @@ def test_make_windows_stacking_slices_from_a_helper_is_refused():
     assert_first_tier_rejected("08.make_windows", stacked, "16 windows", "grows with the number of windows")
 
 
+def _shifted_columns(series, n, width, stride):
+    """One strided slice per step of a window: a loop over T + horizon, not over the windows."""
+    return [series[k : k + (n - 1) * stride + 1 : stride] for k in range(width)]
+
+
+def test_make_windows_stacking_one_slice_per_time_step_is_refused():
+    """The helper loops over the steps of a window: the count stays put as N grows, but grows with T."""
+    def by_columns(series, T, horizon, stride):
+        n = (len(series) - T - horizon) // stride + 1
+        w = torch.stack(_shifted_columns(series, n, T + horizon, stride), dim=1)
+        return w[:, :T, None], w[:, T:]
+
+    X, y = by_columns(torch.arange(25.0), 4, 3, 5)
+    assert X.shape == (4, 4, 1) and y[0].tolist() == [4.0, 5.0, 6.0], "the route must be right"
+    assert_first_tier_rejected("08.make_windows", by_columns, "T=9", "loops over the time steps")
+
+
 def test_make_windows_rebuilt_from_python_numbers_is_refused():
     """A helper loops over a Python list: no operator per window, but the windows lose the series' history."""
     def from_list(series, T, horizon, stride):
@@ -507,6 +524,25 @@ def test_last_valid_output_with_a_loop_in_a_helper_is_refused():
         return torch.stack(list(map(_row, [output] * len(lengths), range(len(lengths)), lengths.tolist())))
 
     assert_first_tier_rejected("08.last_valid_output", via_map, "grows with the batch")
+
+
+def _step_masks(output, lengths):
+    last = torch.zeros(output.shape[0], output.shape[2], dtype=output.dtype)
+    for t in range(output.shape[1]):  # one mask per time step
+        last = last + (lengths - 1 == t)[:, None] * output[:, t]
+    return last
+
+
+def test_last_valid_output_looping_over_time_in_a_helper_is_refused():
+    """The helper loops over T, not B: the count does not grow with the batch, but grows with T."""
+    out = torch.randn(3, 5, 2)
+    lengths = torch.tensor([5, 1, 3])
+    assert torch.equal(_step_masks(out, lengths), out[torch.arange(3), lengths - 1]), "the route must be right"
+
+    def via_helper(output, lengths):
+        return _step_masks(output, lengths)
+
+    assert_first_tier_rejected("08.last_valid_output", via_helper, "T=20", "loops over them")
 
 
 def test_lstm_cell_and_as_strided_shortcuts_are_refused():

@@ -386,6 +386,15 @@ def _test_make_windows(candidate) -> None:
         raise Hint(f"your function issues {few} tensor operations for 16 windows and {many} for 76: the count grows "
                    "with the number of windows, so something loops over them (a helper, map, or stacking slices).",
                    _GATHER_FIX)
+    # ... nor over the steps of a window or of its target (stacking T shifted slices of the series):
+    # the same 16 windows, with T = 9 instead of 3, or horizon = 8 instead of 2
+    for T, horizon in ((9, 2), (3, 8)):
+        count = ops_issued(candidate, torch.arange(10 + T + horizon, dtype=torch.float32), T, horizon, 1)
+        if count != few:
+            raise Hint(f"your function issues {few} tensor operations for 16 windows with T=3, horizon=2 and {count} "
+                       f"for 16 windows with T={T}, horizon={horizon}: the count grows with the length of a window "
+                       "or of its target, so something loops over the time steps (a helper, or stacking shifted slices).",
+                       _GATHER_FIX)
     # the windows must be picked out of the series tensor, not rebuilt from Python numbers (tolist()),
     # where no operator is issued per window and the count above cannot see a loop
     series = torch.arange(20, dtype=torch.float32).requires_grad_()
@@ -466,6 +475,11 @@ def _test_last_valid_output(candidate) -> None:
     if large != small:
         raise Hint(f"your function issues {small} tensor operations for B=2 and {large} for B=12: the count grows "
                    "with the batch, so something loops over the rows.", _PAIRED_INDEX_FIX)
+    # ... nor over the time steps (a mask per step, added up): the same B = 2 with T = 20 instead of 6
+    longer = ops_issued(candidate, torch.zeros(2, 20, 3), torch.tensor([1, 20]))
+    if longer != small:
+        raise Hint(f"your function issues {small} tensor operations for T=6 and {longer} for T=20: the count grows "
+                   "with the number of time steps, so something loops over them.", _PAIRED_INDEX_FIX)
     # the real use: equals h_n of a packed run of an LSTM
     g = torch.Generator().manual_seed(8)
     lengths = torch.tensor([6, 2, 4, 6, 1])
