@@ -63,7 +63,7 @@ def test_local_causal_mask_upper_triangle_fails():
         i, j = torch.arange(T).unsqueeze(1), torch.arange(T).unsqueeze(0)
         return (i <= j) & (j - i < window)
 
-    assert_two_tier("09.local_causal_mask", future, ["FUTURE"], ["swap the roles"])
+    assert_two_tier("09.local_causal_mask", future, ["FUTURE"], ["row (query) index", "column (key) index"])
 
 
 def test_local_causal_mask_off_by_one_fails():
@@ -83,6 +83,33 @@ def test_local_causal_mask_symmetric_band_fails():
         return (i - j).abs() < window
 
     assert_two_tier("09.local_causal_mask", band, ["later key"], ["j <= i"])
+
+
+def test_local_causal_mask_with_a_double_loop_fails():
+    def double_loop(T, window):
+        mask = torch.zeros(T, T, dtype=torch.bool)
+        for i in range(T):
+            for j in range(T):
+                mask[i, j] = 0 <= i - j < window
+        return mask
+
+    assert torch.equal(double_loop(7, 3), solution("09.local_causal_mask")(7, 3)), "the values must be right"
+    assert_two_tier("09.local_causal_mask", double_loop, ["`for` loop", "no Python loop"], ["broadcasting"])
+
+
+def _fill_rows(T, window):
+    mask = torch.zeros(T, T, dtype=torch.bool)
+    for i in range(T):
+        mask[i, max(0, i - window + 1) : i + 1] = True
+    return mask
+
+
+def test_local_causal_mask_with_a_loop_in_a_helper_fails():
+    def via_helper(T, window):
+        return _fill_rows(T, window)
+
+    assert torch.equal(via_helper(7, 3), solution("09.local_causal_mask")(7, 3)), "the values must be right"
+    assert_two_tier("09.local_causal_mask", via_helper, ["T=24", "grows with the sequence length"], ["broadcasting"])
 
 
 def test_local_causal_mask_float_fails():

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from . import Hint, Shortcut, exercise
+from .loops import ops_issued, python_loop
 
 # --------------------------------------------------------------------------
 # 09.local_causal_mask
@@ -52,10 +53,16 @@ def _as_bool_mask(result, T: int) -> torch.Tensor:
     "09.local_causal_mask",
     "return a bool [T, T] mask in F.scaled_dot_product_attention's convention (True = may attend) "
     "where query i may attend to key j when j <= i and i - j < window (itself and the window - 1 "
-    "keys before it).",
+    "keys before it), for all pairs at once (no Python loop).",
     reference=_local_causal_mask,
 )
 def _test_local_causal_mask(candidate) -> None:
+    _ALL_PAIRS = ("think of the mask as a function of the pair (i, j): tensors of query and key positions, "
+                  "combined by broadcasting, give every pair at once")
+    loop = python_loop(candidate)
+    if loop is not None:
+        raise Hint(f"your function has {loop}; this exercise asks for the whole [T, T] mask from tensor operations, "
+                   "with no Python loop over positions", _ALL_PAIRS)
     for T, window in [(7, 3), (7, 1), (6, 6), (5, 9), (8, 2)]:
         want = _local_causal_mask(T, window)
         got = _as_bool_mask(candidate(T, window), T)
@@ -70,7 +77,8 @@ def _test_local_causal_mask(candidate) -> None:
             raise Hint(
                 f"for T={T}, window={window} your mask lets queries attend to FUTURE keys: rows are queries "
                 "and columns are keys, so query i may see keys j <= i (the lower triangle)",
-                "swap the roles of i and j: i is the row (query) index, j the column (key) index",
+                "i is the row (query) index and j the column (key) index: check which of the two each of your "
+                "comparisons treats as the query",
             )
         if (got & ~torch.ones(T, T, dtype=torch.bool).tril()).any():
             raise Hint(f"for T={T}, window={window} some query may attend to a later key; a causal mask keeps j <= i",
@@ -85,6 +93,11 @@ def _test_local_causal_mask(candidate) -> None:
                 "a row of key positions by broadcasting, and keep the pairs that meet both of the conditions "
                 "the task text states",
             )
+    # no loop hidden in a helper: building the mask for T = 24 issues as many operators as for T = 8
+    short, long = ops_issued(candidate, 8, 3), ops_issued(candidate, 24, 3)
+    if short != long:
+        raise Hint(f"your function issues {short} tensor operations for T=8 and {long} for T=24: the count grows with "
+                   "the sequence length, so something loops over the positions", _ALL_PAIRS)
     # the plain causal mask is the special case window >= T
     if not torch.equal(_as_bool_mask(candidate(5, 5), 5), torch.ones(5, 5).tril().bool()):
         raise Hint("with window >= T the answer should be the plain causal mask",
