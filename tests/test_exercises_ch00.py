@@ -264,6 +264,19 @@ def _with_pytree_module(batch, device):
     return pytree.tree_unflatten([x.to(device) if isinstance(x, torch.Tensor) else x for x in leaves], spec)
 
 
+def _dicts_become_ordered_dicts(batch, device):
+    from collections import OrderedDict
+
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, dict):  # an OrderedDict passes isinstance(..., dict), but it is another type
+        return OrderedDict((k, _dicts_become_ordered_dicts(v, device)) for k, v in batch.items())
+    if isinstance(batch, (list, tuple)):
+        items = [_dicts_become_ordered_dicts(v, device) for v in batch]
+        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
+    return batch
+
+
 @pytest.mark.parametrize(
     ("wrong", "fragments"),
     [
@@ -272,6 +285,7 @@ def _with_pytree_module(batch, device):
         (_namedtuples_become_tuples, ("should stay a Box (a namedtuple), got tuple",)),
         (_with_pytree, ("walk over nested containers yourself", "tree_map_only")),
         (_with_pytree_module, ("walk over nested containers yourself", "tree_flatten")),
+        (_dicts_become_ordered_dicts, ("should stay a dict, got OrderedDict",)),
     ],
 )
 def test_to_device_more_wrong_answers_fail(wrong, fragments):
@@ -431,6 +445,12 @@ def _with_broadcast_to_and_flatten(batch, device, _structure=torch.utils._pytree
     return spec.unflatten([x.to(device) if isinstance(x, torch.Tensor) else x for x in leaves])
 
 
+def _with_fx_map_aggregate(batch, device):
+    from torch.fx.node import map_aggregate
+
+    return map_aggregate(batch, lambda x: x.to(device) if isinstance(x, torch.Tensor) else x)
+
+
 _LIBRARY_WALKS = [
     (_with_recursive_to, "torch.distributed.utils._recursive_to"),
     (_with_to_kwargs, "torch.distributed.utils._to_kwargs"),
@@ -446,10 +466,19 @@ _LIBRARY_WALKS = [
 @pytest.mark.parametrize(("walk", "name"), _LIBRARY_WALKS, ids=[name for _, name in _LIBRARY_WALKS])
 def test_to_device_library_walks_are_correct_but_refused(walk, name):
     """Each of these is a right answer (the checker's own test passes it unguarded), so only the guard stops it."""
-    from helpers.exercises import EXERCISES
+    from helpers.exercises import _get
 
-    EXERCISES["00.to_device"].test(walk)  # the same checks, without the shortcut guard: a correct walk
+    _get("00.to_device").test(walk)  # the same checks, without the shortcut guard: a correct walk
     assert_rejected("00.to_device", walk, "walk over nested containers yourself", name)
+
+
+def test_to_device_fx_map_aggregate_is_refused_as_a_walk():
+    """torch.fx's walk rebuilds dicts and lists as its immutable subclasses; it is refused for the walk itself."""
+    from torch.fx.immutable_collections import immutable_dict
+
+    assert isinstance(_with_fx_map_aggregate({"x": torch.ones(1)}, "cpu"), immutable_dict)
+    assert_rejected("00.to_device", _with_fx_map_aggregate, "walk over nested containers yourself",
+                    "torch.fx.node.map_aggregate")
 
 
 def _with_cxx_pytree(batch, device):

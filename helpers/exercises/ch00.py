@@ -266,9 +266,9 @@ def _compare(got, want, where: str, device: torch.device) -> None:
             )
         return
     if isinstance(want, dict):
-        if not isinstance(got, dict):
+        if type(got) is not type(want):  # exactly: a dict subclass (OrderedDict, defaultdict) is another kind
             raise Hint(
-                f"{where} should stay a dict, got {type(got).__name__}.",
+                f"{where} should stay a {type(want).__name__}, got {type(got).__name__}.",
                 "Check for a dict with isinstance and build a new dict from its items, with the same keys.",
             )
         if list(got) != list(want):
@@ -381,6 +381,12 @@ def _distributed_walks() -> tuple[str, ...]:
     return tuple(f"torch.distributed.utils.{name}" for name in ("_recursive_to", "_to_kwargs", "_apply_to_tensors"))
 
 
+#: torch.fx's walk over nested arguments: ``map_aggregate(batch, fn)`` rebuilds tuples (namedtuples
+#: included), lists and dicts around ``fn`` of every leaf, which is the whole exercise with
+#: ``fn = lambda t: t.to(device) if isinstance(t, torch.Tensor) else t``.
+_FX_WALKS = ("torch.fx.node.map_aggregate",)
+
+
 #: Lightning's walks over a batch (lazy, like _LIGHTNING_SEEDING): move_data_to_device does the whole
 #: exercise, apply_to_collection(batch, torch.Tensor, fn) the walk.
 _LIGHTNING_WALKS = tuple(
@@ -399,7 +405,7 @@ _LIGHTNING_WALKS = tuple(
     "nesting tensors and other values, with every tensor moved to device and everything else unchanged "
     "(write the walk over the containers yourself).",
     _to_device_reference,
-    shortcuts=(*_PYTREE_SHORTCUTS, *_distributed_walks(), *_LIGHTNING_WALKS),
+    shortcuts=(*_PYTREE_SHORTCUTS, *_distributed_walks(), *_FX_WALKS, *_LIGHTNING_WALKS),
     goal="the walk over nested containers",
     hint="Let the function call itself: a tensor is moved; a dict, list or tuple (or namedtuple) is rebuilt as "
          "the same type from its items, each passed through the function again; anything else comes back as it is.",
