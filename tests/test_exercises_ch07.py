@@ -141,6 +141,19 @@ def test_strip_prefix_hints_name_the_idea_not_the_fix():
             assert fix not in first and fix not in fuller, f"the hints should not paste the fix ({fix!r}): {first} / {fuller}"
 
 
+def test_strip_prefix_removing_a_repeated_prefix_fails():
+    def strip_all(key, prefix):
+        while key.startswith(prefix):
+            key = key[len(prefix):]
+        return key
+
+    def repeatedly(state_dict, prefix):
+        return OrderedDict((strip_all(k, prefix), v) for k, v in state_dict.items())
+
+    message = assert_rejected("07.strip_prefix", repeatedly, "again and again", "really named 'module'").message
+    assert "str.replace" not in message, message
+
+
 def test_strip_prefix_slicing_every_key_fails():
     def sliced(state_dict, prefix):
         return OrderedDict((k[len(prefix):], v) for k, v in state_dict.items())

@@ -213,6 +213,18 @@ def _test_strip_prefix(candidate) -> None:
             continue
         plain = key.replace("module.", "")
         stripped = key.lstrip("module.")
+        repeated = key
+        while repeated.startswith("module."):
+            repeated = repeated[len("module."):]
+        # Checked before str.replace: both turn "module.module.bias" into "bias", but an answer using
+        # replace has already failed on the key before it ("module.mlp.submodule.weight").
+        if repeated in got and repeated != expected:
+            raise Hint(
+                f"{key!r} became {repeated!r}: the prefix was removed again and again while the key still "
+                "started with it, but this model has a submodule really named 'module', so only the first "
+                "occurrence is the wrapper's.",
+                "Remove the prefix once per key: a single check of the start of the key, not a loop.",
+            )
         if plain in got and plain != expected:
             raise Hint(
                 f"{key!r} became {plain!r}: str.replace removes 'module.' everywhere in the key, also inside "
