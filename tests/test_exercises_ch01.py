@@ -75,9 +75,27 @@ def _returns_float32(x, dim):
     return (e / e.sum(dim=dim, keepdim=True)).float()
 
 
+def _flattens_with_view(x, dim):  # right on contiguous memory; view() cannot merge a permuted tensor's dims
+    if dim not in (-1, x.dim() - 1):
+        e = (x - x.amax(dim=dim, keepdim=True)).exp()
+        return e / e.sum(dim=dim, keepdim=True)
+    flat = x.view(-1, x.shape[-1])
+    e = (flat - flat.amax(dim=1, keepdim=True)).exp()
+    return (e / e.sum(dim=1, keepdim=True)).view(x.shape)
+
+
+def _assumes_finite_logits(x, dim):  # a coverage test: the checker must pass masked (-inf) logits
+    if not torch.isfinite(x).all():
+        raise ValueError("masked logits are not supported")
+    e = (x - x.amax(dim=dim, keepdim=True)).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
 @pytest.mark.parametrize(
     ("wrong", "fragment"),
     [
+        (_flattens_with_view, "view size is not compatible"),
+        (_assumes_finite_logits, "masked logits are not supported"),
         (_no_keepdim, "removes that dimension"),
         (_keepdim_for_the_max_only, "removes that dimension"),
         (_no_max_subtracted, "overflowed"),

@@ -121,9 +121,12 @@ def _test_pairwise_sq_dists(pairwise_sq_dists: Callable) -> None:
                    "pair (i, j) at once, with no Python loops.", _BROADCAST_FIX)
     g = torch.Generator().manual_seed(0)
     # (N, M, D): square, N != M, D = 1, a single row, and a larger case.
-    for n, m, d in [(3, 3, 2), (4, 6, 3), (5, 2, 1), (1, 7, 4), (40, 30, 16)]:
+    # The last case passes transposed views (not contiguous in memory: .view() on them raises).
+    for n, m, d in [(3, 3, 2), (4, 6, 3), (5, 2, 1), (1, 7, 4), (40, 30, 16), (6, 5, 3)]:
         a = torch.randn(n, d, generator=g, dtype=torch.float64)
         b = torch.randn(m, d, generator=g, dtype=torch.float64)
+        if (n, m, d) == (6, 5, 3):
+            a, b = torch.randn(d, n, generator=g, dtype=torch.float64).T, torch.randn(d, m, generator=g, dtype=torch.float64).T
         want = torch.cdist(a, b) ** 2  # from the originals, before the candidate sees any tensor
         got = _run_untouched(pairwise_sq_dists, (a, b), f"a {(n, d)} and b {(m, d)}")
         _expect_tensor(got, "pairwise_sq_dists(a, b)")
@@ -606,6 +609,12 @@ def _test_softmax(softmax: Callable) -> None:
         ("x of shape [2, 3, 5], dim=-1", torch.randn(2, 3, 5, generator=g, dtype=torch.float64), -1),
         ("x of shape [2, 3, 5], dim=1", torch.randn(2, 3, 5, generator=g, dtype=torch.float64), 1),
         ("float32 logits up to 1000, dim=1", torch.tensor([[1000.0, 999.0, 998.0, 0.0], [-1000.0, -1001.0, 50.0, 60.0]]), 1),
+        # a permuted view: not contiguous in memory, so merging its dimensions with .view() raises
+        ("a permuted (non-contiguous) x of shape [2, 3, 5], dim=-1",
+         torch.randn(3, 5, 2, generator=g, dtype=torch.float64).permute(2, 0, 1), -1),
+        # masked logits, as in attention: exp(-inf) = 0, so a masked entry gets probability exactly 0
+        ("logits with -inf (masked) entries, dim=1",
+         torch.tensor([[2.0, float("-inf"), 1.0], [float("-inf"), 0.5, float("-inf")]], dtype=torch.float64), 1),
     ]
     for label, x, dim in cases:
         want = torch.softmax(x, dim=dim)
