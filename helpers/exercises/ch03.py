@@ -621,7 +621,8 @@ def _depth_note(model: nn.Module, name: str) -> str:
     "03.init_for_relu",
     "write init_for_relu(model): for every nn.Linear and nn.Conv2d in model, at any depth, draw the "
     "weight with Kaiming (He) initialisation for ReLU (std sqrt(2 / fan_in), where fan_in is "
-    "in_features for a Linear and in_channels x kernel height x kernel width for a Conv2d) and set "
+    "in_features for a Linear and in_channels x kernel height x kernel width for a Conv2d; the normal and "
+    "the uniform form both have that std, and either passes) and set "
     "the bias, where there is one, to zero; leave every other layer alone (parameters and buffers), "
     "change the parameters in place and return model.",
     reference=init_for_relu,
