@@ -26,7 +26,11 @@
 # - why `torch.load(weights_only=True)`, the default since PyTorch 2.6,
 #   matters: a crafted file is refused, demonstrated with a harmless payload;
 #   `torch.serialization.add_safe_globals` for your own trusted types;
+# - `safetensors`, the format for weights you share with other people: no
+#   pickle at all, so loading cannot run code;
 # - `map_location`: loading a GPU checkpoint on a CPU-only machine;
+# - loading a big model without a second copy in memory: the `meta`
+#   device, `torch.load(mmap=True)` and `load_state_dict(assign=True)`;
 # - atomic writes (a temporary file, `fsync`, `os.replace`) and checksums;
 # - a full checkpoint: model, optimizer, scheduler, `GradScaler`, step,
 #   random-generator states and the data order;
@@ -51,6 +55,9 @@ LR = 3e-3  # AdamW's peak learning rate under a one-cycle schedule
 CHECKPOINT_EVERY = 30  # save a checkpoint every this many optimizer steps (and after the last)
 KEEP_LAST = 3  # keep only this many newest checkpoints
 CRASH_AT = 230  # the first run "crashes" just before this step (0-based); must be >= CHECKPOINT_EVERY
+GROWTH_INTERVAL = 20  # GradScaler doubles its loss scale after this many steps without inf/nan (default 2000)
+MIN_SKIPPED = 2  # the fp16 run should skip at least this many steps for overflowing gradients
+BIG_WIDTH = 2048  # the model of the mmap section: two BIG_WIDTH x BIG_WIDTH linear layers (2048: 32 MiB)
 SEED = 0
 
 # %% [markdown]
@@ -61,9 +68,11 @@ import copy
 import dataclasses
 import io
 import itertools
+import json
 import os
 import pickle
 import re
+import struct
 import sys
 import tempfile
 import time
@@ -74,8 +83,12 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+import psutil
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers.checkpoint import (
@@ -357,6 +370,81 @@ print("after add_safe_globals:", torch.load(config_file)["config"])
 # a plain dict, and rebuild the dataclass after loading. The checkpoints
 # below do that.
 #
+# ### `safetensors`: weights for other people
+#
+# `weights_only=True` makes a pickle safe by refusing most of what pickle
+# can do. The `safetensors` format (from Hugging Face, a common format for
+# models published on its Hub) avoids pickle altogether: a file is an
+# 8-byte length, a JSON header with each tensor's name, dtype, shape and
+# byte range, then the raw bytes. A reader parses JSON and copies bytes;
+# there are no instructions that could call a function. Use it when you
+# publish weights or load weights that someone else published; keep
+# `torch.save` for your own training checkpoints, which also hold the
+# optimizer's nested state, numbers and strings.
+#
+# `save_file` takes a flat dict of tensors (the `state_dict`) and an
+# optional `metadata` dict of strings; `load_file` returns the dict:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+st_file = work / "mlp_weights.safetensors"
+save_file(model.state_dict(), st_file, metadata={"hidden": "128", "source": "chapter 14"})
+header_bytes = struct.unpack("<Q", st_file.read_bytes()[:8])[0]  # the first 8 bytes: the header's length
+header = json.loads(st_file.read_bytes()[8 : 8 + header_bytes])
+for key, entry in header.items():
+    print(f"{key:14s} {dict(sorted(entry.items()))}")  # sorted: the metadata's order is not fixed
+
+from_st = load_file(st_file)
+st_equal = from_st.keys() == model.state_dict().keys() and all(torch.equal(from_st[k], v) for k, v in model.state_dict().items())
+print("load_file gives back the same tensors:", st_equal)
+print("into the model:", restored.load_state_dict(from_st))  # the same load_state_dict as for a torch.save file
+
+# %% [markdown]
+# `safe_open` reads the header and hands out one tensor at a time, which is
+# how a big model can be loaded shard by shard:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+with safe_open(st_file, framework="pt") as f:
+    print("keys:", list(f.keys()), "metadata:", dict(sorted(f.metadata().items())))
+    one = f.get_tensor("net.3.bias")
+print("net.3.bias alone:", tuple(one.shape), torch.equal(one, model.net[3].bias))
+
+# %% [markdown]
+# The price of the safety is that the format holds tensors and strings
+# only. A dataclass, a number, or the crafted `Payload` from above is
+# refused when you save, and so are two names that share one storage
+# (tied weights: save one of them, or use `safetensors.torch.save_model`):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+st_refusals = {}
+tied = torch.ones(3)
+for what, obj in [("a dataclass", {"config": TrainConfig(LR, BATCH_SIZE, HIDDEN)}), ("a number", {"step": 300}),
+                  ("the crafted Payload", {"surprise": Payload()}), ("two names, one storage", {"a": tied, "b": tied})]:
+    try:
+        save_file(obj, work / "refused.safetensors")
+        st_refusals[what] = None
+    except (ValueError, TypeError, RuntimeError) as err:
+        st_refusals[what] = err
+        print(f"{what:23s} {type(err).__name__}: {' '.join(str(err).split())[:90]}")
+
+# %%
+w_start, w_end = header["net.1.weight"]["data_offsets"]
+assert header["net.1.weight"]["dtype"] == "F32" and w_end - w_start == 128 * 784 * 4, "the header should give dtype and byte range"
+assert os.path.getsize(st_file) == 8 + header_bytes + max(e["data_offsets"][1] for k, e in header.items() if k != "__metadata__"), (
+    "the file should be the length, the header and the raw bytes, nothing else"
+)
+assert header["__metadata__"] == {"hidden": "128", "source": "chapter 14"}, "the metadata should be stored as given"
+assert st_equal, "a safetensors round trip should give back the exact tensors"
+assert all(err is not None for err in st_refusals.values()), f"safetensors should refuse non-tensors and shared storage: {st_refusals}"
+assert not (work / "refused.safetensors").exists(), "a refused save should not leave a file"
+
+# %% [markdown]
+# So there are two safe paths: `safetensors` when only tensors travel, and
+# `torch.load(weights_only=True)` when the file must also hold the plain
+# Python values of a training checkpoint.
+#
 # ## `map_location`: a GPU checkpoint on a CPU machine
 #
 # Each tensor storage in the file records the device it was saved from,
@@ -365,15 +453,15 @@ print("after add_safe_globals:", torch.load(config_file)["config"])
 # to put the storages instead: a device (`"cpu"`, `torch.device("cuda:0")`),
 # a dict that renames devices (`{"cuda:1": "cuda:0"}`), or a function.
 #
-# This machine may have no GPU, so where there is none we make a file that
-# *claims* its tensor was on `cuda:0`, by swapping the function that
-# `torch.save` asks for each storage's device tag. The file is then the
-# same as one saved from a GPU:
+# With an accelerator (`device` is not the CPU), the cell saves a tensor
+# from it. Without one, it makes a file that *claims* its tensor was on
+# `cuda:0`, by swapping the function that `torch.save` asks for each
+# storage's device tag. The file is then the same as one saved from a GPU:
 
 # %%
 gpu_file = work / "from_gpu.pt"
-if torch.cuda.is_available():
-    torch.save({"weight": torch.arange(4.0, device="cuda")}, gpu_file)
+if device.type != "cpu":
+    torch.save({"weight": torch.arange(4.0, device=device)}, gpu_file)
 else:
     real_location_tag = torch.serialization.location_tag
     torch.serialization.location_tag = lambda storage: "cuda:0"  # pretend every storage lives on the GPU
@@ -396,7 +484,7 @@ print("map_location='cpu':", on_cpu["weight"], "on", on_cpu["weight"].device)
 assert on_cpu["weight"].device.type == "cpu" and torch.equal(on_cpu["weight"], torch.arange(4.0)), (
     "map_location='cpu' should bring the saved values onto the CPU"
 )
-assert torch.cuda.is_available() or map_error is not None, "without CUDA the plain load should fail"
+assert device.type != "cpu" or map_error is not None, "without the GPU the plain load should fail"
 
 # %% [markdown]
 # A good habit is to always load with `map_location="cpu"` and then move
@@ -405,6 +493,115 @@ assert torch.cuda.is_available() or map_error is not None, "without CUDA the pla
 # copies values into the model's existing tensors, wherever they are, so
 # the loaded dict may be on any device. (`helpers.checkpoint.load_checkpoint`
 # uses `map_location="cpu"` by default.)
+#
+# ## Big models: loading without a second copy
+#
+# The usual recipe, build the model and then `load_state_dict(torch.load(path))`,
+# holds the weights **twice**: once as the freshly initialised parameters,
+# once as the loaded dict, until `load_state_dict` has copied one into the
+# other. For a model that barely fits in memory, that is the difference
+# between loading and crashing. Three tools remove both extra copies:
+#
+# - `with torch.device("meta"):` builds the model on the **meta** device,
+#   whose tensors have shapes and dtypes but no memory and no values: the
+#   random initialisation is skipped;
+# - `torch.load(path, mmap=True)` maps the file into memory instead of
+#   reading it: a tensor's bytes come from the file (through the operating
+#   system's page cache) only when they are touched;
+# - `load_state_dict(sd, assign=True)` makes the loaded tensors the model's
+#   parameters instead of copying them into the existing ones (which would
+#   be impossible anyway: a meta tensor has no memory to copy into).
+#
+# We measure it on a model of two `BIG_WIDTH` x `BIG_WIDTH` layers, with
+# the process's **anonymous** memory: its resident memory (RSS) minus the
+# pages that come from files. The memory-mapped weights are file pages,
+# shared with the page cache, so they do not count as a copy that this
+# process made.
+
+
+# %%
+def anonymous_mib():
+    """This process's resident memory that is not backed by a file, in MiB (psutil; Linux has the split)."""
+    info = psutil.Process().memory_info()
+    return (info.rss - getattr(info, "shared", 0)) / 2**20
+
+
+def make_big():
+    return nn.Sequential(nn.Linear(BIG_WIDTH, BIG_WIDTH), nn.ReLU(), nn.Linear(BIG_WIDTH, BIG_WIDTH))
+
+
+torch.manual_seed(SEED)
+big_file = work / "big_weights.pt"
+big_reference = make_big().state_dict()
+torch.save(big_reference, big_file)
+big_mib = os.path.getsize(big_file) / 2**20
+
+usual = {}  # anonymous memory above the starting point, after each step of the usual recipe
+start_mib = anonymous_mib()
+big_model = make_big()
+usual["model built"] = anonymous_mib() - start_mib
+big_sd = torch.load(big_file, weights_only=True)
+usual["file loaded"] = anonymous_mib() - start_mib
+big_model.load_state_dict(big_sd)
+del big_sd
+usual["state_dict copied in"] = anonymous_mib() - start_mib
+del big_model
+
+lean = {}
+start_mib = anonymous_mib()
+with torch.device("meta"):
+    lean_model = make_big()
+lean["model built"] = anonymous_mib() - start_mib
+meta_before = all(p.is_meta for p in lean_model.parameters())
+lean_sd = torch.load(big_file, mmap=True, weights_only=True)
+lean["file loaded"] = anonymous_mib() - start_mib
+lean_model.load_state_dict(lean_sd, assign=True)
+lean["state_dict copied in"] = anonymous_mib() - start_mib
+lean_out = lean_model(torch.ones(2, BIG_WIDTH))  # reads every weight from the mapped file
+lean["after a forward pass"] = anonymous_mib() - start_mib
+
+print(f"file: {big_mib:.1f} MiB; anonymous memory grown by (MiB):")
+print(f"{'':22s} {'usual':>7s} {'meta + mmap + assign':>21s}")
+for step in lean:
+    print(f"{step:22s} {f'{usual[step]:.1f}' if step in usual else '-':>7s} {lean[step]:21.1f}")
+print("parameters on the meta device before loading:", meta_before)
+
+# %% [markdown]
+# Where do the parameters live now? On Linux, `/proc/self/maps` lists
+# every memory mapping of the process; the weights' addresses should lie
+# inside the one of the checkpoint file, and each parameter should be the
+# very tensor that `torch.load` returned:
+
+# %%
+if sys.platform == "linux":
+    file_ranges = [tuple(int(h, 16) for h in line.split()[0].split("-"))
+                   for line in Path("/proc/self/maps").read_text().splitlines() if line.endswith(os.path.realpath(big_file))]
+    in_file = all(any(lo <= p.data_ptr() < hi for lo, hi in file_ranges) for p in lean_model.parameters())
+    print(f"mappings of {big_file.name}: {len(file_ranges)}; every parameter inside one: {in_file}")
+same_tensor = all(p.data_ptr() == lean_sd[name].data_ptr() for name, p in lean_model.named_parameters())
+lean_equal = all(torch.equal(lean_model.state_dict()[k], v) for k, v in big_reference.items())
+print(f"parameters are the loaded tensors (no copy): {same_tensor}; values equal to the saved ones: {lean_equal}")
+trainable = all(isinstance(p, nn.Parameter) and p.requires_grad for p in lean_model.parameters())
+print("still trainable parameters:", trainable)
+
+# %%
+assert usual["file loaded"] > 1.5 * big_mib, f"the usual recipe should hold two copies ({usual}, file {big_mib:.1f} MiB)"
+assert sys.platform != "linux" or max(lean.values()) < 0.1 * big_mib, f"meta + mmap + assign should make no copy of the weights ({lean})"
+assert meta_before, "a model built under torch.device('meta') should have only meta parameters"
+assert same_tensor and lean_equal and trainable, "assign=True should make the memory-mapped tensors the (trainable) parameters"
+assert sys.platform != "linux" or in_file, "the parameters should live inside the file's memory mapping"
+del lean_model, lean_sd, lean_out, big_reference
+
+# %% [markdown]
+# The usual recipe peaked at two copies; the lean one made none, and the
+# forward pass read the weights straight from the mapped file. Two
+# details: `mmap=True` needs the zip format that `torch.save` writes by
+# default, and the mapping is private (copy-on-write): training the model
+# copies each page it changes into the process and never writes to the
+# file. Buffers that are not in the `state_dict` (non-persistent ones)
+# stay on the meta device and must be set by hand. Moving the model to a
+# GPU with `.to(device)` copies the weights there as usual; the saving is
+# in CPU memory.
 #
 # ## Atomic writes: never lose the last good file
 #
@@ -505,9 +702,9 @@ assert not list(work.glob(".latest.pt.*")), "no temporary file should be left be
 # | what | why |
 # | --- | --- |
 # | `model.state_dict()` | the weights and buffers |
-# | `optimizer.state_dict()` | AdamW's running averages of the gradients and their squares, and its step count; without them the next steps are much larger than they should be |
+# | `optimizer.state_dict()` | AdamW's running averages of the gradients and their squares, and its step count; without them the first steps after resuming behave like the first steps of a new run |
 # | `scheduler.state_dict()` | where the learning rate is in its schedule; a fresh scheduler starts the warm-up again |
-# | `scaler.state_dict()` | `torch.amp.GradScaler`'s current loss scale (fp16 training on a GPU); an empty dict when it is disabled, as on a CPU |
+# | `scaler.state_dict()` | `torch.amp.GradScaler`'s current loss scale and how many steps it has gone without an overflow (fp16 training); an empty dict when it is disabled |
 # | the step (and epoch) | where to continue |
 # | random-generator states | dropout masks and augmentation draw from the global generators (Python, NumPy, torch, CUDA) |
 # | the data order | which samples the rest of the epoch will still see |
@@ -562,16 +759,22 @@ def batches_from(step):
 # ### Training with checkpoints
 #
 # The model, optimizer, scheduler and scaler are built by one function, so
-# that a "new process" after a crash can build them again. On a GPU the
-# step runs in fp16 under `torch.autocast` with a `GradScaler` (chapter 15
-# explains both); on a CPU both are disabled, but the scaler is still
-# created and saved, so the same code works on either.
+# that a "new process" after a crash can build them again. The step runs
+# in float16 under `torch.autocast` with a `torch.amp.GradScaler` (chapter
+# 15 explains both) on every device, the CPU included. On a CPU that is
+# unusual (bfloat16, the CPU's usual low precision, needs no scaler); we
+# do it so that the scaler has a state worth saving. The scaler multiplies
+# the loss by its *scale* before `backward`; when a gradient overflows to
+# `inf`, it skips that optimizer step and halves the scale, and after
+# `growth_interval` steps without an overflow it doubles the scale. With
+# `GROWTH_INTERVAL` = 20 instead of the default 2000, this short run goes
+# through that cycle several times, as a long run does.
 
 # %%
-use_amp = device.type == "cuda"
-print("mixed precision (fp16 + GradScaler):", "on" if use_amp else f"off: no CUDA device here ({device.type})")
-if use_amp:  # a skipped fp16 step (inf gradients) makes the scheduler step without an optimizer step: expected
-    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()` before `optimizer.step()`")
+use_amp = True  # set False to train in float32 (the scaler is then disabled and its state is {})
+print(f"mixed precision (fp16 autocast + GradScaler) on {device.type}:", "on" if use_amp else "off")
+# a skipped fp16 step (inf gradients) makes the scheduler step without an optimizer step: expected
+warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()` before `optimizer.step()`")
 
 
 def make_training(init_seed):
@@ -580,7 +783,7 @@ def make_training(init_seed):
     model = MLP(hidden=HIDDEN, dropout=DROPOUT).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=LR, total_steps=total_steps)
-    scaler = torch.amp.GradScaler(device.type, enabled=use_amp)
+    scaler = torch.amp.GradScaler(device.type, growth_interval=GROWTH_INTERVAL, enabled=use_amp)
     return model, optimizer, scheduler, scaler
 
 
@@ -602,10 +805,12 @@ class SimulatedCrash(Exception):
     pass
 
 
-def train(model, optimizer, scheduler, scaler, losses, start_step=0, crash_at=None, checkpoint_dir=None, data_from=None):
+def train(model, optimizer, scheduler, scaler, losses, start_step=0, crash_at=None, checkpoint_dir=None, data_from=None,
+          scales=None):
     """Train from start_step to the end; losses[step] = that step's loss. Optionally checkpoint, or crash.
 
     data_from: take the batches from this step's position instead (only for a broken resume, below).
+    scales: if a dict, scales[step] = the loss scale that step used.
     """
     model.train()
     data = batches_from(start_step if data_from is None else data_from)
@@ -616,6 +821,8 @@ def train(model, optimizer, scheduler, scaler, losses, start_step=0, crash_at=No
         with torch.autocast(device.type, dtype=torch.float16, enabled=use_amp):
             loss = F.cross_entropy(model(x), y)
         optimizer.zero_grad(set_to_none=True)
+        if scales is not None:
+            scales[step] = scaler.get_scale()
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
@@ -630,12 +837,18 @@ def train(model, optimizer, scheduler, scaler, losses, start_step=0, crash_at=No
 # First the reference: one uninterrupted run, no checkpoints.
 
 # %%
-start = time.perf_counter()
-reference_losses = {}
-train(*make_training(init_seed=SEED), reference_losses)
-run_seconds = time.perf_counter() - start
-print(f"uninterrupted: {len(reference_losses)} steps in {run_seconds:.1f} s, "
+reference_losses, reference_scales = {}, {}
+train(*make_training(init_seed=SEED), reference_losses, scales=reference_scales)
+scale_list = [reference_scales[s] for s in range(total_steps)]
+skipped = sum(later < now for now, later in itertools.pairwise(scale_list))  # a halved scale = a skipped step
+print(f"uninterrupted: {len(reference_losses)} steps, "
       f"loss {reference_losses[0].item():.3f} -> {reference_losses[total_steps - 1].item():.3f}")
+print(f"loss scale: {scale_list[0]:.0f} at the start, between {min(scale_list):.0f} and {max(scale_list):.0f}; "
+      f"{skipped} optimizer steps skipped for inf/nan gradients")
+_ = report.record("fp16 steps skipped by the GradScaler", skipped, f"/{total_steps}")
+assert not use_amp or (skipped >= MIN_SKIPPED and max(scale_list) > scale_list[0]), (
+    f"with GROWTH_INTERVAL={GROWTH_INTERVAL} the scale should both grow and back off ({skipped} skipped steps)"
+)
 
 # %% [markdown]
 # Now the same run, with the same seed, checkpointing every
@@ -738,7 +951,8 @@ def resume_without(left_out):
         optimizer.load_state_dict(checkpoint["optimizer"])
     if left_out != "scheduler state":
         scheduler.load_state_dict(checkpoint["scheduler"])
-    scaler.load_state_dict(checkpoint["scaler"])
+    if left_out != "GradScaler state":
+        scaler.load_state_dict(checkpoint["scaler"])
     if left_out != "random-generator states":
         set_rng_state(checkpoint["rng"])
     losses = {}
@@ -748,7 +962,10 @@ def resume_without(left_out):
 
 
 partial = {}
-left_outs = ["random-generator states", "scheduler state", "optimizer state", "data position (restart the epoch)"]
+left_outs = ["random-generator states", "scheduler state", "optimizer state", "GradScaler state",
+             "data position (restart the epoch)"]
+if not use_amp:  # a disabled scaler has no state to forget
+    left_outs.remove("GradScaler state")
 if resume_step % steps_per_epoch == 0:  # resumed at the start of an epoch: there is nothing to skip
     left_outs.remove("data position (restart the epoch)")
 print(f"{'left out':36s} {'first difference':>16s} {'final loss':>11s}  (uninterrupted: {reference[-1].item():.4f})")
@@ -764,18 +981,31 @@ for left_out in left_outs:
     print(f"{left_out:36s} {first if first is not None else 'none':>16} {losses[-1].item():11.4f}")
     key = left_out.split(" (")[0]
     _ = report.record(f"resume without {key}: first differing step", first if first is not None else -1)
+if use_amp:
+    print(f"loss scale in the checkpoint: {checkpoint['scaler']['scale']:.0f} "
+          f"({checkpoint['scaler']['_growth_tracker']} steps since its last change); "
+          f"a fresh GradScaler starts at {torch.amp.GradScaler(device.type).get_scale():.0f}")
 
 # %%
 for left_out, first in partial.items():
     assert first is not None and first <= resume_step + 1, f"leaving out the {left_out} should change the first or second resumed step"
+assert not use_amp or checkpoint["scaler"]["scale"] != torch.amp.GradScaler(device.type).get_scale(), (
+    "the saved loss scale should differ from a fresh scaler's"
+)
 for left_out in {"random-generator states", "data position (restart the epoch)"} & set(partial):
     assert partial[left_out] == resume_step, f"leaving out the {left_out} should change the very first resumed loss"
+for left_out in {"scheduler state", "optimizer state", "GradScaler state"} & set(partial):
+    assert partial[left_out] == resume_step + 1, f"leaving out the {left_out} should first change the second resumed loss"
 
 # %% [markdown]
 # Every omission shows within one step. A different dropout mask or a
-# different batch changes the very first resumed loss; the optimizer's and
-# the scheduler's state only act on the *update* after that loss, so their
-# damage shows one step later. From then on the runs drift apart. None of these raises an error: a resumed run that is merely
+# different batch changes the very first resumed loss; the optimizer's,
+# the scheduler's and the scaler's state only act on the *update* after
+# that loss, so their damage shows one step later. The scaler's case is
+# the least obvious: the fresh scaler multiplies the loss by a different
+# power of two, so in `backward` other small fp16 gradients can round
+# differently or underflow to zero, and other steps can overflow and be
+# skipped. From then on the runs drift apart. None of these raises an error: a resumed run that is merely
 # "about as good" hides them. The exact comparison above is cheap and is
 # worth keeping as a test for your own training code.
 #
@@ -907,8 +1137,9 @@ assert torch.equal(best_copy["net.1.weight"], before), "the deepcopy should keep
 #
 # ### 3. Loading a disabled `GradScaler`'s state into an enabled one
 #
-# A checkpoint written on a CPU (scaler disabled) holds `scaler: {}`.
-# Resume it on a GPU where the scaler is enabled, and:
+# A checkpoint written by a run with the scaler disabled (float32 or
+# bfloat16 training, or `use_amp = False` above) holds `scaler: {}`.
+# Resume it with the scaler enabled for fp16, and:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1014,6 +1245,13 @@ result = check("14.resume", resume)
 #   your own trusted types with `torch.serialization.add_safe_globals`, or
 #   store plain dicts instead; `get_unsafe_globals_in_checkpoint` inspects a
 #   file without loading it.
+# - Share weights as `safetensors` (`save_file`/`load_file`): a JSON header
+#   and raw bytes, no pickle, so loading cannot run code; it holds only
+#   tensors and string metadata, and refuses anything else when saving.
+# - To load a big model without a second copy, build it under
+#   `torch.device("meta")`, load with `torch.load(path, mmap=True)` and
+#   `load_state_dict(sd, assign=True)`: here the usual recipe grew the
+#   process by two copies of the weights at its peak, the lean one by none.
 # - `map_location="cpu"` loads a GPU checkpoint anywhere; move the model
 #   afterwards.
 # - Write checkpoints atomically (temporary file in the same folder, `fsync`,
