@@ -15,9 +15,10 @@
 # # 15 · Mixed precision, stability and reproducibility
 #
 # Three practical concerns of every real training run. **Mixed precision**
-# does most of the arithmetic in a 16-bit float format, which halves memory
-# traffic and, on hardware built for it, multiplies the speed, while keeping
-# the results of a float32 run. **Stability** is about the updates that go
+# does most of the arithmetic in a 16-bit float format, which halves the
+# bytes moved per value and, on hardware with 16-bit matrix units, runs
+# faster, while keeping the results of a float32 run (here: the same test
+# accuracy, measured). **Stability** is about the updates that go
 # wrong: gradients that explode, and the gradient clipping that tames them;
 # with it comes gradient accumulation, which trains with a batch larger than
 # fits in memory. **Reproducibility** is getting the very same numbers twice,
@@ -28,15 +29,19 @@
 #   how float16 overflows and underflows;
 # - `torch.amp.autocast`: bfloat16 on the CPU, float16 on CUDA, and which
 #   operations run in which dtype, *measured*;
-# - why `torch.amp.GradScaler` exists, and its `scale`, `unscale_`, `step`
+# - why `torch.amp.GradScaler` exists (float16 flushing the gradients of a
+#   trained network to zero, measured), and its `scale`, `unscale_`, `step`
 #   and `update`;
-# - training on MNIST with bfloat16 autocast against float32: curves,
-#   accuracy, and honest timings;
+# - training on MNIST with bfloat16 autocast, and with float16 autocast
+#   plus GradScaler, against float32: curves, accuracy, and honest timings;
 # - `clip_grad_norm_` and the norm it returns, an exploding-gradient demo,
 #   and `error_if_nonfinite`;
 # - gradient accumulation, and why BatchNorm breaks its equivalence;
-# - deterministic algorithms, seeding, `DataLoader` seeding, and two
-#   training runs that agree to the last bit;
+# - deterministic algorithms (and an operation that refuses to run under
+#   them), seeding, `DataLoader` seeding, two training runs that agree to
+#   the last bit, and what still varies: the thread count;
+# - TF32 (`set_float32_matmul_precision`, `fp32_precision`) and
+#   `cudnn.benchmark`, and what they trade away;
 # - the deprecated `torch.cuda.amp` spelling, and other pitfalls.
 #
 # **Prerequisites:** chapters 02 to 06 (autograd, `nn.Module`, the training
@@ -54,6 +59,9 @@ AMP_ACCURACY_TOLERANCE = 0.015  # largest allowed |accuracy(float32) - accuracy(
 CLIP_STEPS = 150  # steps of the exploding-gradient demo
 RNN_LR = 0.05  # its SGD learning rate
 MAX_NORM = 1.0  # the clipping threshold of the demo
+UNDERFLOW_BATCH = 512  # samples in the float16 underflow measurement (cross_entropy divides by it)
+UNDERFLOW_MIN_SHARE = 0.1  # least share of logit gradients float16 must flush to 0 without scaling (trained MLP)
+UNDERFLOW_MAX_SCALED = 0.03  # largest share still flushed with GradScaler's scale
 ACCUM_K = 4  # micro-batches in the accumulation demo
 REPRO_SAMPLES = 1024  # training images in each reproducibility run
 REPRO_EPOCHS = 2  # epochs of each reproducibility run
@@ -174,6 +182,7 @@ lost_scaled = ((grads * 2**16).half() == 0).float().mean().item()
 print(f"{len(grads):,} non-zero gradient entries, |g| from {grads.min():.2g} to {grads.max():.2g}")
 print(f"below float16's smallest normal ({fp16.smallest_normal:.2g}): {below_normal:.1%}")
 print(f"flushed to 0 when cast to float16: {lost:.2%};  after multiplying by 2**16 first: {lost_scaled:.2%}")
+assert below_normal > 0.01, "a measurable share of the gradients should sit below float16's smallest normal"
 assert grads.max() * 2**16 < fp16.max, "the largest gradient, scaled by 2**16, should still fit float16"
 
 fig, ax = plt.subplots(figsize=(9, 3))
@@ -188,10 +197,12 @@ ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# With a float32 network only the rare tiny gradient is lost in float16,
-# but the ones below the red dashed line keep fewer significant bits, and
-# later in training, as the loss falls, gradients shrink further. The cure
-# is **loss scaling**: multiply the loss by a large factor (say 2**16)
+# At this first step almost nothing is flushed to zero (the line above
+# says how much), but the entries below the red dashed line keep fewer
+# significant bits. Later in training, as the loss falls, gradients
+# shrink: a network that predicts well has gradients of its logits near
+# zero, and in float16 many of them become exactly zero. We measure that
+# on the trained network below. The cure is **loss scaling**: multiply the loss by a large factor (say 2**16)
 # before `backward()`, so that every gradient is 2**16 times larger and
 # clear of the underflow zone, then divide the gradients by the same factor
 # in float32 before the optimizer step. There are almost 16 powers of two
@@ -368,8 +379,8 @@ print(f"a step with an inf gradient: skipped = {skipped}, scale halved to {scale
 assert skipped and scaler.get_scale() == 2.0**15, "an inf gradient should skip the step and halve the scale"
 
 # %% [markdown]
-# With float16 on CUDA, the same loop trains a real network; the MNIST
-# section below does it when a GPU is present.
+# With float16 autocast the same loop trains a real network; the MNIST
+# section below does it, on the CPU here and on CUDA where a GPU is present.
 #
 # ## Training with bfloat16 autocast
 #
@@ -383,7 +394,7 @@ assert skipped and scaler.get_scale() == 2.0**15, "an inf gradient should skip t
 
 # %%
 def train_mnist(autocast_dtype=None, device_type="cpu", scaler=None):
-    """AMP_STEPS steps of Adam on MNIST; returns (per-step losses, test accuracy, seconds)."""
+    """AMP_STEPS steps of Adam on MNIST; returns (per-step losses, test accuracy, seconds, trained model)."""
     torch.manual_seed(SEED)
     model = MLP(784, HIDDEN, 10, dropout=0.0).to(device_type)
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
@@ -407,11 +418,11 @@ def train_mnist(autocast_dtype=None, device_type="cpu", scaler=None):
     seconds = time.perf_counter() - start
     with torch.no_grad(), torch.amp.autocast(device_type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
         predictions = torch.cat([model(x.to(device_type)).argmax(1).cpu() for x in test_x.split(2000)])
-    return losses, (predictions == test_y).float().mean().item(), seconds
+    return losses, (predictions == test_y).float().mean().item(), seconds, model
 
 
-loss32, acc32, sec32 = train_mnist(None)
-loss16, acc16, sec16 = train_mnist(torch.bfloat16)
+loss32, acc32, sec32, model32 = train_mnist(None)
+loss16, acc16, sec16, _ = train_mnist(torch.bfloat16)
 print(f"float32:            test accuracy {acc32:.2%}, {sec32:.1f} s for {AMP_STEPS} steps")
 print(f"bfloat16 autocast:  test accuracy {acc16:.2%}, {sec16:.1f} s for {AMP_STEPS} steps")
 print(f"bfloat16 / float32 time: {sec16 / sec32:.2f}: on this machine bfloat16 autocast was "
@@ -460,19 +471,94 @@ assert abs(acc32 - acc16) <= AMP_ACCURACY_TOLERANCE, (
 # Volta, bfloat16 since Ampere), and CPUs with AVX-512 BF16 or AMX (recent
 # Intel Xeons, AMD Zen 4 and later). A CPU without them converts to float32
 # and back around every matrix multiplication and pays for the casts, so
-# there bfloat16 is usually *slower*. For a model this small, even a GPU
-# would gain little: the speed-up shows in large matrix multiplications.
+# there bfloat16 is often *slower*; and even with them, the matrix
+# multiplications of a model this small are so short that the casts around
+# them can cost more than the faster arithmetic saves. A GPU, too, would likely gain little here: the speed-up shows in
+# large matrix multiplications.
 # Measure on your hardware before you switch.
 #
-# Where a GPU is present, the same run with float16 and a GradScaler:
+# ### float16 underflow in the trained network, and GradScaler's rescue
+#
+# Now the underflow the histogram above announced. We take the float32
+# network just trained, run one batch through it under **float16**
+# autocast (the CPU supports float16 autocast too, only slowly; the same
+# code runs on CUDA with `device_type="cuda"`), and look at the gradient of
+# the loss with respect to the logits, the first gradient that backward
+# computes in float16. For a sample the network classifies confidently,
+# most entries of softmax − one-hot are tiny, and `cross_entropy` divides
+# them by the batch size. We count the entries that are non-zero in a
+# float32 backward pass but exactly zero in float16: once for the plain
+# loss, once for `scaler.scale(loss)`.
+
 
 # %%
-if CUDA:
-    cuda_losses, cuda_acc, cuda_sec = train_mnist(torch.float16, "cuda", scaler=torch.amp.GradScaler("cuda"))
-    print(f"float16 autocast + GradScaler on CUDA: test accuracy {cuda_acc:.2%}, {cuda_sec:.1f} s")
-    assert abs(cuda_acc - acc32) <= AMP_ACCURACY_TOLERANCE + 0.01, "float16 + GradScaler should match float32"
-else:
-    print("no CUDA device: skipping float16 autocast with GradScaler (float16 mixed precision is a GPU technique)")
+def flushed_logit_grads(model, x, y, device_type, scaler=None):
+    """Under float16 autocast: (share of logit-gradient entries non-zero in float32 but 0 in float16,
+    relative error of the parameter gradients against float32, dtype of the logit gradient)."""
+    model = model.to(device_type)
+    x, y = x.to(device_type), y.to(device_type)
+    model.zero_grad()
+    logits = model(x)
+    logits.retain_grad()
+    F.cross_entropy(logits, y).backward()  # float32 reference
+    reference, reference_params = logits.grad, torch.cat([p.grad.flatten() for p in model.parameters()])
+    model.zero_grad()
+    with torch.amp.autocast(device_type, dtype=torch.float16):
+        logits16 = model(x)
+        loss = F.cross_entropy(logits16, y)
+    logits16.retain_grad()  # a float16 non-leaf tensor: keep its gradient to inspect it
+    (loss if scaler is None else scaler.scale(loss)).backward()
+    params16 = torch.cat([p.grad.flatten() for p in model.parameters()]) / (1.0 if scaler is None else scaler.get_scale())
+    model.zero_grad()
+    lost = (logits16.grad == 0) & (reference != 0)
+    error = ((params16 - reference_params).norm() / reference_params.norm()).item()
+    return lost.float().mean().item(), error, logits16.grad.dtype
+
+
+batch_x, batch_y = test_x[:UNDERFLOW_BATCH], test_y[:UNDERFLOW_BATCH]
+shares, errors16 = {}, {}
+for label, net_ in (("first step (untrained)", probe), (f"after {AMP_STEPS} steps", model32)):
+    plain, plain_error, grad_dtype = flushed_logit_grads(net_, batch_x, batch_y, device.type)
+    scaled, scaled_error, _ = flushed_logit_grads(net_, batch_x, batch_y, device.type, scaler=torch.amp.GradScaler(device.type))
+    shares[label], errors16[label] = (plain, scaled), (plain_error, scaled_error)
+    print(f"{label:24s} logit gradients ({grad_dtype}) flushed to 0: {plain:6.1%} plain, {scaled:6.1%} with GradScaler; "
+          f"parameter gradients off by {plain_error:.2%} / {scaled_error:.2%} (relative L2)")
+trained_plain, trained_scaled = shares[f"after {AMP_STEPS} steps"]
+_ = report.record("float16 logit gradients flushed to 0 (trained MLP, no scaling)", trained_plain * 100, "%", digits=1)
+assert trained_plain > UNDERFLOW_MIN_SHARE, f"float16 should flush over {UNDERFLOW_MIN_SHARE:.0%} of the trained net's logit gradients"
+assert trained_scaled < UNDERFLOW_MAX_SCALED, f"with GradScaler under {UNDERFLOW_MAX_SCALED:.0%} should still be flushed"
+assert trained_plain > shares["first step (untrained)"][0], "the trained network should lose more than the untrained one"
+assert max(errors16[f"after {AMP_STEPS} steps"]) < 0.01, "in this small MLP the parameter gradients should change little"
+
+# %% [markdown]
+# The untrained network loses almost nothing, the trained one more than a
+# tenth of its logit gradients: every one of those zeros is a sample's push
+# on a wrong class that float16 dropped. With the scale (2**16 by default),
+# the same gradients land in float16's range and almost all survive; the
+# few still lost are more than 2**16 times smaller than float16's smallest
+# subnormal. The lost entries are the smallest ones, so in this small MLP
+# the parameter gradients stay within 1 % of float32 either way (the last
+# two numbers). That margin shrinks as gradients get
+# smaller: a loss averaged over more elements (a larger batch, a
+# per-pixel or per-token loss), deeper networks, later training.
+# Micikevicius et al. (*Mixed Precision Training*, 2018) found a large part
+# of the activation gradients of an SSD detector below float16's range,
+# which is why float16 training uses a scaler as a rule.
+#
+# The complete float16 recipe, autocast plus `GradScaler`, on the same
+# training run. It runs on the CPU as well (slowly on most CPUs: float16
+# is mainly a GPU format; the time is printed), and on CUDA where a GPU is
+# present:
+
+# %%
+scaler16 = torch.amp.GradScaler(device.type)
+loss_f16, acc_f16, sec_f16, _ = train_mnist(torch.float16, device.type, scaler=scaler16)
+print(f"float16 autocast + GradScaler on {device.type}: test accuracy {acc_f16:.2%} (float32: {acc32:.2%}), "
+      f"{sec_f16:.1f} s for {AMP_STEPS} steps; final scale {scaler16.get_scale():g}")
+_ = report.record("test accuracy float16 autocast + GradScaler", acc_f16 * 100, "%", digits=2)
+assert abs(acc_f16 - acc32) <= AMP_ACCURACY_TOLERANCE, (
+    f"float16 + GradScaler should match float32 within {AMP_ACCURACY_TOLERANCE:.1%}: {acc_f16:.2%} vs {acc32:.2%}"
+)
 
 # %% [markdown]
 # ## Gradient clipping
@@ -706,6 +792,41 @@ torch.backends.cudnn.benchmark = False
 print("deterministic:", torch.are_deterministic_algorithms_enabled(), "| torch.empty(3) =", torch.empty(3))
 
 # %% [markdown]
+# And an operation with no deterministic implementation raises instead of
+# running. `Tensor.put_` writes values at flat indices; with a repeated
+# index, which write wins is not defined, and PyTorch refuses it on every
+# device. With `accumulate=True` the repeated writes are summed: the CPU
+# kernel does that deterministically, the CUDA kernel with atomic
+# additions, so on CUDA it raises too. `index_add_` sums the same way and
+# has a deterministic CUDA version, so it is the fix on both. The cell
+# runs on whatever `device` is:
+
+
+# %%
+def scatter_ops(device):
+    """Three ways to write [1, 2, 3] at indices [0, 0, 1] of a zero vector on `device`."""
+    index, values = torch.tensor([0, 0, 1], device=device), torch.tensor([1.0, 2.0, 3.0], device=device)
+    return {
+        "put_(accumulate=False)": lambda: torch.zeros(3, device=device).put_(index, values),
+        "put_(accumulate=True)": lambda: torch.zeros(3, device=device).put_(index, values, accumulate=True),
+        "index_add_": lambda: torch.zeros(3, device=device).index_add_(0, index, values),
+    }
+
+
+raised, results = {}, {}
+for name, op in scatter_ops(device).items():
+    try:
+        results[name] = op().tolist()
+        raised[name] = False
+        print(f"{name:24s} on {device.type}: {results[name]}")
+    except RuntimeError as err:
+        raised[name] = True
+        print(f"{name:24s} on {device.type}: {type(err).__name__}: {str(err).split('. ')[0]}.")
+assert raised["put_(accumulate=False)"], "put_ with accumulate=False should raise in deterministic mode"
+assert raised["put_(accumulate=True)"] == (device.type == "cuda"), "put_(accumulate=True) should raise on CUDA only"
+assert not raised["index_add_"] and results["index_add_"] == [3.0, 3.0, 0.0], "index_add_ should sum the repeats: [3, 3, 0]"
+
+# %% [markdown]
 # Now a complete training run. The dataset adds random noise to each image
 # from a NumPy generator that it owns, so it must be re-seeded in every
 # worker; the model has dropout, which draws from torch's generator; the
@@ -774,16 +895,40 @@ print(f"seed {SEED} vs seed {SEED + 1}: every parameter differs: {different}; "
       f"final losses {losses_a[-1]:.4f} vs {losses_c[-1]:.4f}")
 _ = report.record("seeded runs bit-identical", "yes" if identical else "no")
 
+
+def unseeded_run():
+    """The same run without any seeding: no seed_everything, no generator=, a dataset generator seeded by the OS."""
+    model = MLP(784, (128,), 10, dropout=0.2).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    dataset = NoisyImages(train_x[:REPRO_SAMPLES], train_y[:REPRO_SAMPLES], seed=None)  # fresh OS entropy
+    loader = DataLoader(dataset, batch_size=64, shuffle=True)
+    for _ in range(REPRO_EPOCHS):
+        for x, y in loader:
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return torch.cat([p.detach().cpu().flatten() for p in model.parameters()])
+
+
+unseeded_a, unseeded_b = unseeded_run(), unseeded_run()
+unseeded_differ = not torch.equal(unseeded_a, unseeded_b)
+print(f"the same run twice without seeding: parameters differ: {unseeded_differ} "
+      f"(largest difference {(unseeded_a - unseeded_b).abs().max():.3g})")
+
 # %%
 assert identical, "two runs with the same seed must agree to the last bit (torch.equal)"
 assert different, "a run with another seed should end with different parameters"
+assert unseeded_differ, "two runs without seeding should end with different parameters"
 torch.use_deterministic_algorithms(False)  # back to the default for the rest of the notebook
 
 # %% [markdown]
 # `torch.equal` compares every bit: the two runs with the same seed are not
 # "close", they are the same. The third run, with another seed, got other
 # initial weights, dropout masks, batch order and noise, and ended
-# elsewhere.
+# elsewhere. Without any seeding (the last line), two runs of the same
+# code differ as well: each draws its own initial weights, masks, order and
+# noise.
 #
 # ### What determinism does not cover
 #
@@ -797,21 +942,147 @@ torch.use_deterministic_algorithms(False)  # back to the default for the rest of
 # NBVAL_CHECK_OUTPUT
 a, b, c = torch.tensor(1e8), torch.tensor(-1e8), torch.tensor(1.0)
 print(f"(a + b) + c = {((a + b) + c).item()},  a + (b + c) = {(a + (b + c)).item()}")
-numbers = torch.randn(100_000, generator=torch.Generator().manual_seed(0)).numpy()
-forward = np.cumsum(numbers, dtype=np.float32)[-1]  # one float32 addition after the other, front to back
-backward = np.cumsum(numbers[::-1], dtype=np.float32)[-1]  # the same numbers, back to front
-exact = numbers.astype(np.float64).sum()
-print(f"100,000 float32 numbers summed front to back: {forward:.5f}, back to front: {backward:.5f} "
-      f"(float64: {exact:.5f})")
-assert ((a + b) + c).item() != (a + (b + c)).item() and forward != backward, "float addition should depend on the order"
+assert ((a + b) + c).item() != (a + (b + c)).item(), "float addition should depend on the order"
 
 # %% [markdown]
-# Two parallel threads that each sum half of a tensor add in a different
-# order from one thread that sums it all. So the goal is to reproduce *on the
-# same setup* (for debugging, and to tell a real improvement from noise), and
-# to expect only statistical agreement elsewhere: run several seeds and
-# compare means, not single runs.
+# PyTorch's own kernels split the work by the number of threads: one
+# `sum` over 4 million float32 numbers with 1, 2 and 4 CPU threads (each
+# thread sums its own part, then the parts are added), repeated with the
+# same thread count, and with deterministic algorithms switched on:
+
+# %%
+numbers = torch.randn(4_000_000, generator=torch.Generator().manual_seed(0))
+threads_before = torch.get_num_threads()
+by_threads = {}
+for threads in (1, 2, 4):
+    torch.set_num_threads(threads)
+    by_threads[threads] = [numbers.sum().item(), numbers.sum().item()]  # twice with the same setup
+torch.use_deterministic_algorithms(True)
+torch.set_num_threads(1)
+deterministic_1 = numbers.sum().item()
+torch.set_num_threads(2)
+deterministic_2 = numbers.sum().item()
+torch.use_deterministic_algorithms(False)
+torch.set_num_threads(threads_before)
+for threads, (first, second) in by_threads.items():
+    print(f"{threads} thread(s): sum = {first!r} (again: {second!r})")
+print(f"deterministic mode, 1 vs 2 threads: {deterministic_1!r} vs {deterministic_2!r}; float64: {numbers.double().sum().item()!r}")
+assert all(first == second for first, second in by_threads.values()), "the same thread count should give the same bits"
+assert len({first for first, _ in by_threads.values()}) > 1, "different thread counts should give different bits"
+assert deterministic_1 != deterministic_2, "deterministic mode does not fix the thread count's effect"
+
+# %% [markdown]
+# With the same thread count the result repeats to the last bit; another
+# thread count changes the last bits, and `use_deterministic_algorithms`
+# does not help: each result is deterministic, just a different one. The
+# fix is to keep the setup fixed (`torch.set_num_threads` at the top of a
+# script whose results you compare; same hardware, same versions). So the
+# goal is to reproduce *on the same setup* (for debugging, and to tell a
+# real improvement from noise), and to expect only statistical agreement
+# elsewhere: run several seeds and compare means, not single runs.
 #
+# ## Precision and autotuning switches: TF32 and `cudnn.benchmark`
+#
+# Two global settings trade exactness for speed on NVIDIA GPUs, and both
+# matter for reproducibility.
+#
+# **TF32** (TensorFloat-32) is a mode of the tensor cores of Ampere and
+# later GPUs: the inputs of a float32 matrix multiplication or convolution
+# are rounded to 10 mantissa bits (float16's precision, float32's range),
+# the products are summed in float32. The tensors stay float32; only the
+# arithmetic inside the kernel changes. Three spellings control it:
+#
+# - `torch.set_float32_matmul_precision("highest" | "high" | "medium")`:
+#   "highest" (the default) is full float32; "high" allows TF32, or an
+#   algorithm that splits each float32 into two bfloat16 numbers, where the
+#   hardware has one; "medium" allows plain bfloat16;
+# - the older flags `torch.backends.cuda.matmul.allow_tf32` (default
+#   False) and `torch.backends.cudnn.allow_tf32` (default True: cuDNN
+#   convolutions may use TF32 unless you turn it off);
+# - since PyTorch 2.9, the `fp32_precision` attributes, per backend and
+#   operation: `torch.backends.cuda.matmul.fp32_precision`,
+#   `torch.backends.cudnn.conv.fp32_precision`, ..., with the values
+#   `"ieee"` (full float32), `"tf32"`, or `"none"` (inherit from the level
+#   above, up to `torch.backends.fp32_precision`). The PyTorch docs
+#   (CUDA semantics, TF32) now recommend these and plan to deprecate
+#   `allow_tf32`.
+#
+# They are views of the same state, as the cell shows (it runs anywhere;
+# reading and setting them needs no GPU). Note that "restored" reads
+# `"ieee"` where the default read `"none"`: the default inherits from
+# the generic setting, and for CUDA matmuls both mean full float32.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def precision_state():
+    return {
+        "get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
+        "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cuda.matmul.fp32_precision": torch.backends.cuda.matmul.fp32_precision,
+        "cudnn.conv.fp32_precision": torch.backends.cudnn.conv.fp32_precision,
+    }
+
+
+default_precision = torch.get_float32_matmul_precision()
+states = {"default": precision_state()}
+torch.set_float32_matmul_precision("high")
+states['after set_float32_matmul_precision("high")'] = precision_state()
+torch.set_float32_matmul_precision(default_precision)
+states["restored"] = precision_state()
+for label, state in states.items():
+    print(f"{label}:")
+    for key, value in state.items():
+        print(f"    {key:32s} {value}")
+high = states['after set_float32_matmul_precision("high")']
+assert states["default"]["get_float32_matmul_precision()"] == "highest", "full float32 matmuls should be the default"
+assert not states["default"]["cuda.matmul.allow_tf32"], "TF32 matmuls should be off by default"
+assert high["cuda.matmul.allow_tf32"] and high["cuda.matmul.fp32_precision"] == "tf32", '"high" should allow TF32 matmuls'
+assert states["restored"]["cuda.matmul.fp32_precision"] == "ieee" and not states["restored"]["cuda.matmul.allow_tf32"], (
+    '"highest" should mean IEEE float32 matmuls again'
+)
+
+# %% [markdown]
+# Where a CUDA GPU with tensor cores (compute capability 8.0 or later) is
+# present, the next cell measures what TF32 costs in accuracy: a 2048 ×
+# 2048 float32 product against the same product in float64, with
+# `fp32_precision` "ieee" and "tf32". (It makes no speed claim: time it
+# with `helpers.bench` as in chapter 16 if you want one.)
+
+# %%
+if CUDA and torch.cuda.get_device_capability()[0] >= 8:
+    g = torch.Generator(device="cuda").manual_seed(SEED)
+    a32, b32 = (torch.randn(2048, 2048, device="cuda", generator=g) for _ in range(2))
+    exact = a32.double() @ b32.double()
+    errors = {}
+    for mode in ("ieee", "tf32"):
+        torch.backends.cuda.matmul.fp32_precision = mode
+        errors[mode] = ((a32 @ b32).double() - exact).abs().max().item() / exact.abs().max().item()
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    print(f"largest error relative to the largest entry: ieee {errors['ieee']:.2e}, tf32 {errors['tf32']:.2e}")
+    assert errors["tf32"] > 10 * errors["ieee"], "TF32 rounds the inputs to 10 mantissa bits: a much larger error"
+else:
+    print("no CUDA GPU with compute capability >= 8.0: TF32 does not exist here, the setting changes nothing")
+
+# %% [markdown]
+# TF32 results also differ in their last bits from full float32, so two
+# runs compare only when they use the same setting.
+#
+# **`torch.backends.cudnn.benchmark = True`** makes cuDNN time several
+# convolution algorithms the first time it sees an input shape and keep
+# the fastest for that shape. The trade: the first call at each new shape
+# pays for the timing runs (a model whose input shapes keep changing pays
+# again and again), and the winner can differ from run to run, as timing
+# is noisy, and with it the bits of the result. Leave it at its default
+# `False` when you need reproducibility (deterministic mode also makes
+# cuDNN choose deterministic algorithms); turn it on for fixed-shape
+# training where speed matters, and measure.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"cudnn.benchmark = {torch.backends.cudnn.benchmark}, cudnn.deterministic = {torch.backends.cudnn.deterministic}")
+assert torch.backends.cudnn.benchmark is False, "this notebook keeps cuDNN autotuning off"
+
+# %% [markdown]
 # ## Pitfalls
 #
 # ### 1. `torch.cuda.amp` is deprecated
@@ -991,11 +1262,14 @@ result = check("15.clip_grad_norm", clip_grad_norm)
 #   the CPU, normalisation and softmax run in their input's dtype, while on
 #   CUDA softmax, `layer_norm` and reductions such as `sum` are promoted to
 #   float32. Parameters and gradients stay float32.
-# - float16 needs `torch.amp.GradScaler`: scale the loss, unscale the
-#   gradients (once, before clipping), skip steps with inf/NaN, adapt the
-#   scale. bfloat16 does not.
-# - bfloat16 autocast trained MNIST to the same accuracy as float32; whether
-#   it is also faster depends on 16-bit support in the hardware. Measure.
+# - float16 needs `torch.amp.GradScaler`: in the trained MLP float16
+#   flushed a large share of the logit gradients to zero, and the scale
+#   rescued almost all of them. Scale the loss, unscale the gradients (once,
+#   before clipping), skip steps with inf/NaN, adapt the scale. bfloat16
+#   does not need it.
+# - bfloat16 autocast, and float16 autocast with a GradScaler, trained
+#   MNIST to the same accuracy as float32; whether they are also faster
+#   depends on 16-bit support in the hardware. Measure.
 # - `clip_grad_norm_` returns the norm before clipping; clipping kept an
 #   exploding RNN finite where the unclipped run overflowed;
 #   `error_if_nonfinite=True` stops at a non-finite gradient.
@@ -1003,7 +1277,11 @@ result = check("15.clip_grad_norm", clip_grad_norm)
 #   big batch, except with BatchNorm.
 # - Seeds everywhere, `DataLoader(generator=..., worker_init_fn=...)` and
 #   `torch.use_deterministic_algorithms(True)` gave bit-identical runs on
-#   one machine setup; not across hardware, thread counts or versions.
+#   one machine setup; unseeded runs differed. The mode raises for
+#   operations without a deterministic kernel (`put_`); it does not make a
+#   sum agree across thread counts, hardware or versions.
+# - TF32 and `cudnn.benchmark` buy speed with precision and with
+#   run-to-run variation; the defaults (`"highest"`, `False`) are exact.
 # - `torch.cuda.amp.*` is deprecated: use `torch.amp.autocast("cuda", ...)`
 #   and `torch.amp.GradScaler("cuda")`.
 #
