@@ -30,15 +30,19 @@
 # - `schedule(wait, warmup, active, repeat)` with `prof.step()` in a training
 #   loop: which steps get recorded, and why the first ones are skipped;
 # - exporting a Chrome trace and writing TensorBoard trace files;
+# - TensorBoard: the profiler's trace files, and a `SummaryWriter` for
+#   plain scalars such as the loss;
 # - memory profiling: which operator allocated the most;
 # - a starved `DataLoader` found in a profile, fixed two ways, and
-#   re-measured: a before/after table.
+#   re-measured over whole epochs: a before/after table;
+# - a host synchronisation (`.item()` every step) found with the profiler,
+#   traced to its line of code with `with_stack=True`, and removed.
 #
 # **Prerequisites:** chapters 05 (the training loop on MNIST), 06 (the
 # `DataLoader`, workers) and 07 (`transforms.v2` augmentation, augmenting
 # whole batches).
 #
-# **Estimated time:** 45 minutes.
+# **Estimated time:** 60 minutes.
 
 # %% tags=["parameters"]
 BATCH_SIZE = 64  # images per training step
@@ -50,7 +54,9 @@ ACTIVE = 2  # steps recorded,
 REPEAT = 2  # and cycles in all
 LOOP_STEPS = 10  # steps the scheduled training loop runs (WAIT + WARMUP + ACTIVE) * REPEAT = 8 of them profile
 BOTTLENECK_STEPS = 6  # recorded training steps in each before/after profile (after 1 warm-up step)
-TIMED_BATCHES = 12  # batches per timed pass in the before/after table
+TIMED_IMAGES = 384  # images in the epoch each timed call of the before/after table runs (6 batches)
+SYNC_STEPS = 8  # training steps in each profile of the host-sync section
+STACK_DEPTH = 5  # innermost stack frames key_averages(group_by_stack_n=...) groups by
 MIN_RUN_TIME = 0.5  # seconds of timed runs helpers.bench.measure collects per variant
 MIN_DATA_SHARE = 0.5  # the starved loop must spend at least this share of a step loading data
 MIN_SPEEDUP = 1.3  # the batched fix must make a training pass at least this much faster
@@ -74,9 +80,12 @@ import os
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # 6: none of Kineto's levels (0 verbose ... 5 USDT) is printed
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10's C++ warnings, such as the allocator's notes
 
-import json  # noqa: E402  (the environment variables above must come first)
+import copy  # noqa: E402  (the environment variables above must come first)
+import json  # noqa: E402
+import linecache  # noqa: E402
 import math  # noqa: E402
 import multiprocessing  # noqa: E402
+import re  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -89,12 +98,15 @@ from torch import nn  # noqa: E402
 from torch.profiler import (  # noqa: E402
     ProfilerAction,
     ProfilerActivity,
+    _ExperimentalConfig,
     profile,
     record_function,
     schedule,
+    supported_activities,
     tensorboard_trace_handler,
 )
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
+from torch.utils.tensorboard import SummaryWriter  # noqa: E402
 from torchvision.transforms import v2  # noqa: E402
 
 from helpers.bench import measure, speedup, timing_table  # noqa: E402
@@ -168,21 +180,26 @@ print(f"one batch: x {tuple(x0.shape)}, y {tuple(y0.shape)}; first loss {train_s
 #
 # `profile(activities=[...])` records everything that runs inside the
 # `with` block. `ProfilerActivity.CPU` records the operators as the CPU
-# runs them; `ProfilerActivity.CUDA` adds the GPU kernels, which run
-# asynchronously and have their own timeline. `record_shapes=True` also
+# runs them; `ProfilerActivity.CUDA` (or `XPU`, ... for other
+# accelerators) adds the device's kernels, which run asynchronously and
+# have their own timeline. The cell picks the activity that matches
+# `device` and keeps it only if `torch.profiler.supported_activities()`
+# lists it, so the same code profiles a CPU or a GPU run. The time and
+# memory fields it sorts by have device-generic names
+# (`self_device_time_total`, `self_device_memory_usage`). `record_shapes=True` also
 # stores each operator's input shapes (used below). We profile
 # `PROFILE_STEPS` steps; the first step above was left out on purpose,
 # because a first call pays one-time costs (memory pools, lazy setup) that
 # say nothing about the steady state.
 
 # %%
+device_activity = None if device.type == "cpu" else getattr(ProfilerActivity, device.type.upper(), None)  # CUDA, XPU, ...
 activities = [ProfilerActivity.CPU]
-if torch.cuda.is_available():
-    activities.append(ProfilerActivity.CUDA)
-    print("CUDA device present: profiling CPU operators and GPU kernels")
-else:
-    print("no CUDA device: profiling the CPU only (ProfilerActivity.CUDA skipped)")
-SORT_KEY = "self_device_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+if device_activity is not None and device_activity in supported_activities():
+    activities.append(device_activity)
+ON_DEVICE = len(activities) > 1  # the profile also holds the accelerator's kernels
+print(f"device {device}: profiling {[a.name for a in activities]}")
+SORT_KEY = "self_device_time_total" if ON_DEVICE else "self_cpu_time_total"
 
 with profile(activities=activities, record_shapes=True) as prof:
     for _ in range(PROFILE_STEPS):
@@ -209,11 +226,16 @@ print(f"{len(prof.events()):,} events recorded, {len(averages)} distinct names")
 print(averages.table(sort_by=SORT_KEY, row_limit=10, max_name_column_width=34))
 
 # %% [markdown]
-# The list is led by the convolutions (`aten::mkldnn_convolution` is the
-# CPU implementation behind `nn.Conv2d`, through oneDNN), their backward
-# (`aten::convolution_backward`), and the pooling. The labels have small
-# self times: they only *contain* work. The same numbers as attributes, to
-# use in code:
+# The top of the list is the layers' heavy arithmetic: the convolutions
+# (`aten::mkldnn_convolution` is the CPU implementation behind
+# `nn.Conv2d`, through oneDNN) and their backward
+# (`aten::convolution_backward`), the matrix products of the linear layers
+# (`aten::mm`, `aten::addmm`), the pooling and the ReLUs (`aten::clamp_min`,
+# and `aten::threshold_backward` for their gradient); their order changes
+# from machine to machine. (In a GPU run, sort by device time, as `SORT_KEY`
+# does: the CPU then spends its own time launching kernels, and the
+# kernels' time is on the device.) The labels have small self times: they only
+# *contain* work. The same numbers as attributes, to use in code:
 
 # %%
 by_name = {e.key: e for e in averages}
@@ -229,7 +251,13 @@ report.record("top operator by self CPU time", top.key)
 for name in ("forward", "backward", "optimizer"):
     assert by_name[name].count == PROFILE_STEPS, f"the {name!r} label should appear once per step"
     assert by_name[name].self_cpu_time_total < by_name[name].cpu_time_total, f"{name!r} contains child operators"
-assert top.key.startswith("aten::"), f"the largest self time should be a PyTorch operator, not a label: {top.key}"
+# On a GPU the CPU's self time goes to launching kernels (cudaLaunchKernel rows), so these two are CPU-run claims.
+cpu_run = not ON_DEVICE
+assert not cpu_run or top.key.startswith("aten::"), f"the largest self time should be a PyTorch operator, not a label: {top.key}"
+HEAVY = {"aten::convolution_backward", "aten::mkldnn_convolution", "aten::mm", "aten::addmm", "aten::max_pool2d_with_indices",
+         "aten::max_pool2d_with_indices_backward", "aten::clamp_min", "aten::threshold_backward"}  # the layers' own arithmetic
+top3 = [e.key for e in sorted(averages, key=lambda e: e.self_cpu_time_total, reverse=True)[:3]]
+assert not cpu_run or set(top3) <= HEAVY, f"the three largest self times should be the layers' forward or backward: {top3}"
 assert label_ms["backward"] > label_ms["optimizer"], "the backward pass should cost more than the SGD update"
 
 # %% [markdown]
@@ -387,13 +415,54 @@ assert len(tb_files) == REPEAT and all(p.name.endswith(".pt.trace.json") for p i
 
 # %% [markdown]
 # These are Chrome traces too, so Perfetto opens them. The folder is what
-# the TensorBoard profiler plugin reads: `pip install tensorboard
-# torch-tb-profiler`, then `tensorboard --logdir build/profiler/tensorboard`
-# and open its PyTorch Profiler tab. (TensorBoard is not installed in this
-# course's environment, so we stop at the files; note that the plugin is
-# no longer actively developed, and PyTorch's documentation now points to
-# Perfetto and the Chrome trace viewer as well.)
+# the TensorBoard profiler plugin reads: with `pip install torch-tb-profiler`
+# (it is not part of this course's environment), `tensorboard --logdir
+# build/profiler/tensorboard` shows them in a PyTorch Profiler tab. The
+# plugin is no longer actively developed, and PyTorch's documentation
+# points to Perfetto and the Chrome trace viewer as well.
 #
+# ### Scalars with `SummaryWriter`
+#
+# TensorBoard itself (installed here) is more often used for the numbers a
+# run produces over time: the loss, the learning rate, a step time.
+# `torch.utils.tensorboard.SummaryWriter(log_dir)` appends them to an
+# *event file* in `log_dir`; `add_scalar(tag, value, step)` writes one
+# point, and `tensorboard --logdir build/profiler/scalars` draws one curve
+# per tag. We log the loss and the wall time of a few training steps, then
+# read the event file back with TensorBoard's own reader,
+# `EventAccumulator`, to check what it holds. Pass plain Python numbers:
+# given a tensor, `add_scalar` calls `.item()` on it, a host sync (see the
+# last section).
+
+# %%
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+
+SCALAR_DIR = OUT / "scalars"
+logged = []
+with SummaryWriter(log_dir=str(SCALAR_DIR)) as writer:
+    for step in range(PROFILE_STEPS):
+        start = time.perf_counter()
+        loss = train_step(x0, y0).item()
+        writer.add_scalar("loss/train", loss, step)
+        writer.add_scalar("time/step_ms", 1e3 * (time.perf_counter() - start), step)
+        logged.append(loss)
+event_files = list(SCALAR_DIR.glob("events.out.tfevents.*"))  # the name holds the host name and process id
+reader = EventAccumulator(str(SCALAR_DIR))
+reader.Reload()
+read_back = reader.Scalars("loss/train")
+print(f"{len(event_files)} event file in {rel(SCALAR_DIR)}/, {event_files[0].stat().st_size} bytes; tags {reader.Tags()['scalars']}")
+for point, value in zip(read_back, logged):
+    print(f"  step {point.step}: loss/train {point.value:.4f} (logged {value:.4f})")
+
+# %%
+assert len(event_files) == 1 and event_files[0].stat().st_size > 0, "SummaryWriter should write one non-empty event file"
+assert sorted(reader.Tags()["scalars"]) == ["loss/train", "time/step_ms"], reader.Tags()["scalars"]
+assert [p.step for p in read_back] == list(range(PROFILE_STEPS)), "one point per step, at the step we gave"
+assert all(math.isclose(p.value, v, rel_tol=1e-6) for p, v in zip(read_back, logged)), (
+    "the event file stores each value as float32: it should read back equal to 6 digits"
+)
+
+# %% [markdown]
 # ## Memory profiling
 #
 # `profile_memory=True` records every allocation and free of tensor
@@ -405,11 +474,12 @@ assert len(tb_files) == REPEAT and all(p.name.endswith(".pt.trace.json") for p i
 # - **Self CPU Mem**: the same for the operator alone. Negative values are
 #   memory freed, such as the activations that the backward pass releases.
 #
-# (On a GPU the matching columns are *CUDA Mem* and *Self CUDA Mem*.) Sorted
+# (On a GPU the matching columns are *CUDA Mem* and *Self CUDA Mem*, and
+# the fields `device_memory_usage` and `self_device_memory_usage`.) Sorted
 # by self memory, the table shows which operators allocate the most:
 
 # %%
-MEM_KEY = "self_device_memory_usage" if torch.cuda.is_available() else "self_cpu_memory_usage"
+MEM_KEY = "self_device_memory_usage" if ON_DEVICE else "self_cpu_memory_usage"
 with profile(activities=activities, profile_memory=True, record_shapes=True) as prof:
     train_step(x0, y0)
 memory = prof.key_averages()
@@ -435,8 +505,11 @@ _ = report.record("its allocation per step", top_alloc_mb, "MB", digits=2)
 # %%
 assert top_alloc_mb > 0 and top_alloc_name.startswith("aten::"), (top_alloc_name, top_alloc_mb)
 assert top_alloc_mb >= activation_mb, "the top allocator should allocate at least one full-size activation"
-if not torch.cuda.is_available():
+if device.type == "cpu":
     assert abs(top_alloc_mb - relu_mb) < 0.01 * relu_mb, "on the CPU the top allocation should be one copy of the ReLU outputs"
+    pool_values_mb = BATCH_SIZE * (8 * 14 * 14 + 16 * 7 * 7) * 4 / 2**20  # the two pooling outputs, float32
+    pool_mb = dict(allocations)["aten::max_pool2d_with_indices"]
+    assert abs(pool_mb - 3 * pool_values_mb) < 0.01 * pool_mb, "max-pooling should allocate its values plus int64 indices"
 
 # %% [markdown]
 # `aten::empty` tops the raw table because it *is* the allocation: many
@@ -464,7 +537,8 @@ plt.show()
 # %% [markdown]
 # Max-pooling also allocates more than its small output suggests: it
 # keeps the *indices* of the maxima (int64, twice the size of float32
-# values) for the backward pass. Memory profiling is how you find such
+# values) for the backward pass, so on the CPU its allocation is three
+# times the size of its output values (the check above). Memory profiling is how you find such
 # things; chapter 18 is about reducing them.
 #
 # ## A real bottleneck: a starved DataLoader
@@ -637,12 +711,13 @@ assert batched.shape == (8, 1, 28, 28) and not torch.equal(batched[0], batched[1
 # %% [markdown]
 # Fix 2 is a change of two arguments. Worker processes need `fork` to see
 # classes defined in a notebook (chapter 06), so elsewhere the cell falls
-# back to `num_workers=0` and says so.
+# back to `num_workers=0` and says so. (This loader is used only for the
+# timings below, which run whole epochs of `TIMED_IMAGES` images.)
 
 # %%
 workers = 2 if FORK else 0
 worker_loader = DataLoader(
-    AugmentedMNIST(raw, TRAIN_IMAGES), batch_size=BATCH_SIZE, shuffle=True, drop_last=True,
+    AugmentedMNIST(raw, TIMED_IMAGES), batch_size=BATCH_SIZE, shuffle=True, drop_last=True,
     num_workers=workers, persistent_workers=workers > 0, multiprocessing_context="fork" if FORK else None,
 )
 print(f"worker loader: num_workers={workers}" + ("" if FORK else " ('fork' is not available here: no workers)"))
@@ -668,59 +743,241 @@ assert data_share_after < data_share_before / 2, "the batched augmentation shoul
 #
 # A profile shows where time goes, but the profiler adds its own overhead
 # to every operator. The verdict on a fix is a plain timing without the
-# profiler: `helpers.bench.measure` times one pass of `TIMED_BATCHES`
-# training steps per loader, with a warm-up and repeats, and reports the
-# median. The worker loader keeps its workers between passes
-# (`persistent_workers=True`), as it would between epochs.
+# profiler: `helpers.bench.measure` times one **whole epoch** per call (the
+# loader iterated to exhaustion, `TIMED_IMAGES` images), after a warm-up
+# call, in at least five timed blocks, and reports the median and the
+# spread over the blocks. A whole epoch is the honest unit for a worker
+# loader: stopping after a few batches would leave batches the workers had
+# already started in flight, paid for but never used, and would hide the
+# wait for the first batches at the start of every epoch. The worker loader
+# keeps its workers between epochs (`persistent_workers=True`).
 
 
 # %%
-def training_pass(loader):
-    """TIMED_BATCHES training steps on batches from a fresh iterator over loader."""
-    for k, (x, y) in enumerate(loader):
-        if k == TIMED_BATCHES:
-            break
+def training_epoch(loader):
+    """One epoch: a training step on every batch of loader."""
+    for x, y in loader:
         train_step(x, y)
 
 
+torch.manual_seed(SEED)
 variants = {
-    "per-sample, num_workers=0": starved_loader,
+    "per-sample, num_workers=0": DataLoader(
+        AugmentedMNIST(raw, TIMED_IMAGES), batch_size=BATCH_SIZE, shuffle=True, drop_last=True),
     f"per-sample, num_workers={workers}": worker_loader,
-    "batched augmentation": batched_loader,
+    "batched augmentation": BatchAugmented(uint8_images[:TIMED_IMAGES], labels[:TIMED_IMAGES], BATCH_SIZE, generator),
 }
-timings = [measure(lambda loader=loader: training_pass(loader), label=name, min_run_time=MIN_RUN_TIME)
+epoch_batches = {name: len(loader) for name, loader in variants.items()}
+timings = [measure(lambda loader=loader: training_epoch(loader), label=name, min_run_time=MIN_RUN_TIME)
            for name, loader in variants.items()]
 variants.clear()
 del worker_loader  # its persistent workers stop when the last reference to the loader goes
-print(f"one pass of {TIMED_BATCHES} training steps of {BATCH_SIZE} images:")
+print(f"one epoch of {TIMED_IMAGES} images ({epoch_batches} batches of {BATCH_SIZE}):")
 print(timing_table(timings))
 starved_t, worker_t, batched_t = timings
+profile_ratio = sum(before.values()) / sum(after.values())  # ms per step in the profiles, before / after
+print(f"per-step ratio the profiles predicted for the batched fix: {profile_ratio:.1f}x")
 batched_speedup = speedup(starved_t, batched_t)
 worker_speedup = speedup(starved_t, worker_t)
 report.record("speed-up, batched augmentation", batched_speedup, "x", digits=2)
 _ = report.record(f"speed-up, num_workers={workers}", worker_speedup, "x", digits=2)
 
 # %%
+assert set(epoch_batches.values()) == {TIMED_IMAGES // BATCH_SIZE}, f"every variant should run the same epoch: {epoch_batches}"
+assert all(t.blocks >= 5 for t in timings), "each median should rest on at least five timed blocks"
 assert batched_speedup >= MIN_SPEEDUP, (
-    f"the batched augmentation should make the training pass at least {MIN_SPEEDUP}x faster, "
+    f"the batched augmentation should make the epoch at least {MIN_SPEEDUP}x faster, "
     f"measured {batched_speedup:.2f}x"
 )
 
 # %% [markdown]
 # The batched augmentation removes the bottleneck: the loop is now
-# limited by the model. The profile predicted the size of the win: a step
-# that spent most of its time loading now spends little (the check asks
-# for at least `MIN_SPEEDUP`, well below what a quiet machine shows, to
-# leave room for a busy one). The workers help less on this machine, and how much varies from
-# run to run: two workers plus the training process share only two CPU
-# cores here, so the augmentation is moved, not removed. On a machine with
-# spare cores, workers are the quickest fix and need no change to the
-# dataset; batched tensor operations are the more thorough one.
+# limited by the model, and the epoch runs several times faster (the check
+# asks for at least `MIN_SPEEDUP`, far below the measured figure, to leave
+# room for a busy machine). The profiles' per-step ratio points the same
+# way; the two figures are not expected to match, because the profiler
+# adds its overhead to each of the many small operators of per-sample
+# loading, and the timing covers whole epochs. What the workers gain
+# depends on the machine, so the chapter asserts nothing about it: they
+# run the same per-sample augmentation in other processes, so the work is
+# moved, not removed, and they help only as far as there are CPU cores the
+# training process is not using (this notebook was built on two, shared
+# with other jobs). Workers are the quickest fix and need no change to the
+# dataset; batched tensor operations remove the work itself.
 #
 # The measurement habit matters more than this particular fix: profile,
 # find the largest share, change one thing, and measure again without the
 # profiler.
 #
+# ## A second bottleneck: a host sync in the loop
+#
+# A line found in many training loops:
+# `running_loss += loss.item()`, every step. `.item()` copies one number
+# from the tensor to Python, so it must wait until that number exists:
+# on a GPU, the CPU stops queueing work and **synchronises** with the
+# device, which loses the overlap that makes asynchronous execution fast
+# (the CPU can no longer prepare step *n+1* while the GPU runs step *n*).
+# Other calls that sync the same way: `.tolist()`, `.cpu()`, `float(t)`,
+# `print(t)`, `if t > 0:` on a device tensor. On the CPU the copy is
+# cheap and there is nothing to overlap, so here we measure what the
+# profiler shows on every device: the sync's own operators,
+# `aten::item` and the `aten::_local_scalar_dense` it calls, counted per
+# step.
+
+
+# %%
+sync_batches = [((images[k : k + BATCH_SIZE] - MNIST_MEAN) / MNIST_STD, labels[k : k + BATCH_SIZE])
+                for k in range(0, SYNC_STEPS * BATCH_SIZE, BATCH_SIZE)]
+
+
+def epoch_loss_item(batches):
+    """Mean training loss over batches, read with .item() after every step (a host sync per step)."""
+    running = 0.0
+    for x, y in batches:
+        loss = train_step(x, y)
+        running += loss.item()
+    return running / len(batches)
+
+
+def epoch_loss_on_device(batches):
+    """The same mean, summed on the device and read once at the end (one host sync)."""
+    running = torch.zeros((), device=device)
+    for x, y in batches:
+        loss = train_step(x, y)
+        running += loss.detach()
+    return running.item() / len(batches)
+
+
+SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
+
+
+def sync_calls(loop):
+    """Profile loop(sync_batches); return {op: calls} for the host-sync operators."""
+    with profile(activities=activities) as p:
+        loop(sync_batches)
+    counts = {e.key: e.count for e in p.key_averages()}
+    return {op: counts.get(op, 0) for op in SYNC_OPS}
+
+
+epoch_loss_item(sync_batches[:1])  # warm-up
+syncs_before = sync_calls(epoch_loss_item)
+syncs_after = sync_calls(epoch_loss_on_device)
+print(f"{'calls in ' + str(SYNC_STEPS) + ' steps':28s} {SYNC_OPS[0]:>12s} {SYNC_OPS[1]:>28s}")
+for name, counts in (("loss.item() every step", syncs_before), ("summed on device", syncs_after)):
+    print(f"{name:28s} {counts[SYNC_OPS[0]]:12d} {counts[SYNC_OPS[1]]:28d}")
+
+# %% [markdown]
+# One sync per step before, one per epoch after. On a large profile you
+# would not know in advance which line calls `aten::item`. That is what
+# `with_stack=True` is for: it records the Python call stack of every
+# operator, file, line and function, and `key_averages(group_by_stack_n=n)`
+# keeps one row per (operator, innermost `n` frames), so one operator
+# called from two places gets two rows. In torch 2.14.1 the operators'
+# stacks come back empty unless the profiler's experimental config also
+# asks for verbose records, `experimental_config=_ExperimentalConfig(verbose=True)`
+# (imported from `torch.profiler`); the cell measures both. Each frame
+# reads `file(line): function`, where, for the functions called while the
+# profiler ran, `line` is the line the function **starts** on (its `def`),
+# not the line inside it that made the call: the stack names the function
+# to look in. The `Source Location` column of `table()` prints these
+# frames with their file paths; we print the frames of our own functions
+# instead, with the source line they point at (frames of notebook cells
+# name a temporary file, whose lines `linecache` still holds).
+
+
+# %%
+FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<function>\S+)$")  # "file.py(12): train_step"
+OUR_CODE = {f.__name__: f.__code__.co_filename for f in (epoch_loss_item, epoch_loss_on_device, train_step)}
+
+
+def our_frames(stack):
+    """The frames of `stack` inside this notebook's functions, as 'function (line n: source)', no paths."""
+    frames = []
+    for entry in stack:
+        m = FRAME.match(entry)
+        if m and m["function"] in OUR_CODE:
+            source = linecache.getline(OUR_CODE[m["function"]], int(m["line"])).strip()
+            frames.append(f"{m['function']} (line {m['line']}: {source})")
+    return frames
+
+
+def stacked_profile(**config):
+    with profile(activities=activities, with_stack=True, **config) as p:
+        epoch_loss_item(sync_batches)
+    return p
+
+
+plain_stacks = stacked_profile()
+n_plain = sum(1 for e in plain_stacks.events() if e.stack)
+prof = stacked_profile(experimental_config=_ExperimentalConfig(verbose=True))
+n_verbose = sum(1 for e in prof.events() if e.stack)
+print(f"events with a stack: {n_plain} with with_stack=True alone, {n_verbose:,} of {len(prof.events()):,} with verbose=True")
+by_stack = prof.key_averages(group_by_stack_n=STACK_DEPTH)
+for op in ("aten::item", "aten::conv2d"):
+    for e in by_stack:
+        if e.key == op:
+            module = next((f for f in e.stack if f.startswith("nn.Module: ")), "")
+            print(f"{op:14s} {e.count:3d} calls  {module:22s} <- {' <- '.join(our_frames(e.stack)) or '(below our code)'}")
+
+# %%
+item_rows = [e for e in by_stack if e.key == "aten::item"]
+conv_rows = [e for e in by_stack if e.key == "aten::conv2d"]
+assert syncs_before == {op: SYNC_STEPS for op in SYNC_OPS}, f"one sync per step expected: {syncs_before}"
+assert syncs_after == {op: 1 for op in SYNC_OPS}, f"one sync per epoch expected after the fix: {syncs_after}"
+assert n_plain == 0 < n_verbose, "with_stack=True alone should leave the op stacks empty in this torch; verbose fills them"
+first_line = epoch_loss_item.__code__.co_firstlineno
+assert len(item_rows) == 1 and item_rows[0].count == SYNC_STEPS, "one stack, one call per step, for aten::item"
+assert FRAME.match(item_rows[0].stack[1])["function"] == "epoch_loss_item", "the frame above aten::item should be our loop"
+assert our_frames(item_rows[0].stack)[0].startswith(f"epoch_loss_item (line {first_line}: def epoch_loss_item"), (
+    f"the stack should name the loop's function, at its def line: {our_frames(item_rows[0].stack)}"
+)
+assert len(conv_rows) == 2 and {e.count for e in conv_rows} == {SYNC_STEPS}, (
+    "grouped by stack, the two Conv2d layers' calls should fall into two rows, one call per step each"
+)
+_ = report.record("host syncs per step, .item() every step vs summed on device",
+                  f"{syncs_before['aten::item'] / SYNC_STEPS:.0f} vs {syncs_after['aten::item'] / SYNC_STEPS:.3g}")
+
+# %% [markdown]
+# And the fix computes the same number: from the same weights, both loops
+# return the same mean loss (up to float32 rounding; the on-device sum is
+# float32, the Python one float64).
+
+# %%
+start_state = copy.deepcopy((model.state_dict(), optimizer.state_dict()))
+mean_item = epoch_loss_item(sync_batches)
+model.load_state_dict(start_state[0])
+optimizer.load_state_dict(start_state[1])
+mean_on_device = epoch_loss_on_device(sync_batches)
+print(f"mean loss over {SYNC_STEPS} steps: {mean_item:.6f} with .item() per step, {mean_on_device:.6f} summed on device")
+assert math.isclose(mean_item, mean_on_device, rel_tol=1e-5), "the two loops should compute the same mean loss"
+
+# %% [markdown]
+# The `aten::item` row names `epoch_loss_item` as the function that called
+# it, directly (no torch frame in between), and the stack also splits `aten::conv2d` into one row per `nn.Module`, the
+# two convolution layers: stack grouping tells apart calls of one operator
+# that shape grouping might not.
+#
+# Is the fix worth it? The timing below runs on whatever `device` is. On
+# the CPU the two loops do the same work apart from `SYNC_STEPS - 1` more
+# `.item()` calls, each a few microseconds, so we expect no difference
+# worth asserting, and assert none: on the CPU, read any gap in the table
+# against its IQR column, the spread of a shared machine. On a GPU the table shows what the
+# per-step sync costs; how much depends on how long each step keeps the
+# GPU busy, so the cell prints the ratio and checks only that removing the
+# syncs does not make the loop noticeably (10 %) slower. (On CUDA, `torch.cuda.set_sync_debug_mode("warn")`
+# makes every synchronising call warn, another way to find them.)
+
+# %%
+sync_timings = [measure(lambda loop=loop: loop(sync_batches), label=name, min_run_time=MIN_RUN_TIME)
+                for name, loop in (("loss.item() every step", epoch_loss_item), ("summed on device", epoch_loss_on_device))]
+print(f"{SYNC_STEPS} training steps on {device}:")
+print(timing_table(sync_timings))
+sync_speedup = speedup(*sync_timings)
+_ = report.record(f"speed-up, one sync per epoch instead of per step ({device.type})", sync_speedup, "x", digits=2)
+if device.type != "cpu":
+    assert sync_speedup > 0.9, f"removing the per-step sync should not slow the loop down: {sync_speedup:.2f}x"
+
+
 # ## Pitfalls
 #
 # ### 1. A schedule without `prof.step()`
@@ -867,8 +1124,16 @@ if result.passed:
 #   columns); `aten::empty` is the allocation itself, and the largest
 #   allocators were the activations and their gradients.
 # - The starved `DataLoader` showed up as the largest share of each step;
-#   batching the augmentation removed it, and a plain timing without the
-#   profiler confirmed the speed-up (the figures are in the report below).
+#   batching the augmentation removed it, and a plain timing of whole
+#   epochs without the profiler confirmed the speed-up (the figures are in
+#   the report below).
+# - A `.item()` per step is a host sync per step: `aten::item` /
+#   `aten::_local_scalar_dense` counted in a profile find it,
+#   `with_stack=True` (with the verbose experimental config, in torch
+#   2.14.1) and `key_averages(group_by_stack_n=n)` name the function that
+#   calls it, and summing on the device reads the number once.
+# - `SummaryWriter.add_scalar` logs plain numbers for TensorBoard;
+#   `EventAccumulator` reads them back.
 #
 # **Next:** chapter 18 takes the memory columns further: where the memory
 # of training goes (parameters, gradients, optimizer state, activations)
