@@ -28,8 +28,8 @@
 # **What you will learn**
 # - the common schedules, `StepLR`, `CosineAnnealingLR`,
 #   `CosineAnnealingWarmRestarts`, `OneCycleLR`, linear warmup then cosine
-#   with `SequentialLR`, and `ReduceLROnPlateau`, all in one figure, checked
-#   against their closed-form formulas;
+#   with `SequentialLR` and as one `LambdaLR`, and `ReduceLROnPlateau`, all in
+#   one figure, checked against their closed-form formulas;
 # - stepping per batch or per epoch, and the bug of stepping a per-batch
 #   schedule once per epoch;
 # - why `optimizer.step()` comes before `scheduler.step()`, the warning
@@ -38,8 +38,9 @@
 #   saving a scheduler's `state_dict` with the optimizer's;
 # - `ReduceLROnPlateau(verbose=...)`, which no longer exists, and what to use
 #   instead;
-# - a real comparison on Fashion-MNIST: a constant learning rate against
-#   warmup + cosine and OneCycle.
+# - a real comparison on Fashion-MNIST over several seeds: a constant
+#   learning rate against warmup + cosine and OneCycle, with the spread
+#   between seeds.
 #
 # **Prerequisites:** chapters 04 and 05 (the training loop,
 # `helpers.training`), chapter 10 (optimizers and their `param_groups`).
@@ -53,12 +54,14 @@ DEMO_STEPS_PER_EPOCH = 20  # batches per epoch of the drawn schedules
 TRAIN_IMAGES = 8000  # Fashion-MNIST training images for the real runs (a random subset)
 VAL_IMAGES = 2000  # validation images (the first ones of the test set)
 EPOCHS = 4  # epochs of each real run in the comparison
+SEEDS = 5  # seeds (initial weights and batch order) per schedule in the comparison
 BATCH_SIZE = 128  # images per optimizer step
 LR = 0.1  # SGD's peak learning rate in the comparison (momentum 0.9)
 HIDDEN = 128  # width of the MLP's hidden layer
 WARMUP_FRACTION = 0.1  # share of the steps spent warming up in warmup + cosine
-MAX_LOSS_RATIO = 0.95  # both schedules must end with at most this times the constant lr's validation loss
-MIN_SCHEDULE_GAIN = 0.0  # ...and with at least this much more validation accuracy (0.01 = one point)
+MAX_LOSS_RATIO = 0.95  # in every seed, both schedules must end with at most this times the constant lr's val loss
+MIN_SCHEDULE_GAIN = 0.0  # ...and with at least this much more val accuracy, same seed (0.01 = one point)
+MAX_TIE_FRACTION = 0.5  # OneCycle and warmup + cosine may differ by at most this fraction of their gain
 PLATEAU_TRAIN_IMAGES = 1000  # a small training set, so that the validation loss soon stops improving
 PLATEAU_EPOCHS = 14  # epochs of the ReduceLROnPlateau run
 PLATEAU_PATIENCE = 1  # epochs without improvement that ReduceLROnPlateau tolerates
@@ -71,6 +74,7 @@ SEED = 0
 # %%
 import io
 import math
+import statistics
 import textwrap
 import time
 import warnings
@@ -84,6 +88,7 @@ from torch.optim.lr_scheduler import (
     CosineAnnealingLR,
     CosineAnnealingWarmRestarts,
     ExponentialLR,
+    LambdaLR,
     LinearLR,
     OneCycleLR,
     ReduceLROnPlateau,
@@ -261,6 +266,63 @@ assert max(sequential[:WARMUP]) < BASE_LR and sequential[WARMUP] == BASE_LR, "th
 assert all(traces["CosineAnnealingWarmRestarts"][t] == BASE_LR for t in (0, T_0, 3 * T_0)), "restarts at base lr"
 
 # %% [markdown]
+# ### Warmup + cosine as one `LambdaLR`
+#
+# Most transformer training code does not chain two schedulers. It writes
+# the whole schedule as one function of the step and hands it to
+# **`LambdaLR(optimizer, lr_lambda)`**, which sets every group's rate to
+# `base_lr · lr_lambda(t)` at step `t`. The function returns a *factor*,
+# not a rate, so one lambda serves groups with different base rates. This
+# is the form of Hugging Face's `get_cosine_schedule_with_warmup`, for
+# example, which warms up from a factor of 0 and decays to 0. A lambda is
+# the way to write a schedule that PyTorch has no class for, and since
+# `LambdaLR` computes each rate directly from `t` (not from the previous
+# rate, as `LinearLR` and `CosineAnnealingLR` do), the value at any step is
+# exactly the formula. Below, the same warmup + cosine as the
+# `SequentialLR` above (warmup from `0.1 · η₀`), and the variant that
+# starts from 0:
+
+
+# %%
+def warmup_cosine_factor(step, warmup=WARMUP, total=TOTAL, start_factor=0.1):
+    """LambdaLR's factor at `step`: linear from start_factor up to 1 over `warmup` steps, then cosine to 0."""
+    if step < warmup:
+        return start_factor + (1.0 - start_factor) * step / warmup
+    progress = (step - warmup) / (total - warmup)  # 0 at the end of the warmup, 1 at the end of training
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+lambda_trace = lr_trace(lambda opt: LambdaLR(opt, lr_lambda=warmup_cosine_factor), TOTAL)
+from_zero = lr_trace(lambda opt: LambdaLR(opt, lr_lambda=lambda t: warmup_cosine_factor(t, start_factor=0.0)), TOTAL)
+lambda_vs_sequential = max(abs(a - b) for a, b in zip(lambda_trace, sequential))
+check_steps = (0, 1, WARMUP // 2, WARMUP - 1, WARMUP, (WARMUP + TOTAL) // 2, TOTAL - 1)
+print("step  LambdaLR     closed form  SequentialLR")
+for t in check_steps:
+    print(f"{t:4d}  {lambda_trace[t]:.9f}  {formulas['warmup + cosine (SequentialLR)'](t):.9f}  {sequential[t]:.9f}")
+print(f"largest |LambdaLR - SequentialLR| over {TOTAL} steps: {lambda_vs_sequential:.1e}")
+print(f"starting from a factor of 0: step 0 uses lr {from_zero[0]}, step 1 uses {from_zero[1]:.4g}")
+saved_lambdas = LambdaLR(dummy_optimizer(), lr_lambda=warmup_cosine_factor).state_dict()["lr_lambdas"]
+print(f"what LambdaLR.state_dict() keeps of a plain function: lr_lambdas = {saved_lambdas}")
+
+# %%
+closed_form = formulas["warmup + cosine (SequentialLR)"]
+assert all(math.isclose(lambda_trace[t], closed_form(t), rel_tol=1e-12, abs_tol=1e-15) for t in check_steps), (
+    "LambdaLR should give base_lr * lr_lambda(t) at optimizer step t"
+)
+assert lambda_vs_sequential < 1e-9 * BASE_LR, f"LambdaLR and SequentialLR differ by {lambda_vs_sequential:.1e}"
+assert from_zero[0] == 0.0 and from_zero[WARMUP] == BASE_LR, "the variant starts at lr 0 and peaks at the milestone"
+assert saved_lambdas == [None], "a plain function is not saved in LambdaLR's state_dict"
+
+# %% [markdown]
+# The two constructions agree to float rounding at every step. Two things to
+# know about the lambda form. Warming up from a factor of 0 makes the first
+# optimizer step use a rate of exactly 0, a wasted step (harmless, but the
+# reason many recipes start from a small positive factor instead). And
+# `state_dict()` does not save a plain function or lambda (`None` above, as
+# the `LambdaLR` documentation says; only callable *objects* have their
+# attributes saved): the step count is saved, so a resumed run must build
+# the scheduler with the same function again before loading the state.
+#
 # ## ReduceLROnPlateau, driven by a real metric
 #
 # `ReduceLROnPlateau` reacts to training instead of following a clock. We
@@ -332,10 +394,15 @@ assert all(b in (a, a * 0.3) or math.isclose(b, a * 0.3) for a, b in zip(plateau
 # %%
 fig, axes = plt.subplots(2, 3, figsize=(9, 4.8), sharey=False)
 for ax, (name, lrs) in zip(axes.flat, traces.items()):
-    ax.plot(range(TOTAL), lrs, color="C0")
+    ax.plot(range(TOTAL), lrs, color="C0", label="SequentialLR")
     ax.set_title(name, fontsize=9)
     ax.set_xlabel("optimizer step", fontsize=8)
     ax.set_ylabel("lr", fontsize=8)
+ax = axes.flat[4]  # warmup + cosine: the two LambdaLR versions on top
+ax.plot(range(TOTAL), lambda_trace, "--", color="C1", label="LambdaLR, same lambda")
+ax.plot(range(TOTAL), from_zero, ":", color="C2", label="LambdaLR from factor 0")
+ax.set_title("warmup + cosine", fontsize=9)
+ax.legend(fontsize=6)
 ax = axes.flat[5]
 epochs_axis = range(PLATEAU_EPOCHS)
 ax.step(epochs_axis, plateau_lrs, where="post", color="C0", label="lr")
@@ -351,14 +418,21 @@ for a in list(axes.flat) + [twin]:
     a.grid(alpha=0.3)
 fig.tight_layout()
 plt.show()
+into_cycle, cycle_length = restarts(TOTAL - 1, T_0)
+print(f"CosineAnnealingWarmRestarts: the last step is step {into_cycle} of a cycle of {cycle_length}, "
+      f"at lr {traces['CosineAnnealingWarmRestarts'][-1]:.4g}")
+assert traces["CosineAnnealingWarmRestarts"][-1] > 0.9 * BASE_LR, "the warm-restart run should end just after a restart"
 
 # %% [markdown]
 # The five clock-driven schedules share a shape language: start high (or
 # ramp up to high), spend the middle there, end low. `StepLR` does it in
 # jumps, the cosine smoothly; warm restarts repeat the descent, which gives
-# several "end of training" snapshots in one run; OneCycle and warmup +
-# cosine add a ramp at the start, where the weights are random and large
-# steps are least trustworthy. `ReduceLROnPlateau` cut the rate only when
+# several "end of training" snapshots in one run, but only if training stops
+# at the end of a cycle: here the cycles of 28, 56 and 112 steps add up to
+# 196, so the last steps of the run belong to a new cycle and use nearly
+# `η₀` (choose the total length as `T_0 · (1 + T_mult + T_mult² + …)`).
+# OneCycle and warmup + cosine add a ramp at the start, where the weights
+# are random and large steps are least trustworthy. `ReduceLROnPlateau` cut the rate only when
 # the validation loss (orange) stopped improving.
 #
 # ## Per-step or per-epoch stepping
@@ -646,22 +720,29 @@ assert forgot[-1] > 0.1 * BASE_LR > 100 * uninterrupted[-1], "...and the run sho
 #
 # ## A real comparison on Fashion-MNIST
 #
-# Does a schedule help? Three runs of the same MLP on `TRAIN_IMAGES`
-# Fashion-MNIST images, all with SGD (momentum 0.9), the same batches and the
-# same peak rate `LR`:
+# Does a schedule help? We train the same MLP on `TRAIN_IMAGES`
+# Fashion-MNIST images with SGD (momentum 0.9) and the same peak rate `LR`,
+# under three schedules:
 #
 # - **constant**: `LR` all the way (no scheduler);
 # - **warmup + cosine**: `SequentialLR` stepped after every batch;
 # - **OneCycle**: `OneCycleLR(max_lr=LR, total_steps=...)`, also per batch.
 #
-# The training loop is the five-step loop of chapter 04 plus one line, the
-# scheduler step after the optimizer step:
+# One run says little: a different initialisation or batch order moves the
+# final accuracy by about as much as the schedules differ. So each schedule
+# runs with `SEEDS` seeds. A seed fixes the initial weights and the batch
+# order, and for a given seed all three schedules start from the same
+# weights and see the same batches, so the differences *within* a seed are
+# paired comparisons. We report the mean ± the sample standard deviation
+# over the seeds. The training loop is the five-step loop of chapter 04 plus
+# one line, the scheduler step after the optimizer step:
 
 # %%
 train_loader = DataLoader(TensorDataset(train_x, train_y), batch_size=BATCH_SIZE, shuffle=True)
 steps_per_epoch = len(train_loader)
 total_steps = EPOCHS * steps_per_epoch
-print(f"{steps_per_epoch} batches per epoch x {EPOCHS} epochs = {total_steps} optimizer steps")
+seeds = [SEED + i for i in range(SEEDS)]
+print(f"{steps_per_epoch} batches per epoch x {EPOCHS} epochs = {total_steps} optimizer steps; seeds {seeds}")
 
 schedules = {
     "constant": lambda opt: None,
@@ -671,11 +752,11 @@ schedules = {
 }
 
 
-def train_run(make_scheduler):
-    model = make_mlp()
+def train_run(make_scheduler, seed):
+    model = make_mlp(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     scheduler = make_scheduler(optimizer)
-    order = torch.Generator().manual_seed(SEED)  # the same batches for every run
+    order = torch.Generator().manual_seed(seed)  # the same batches for every schedule of this seed
     lrs, val_acc, val_loss = [], [], []
     for _epoch in range(EPOCHS):
         model.train()
@@ -694,52 +775,123 @@ def train_run(make_scheduler):
     return {"lrs": lrs, "val_acc": val_acc, "val_loss": val_loss}
 
 
-runs = {}
-for name, make in schedules.items():
-    start = time.perf_counter()
-    runs[name] = train_run(make)
-    print(f"{name:16s} val accuracy per epoch {[f'{a:.1%}' for a in runs[name]['val_acc']]}, "
-          f"final val loss {runs[name]['val_loss'][-1]:.3f}  ({time.perf_counter() - start:.1f} s)")
-for name, run in runs.items():
-    _ = report.record(f"{name} final val accuracy", 100 * run["val_acc"][-1], "%", digits=1)
+def mean_std(values):
+    """Mean and sample standard deviation (0 for a single value)."""
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+runs = {name: [train_run(make, seed) for seed in seeds] for name, make in schedules.items()}
+final_acc = {name: [run["val_acc"][-1] for run in rs] for name, rs in runs.items()}
+final_loss = {name: [run["val_loss"][-1] for run in rs] for name, rs in runs.items()}
+print(f"final validation accuracy and loss over {SEEDS} seeds (mean ± std, [min, max]):")
+for name in schedules:
+    (acc_m, acc_s), (loss_m, loss_s) = mean_std(final_acc[name]), mean_std(final_loss[name])
+    print(f"  {name:16s} accuracy {acc_m:.1%} ± {acc_s:.1%} [{min(final_acc[name]):.1%}, {max(final_acc[name]):.1%}]"
+          f"   loss {loss_m:.3f} ± {loss_s:.3f} [{min(final_loss[name]):.3f}, {max(final_loss[name]):.3f}]")
+    _ = report.record(f"{name} final val accuracy (mean of {SEEDS} seeds)", 100 * acc_m, "%", digits=1)
+    _ = report.record(f"{name} final val accuracy (std over seeds)", 100 * acc_s, "points", digits=1)
+first_epoch_acc = {name: statistics.fmean(run["val_acc"][0] for run in rs) for name, rs in runs.items()}
+drops = {name: sum(b < a for run in rs for a, b in zip(run["val_acc"], run["val_acc"][1:])) for name, rs in runs.items()}
+print("after epoch 1, mean accuracy: " + ", ".join(f"{n} {a:.1%}" for n, a in first_epoch_acc.items()))
+print(f"epoch-to-epoch drops in val accuracy, out of {SEEDS * (EPOCHS - 1)}: "
+      + ", ".join(f"{n} {d}" for n, d in drops.items()))
+p_acc = statistics.fmean(final_acc["constant"])
+print(f"binomial standard error of one accuracy near {p_acc:.0%} on {len(val_y)} validation images: "
+      f"{math.sqrt(p_acc * (1 - p_acc) / len(val_y)):.1%}")
 
 # %%
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3))
-for name, run in runs.items():
-    ax1.plot(run["lrs"], label=name)
-    ax2.plot(range(1, EPOCHS + 1), [100 * a for a in run["val_acc"]], "o-", label=name)
+fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(9, 3))
+epochs_axis = range(1, EPOCHS + 1)
+for i, (name, rs) in enumerate(runs.items()):
+    ax1.plot(rs[0]["lrs"], label=name)
+    for ax, key, scale in ((ax2, "val_loss", 1), (ax3, "val_acc", 100)):
+        per_epoch = [mean_std([scale * run[key][e] for run in rs]) for e in range(EPOCHS)]
+        ax.errorbar([e + 0.06 * (i - 1) for e in epochs_axis], [m for m, _ in per_epoch],
+                    yerr=[s for _, s in per_epoch], fmt="o-", capsize=3, markersize=3, label=name)
 ax1.set(xlabel="optimizer step", ylabel="lr", title="learning rate")
-ax2.set(xlabel="epoch", ylabel="validation accuracy (%)", title="validation accuracy")
-for ax in (ax1, ax2):
+ax2.set(xlabel="epoch", ylabel="validation loss", title=f"val loss, mean ± std of {SEEDS}")
+ax3.set(xlabel="epoch", ylabel="validation accuracy (%)", title=f"val accuracy, mean ± std of {SEEDS}")
+for ax in (ax1, ax2, ax3):
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
+    ax.title.set_fontsize(9)
 fig.tight_layout()
 plt.show()
 
+# %% [markdown]
+# The error bars are the spread between seeds, which is not small next to
+# the differences we want to see. Because the seeds are paired, the cleaner
+# test is per seed: did the schedule beat the constant rate *with the same
+# initial weights and batches*? Below are the per-seed differences in final
+# validation loss (as a ratio) and accuracy, for each schedule against the
+# constant rate, and for OneCycle against warmup + cosine:
+
 # %%
-constant_acc, constant_loss = runs["constant"]["val_acc"][-1], runs["constant"]["val_loss"][-1]
+def paired(a, b):
+    """Per-seed loss ratios a/b and accuracy gains a - b of two schedules' final validation results."""
+    ratios = [la / lb for la, lb in zip(final_loss[a], final_loss[b])]
+    gains = [xa - xb for xa, xb in zip(final_acc[a], final_acc[b])]
+    return ratios, gains
+
+
+for a, b in (("warmup + cosine", "constant"), ("OneCycle", "constant"), ("OneCycle", "warmup + cosine")):
+    ratios, gains = paired(a, b)
+    (ratio_m, ratio_s), (gain_m, gain_s) = mean_std(ratios), mean_std(gains)
+    print(f"{a} vs {b}:\n  loss ratio per seed {[round(r, 2) for r in ratios]}, mean {ratio_m:.2f} ± {ratio_s:.2f}\n"
+          f"  accuracy gain per seed {[round(100 * g, 1) for g in gains]} points, "
+          f"mean {100 * gain_m:+.1f} ± {100 * gain_s:.1f}")
+gain_wc = paired("warmup + cosine", "constant")[1]
+_ = report.record("warmup + cosine gain over constant lr (mean over seeds)", 100 * statistics.fmean(gain_wc),
+                  "points", digits=1)
+
+# %%
 for name in ("warmup + cosine", "OneCycle"):
-    ratio = runs[name]["val_loss"][-1] / constant_loss
-    gain = runs[name]["val_acc"][-1] - constant_acc
-    print(f"{name:16s} final val loss {ratio:.2f}x the constant lr's, accuracy {100 * gain:+.1f} points")
-    assert ratio <= MAX_LOSS_RATIO, f"{name} ended with {ratio:.2f}x the constant lr's validation loss"
-    assert gain >= MIN_SCHEDULE_GAIN, (
-        f"{name} ended {gain:+.1%} against the constant lr; expected at least {MIN_SCHEDULE_GAIN:+.1%}"
+    ratios, gains = paired(name, "constant")
+    assert max(ratios) <= MAX_LOSS_RATIO, (
+        f"{name} ended with up to {max(ratios):.2f}x the constant lr's validation loss (same seed)"
     )
-_ = report.record("warmup + cosine gain over constant lr",
-                  100 * (runs["warmup + cosine"]["val_acc"][-1] - constant_acc), "points", digits=1)
+    assert min(gains) >= MIN_SCHEDULE_GAIN, (
+        f"{name} ended {min(gains):+.1%} against the constant lr in one seed; expected >= {MIN_SCHEDULE_GAIN:+.1%}"
+    )
+    separation = min(final_acc[name]) - max(final_acc["constant"])
+    assert separation >= MIN_SCHEDULE_GAIN, f"{name}'s worst seed is {separation:+.1%} from the constant lr's best"
+tie_ratios, tie_gains = paired("OneCycle", "warmup + cosine")
+gain_loss = min(1 - statistics.fmean(paired(n, "constant")[0]) for n in ("warmup + cosine", "OneCycle"))
+gain_acc = min(statistics.fmean(paired(n, "constant")[1]) for n in ("warmup + cosine", "OneCycle"))
+assert abs(statistics.fmean(tie_ratios) - 1) <= MAX_TIE_FRACTION * abs(gain_loss), (
+    f"OneCycle vs warmup + cosine: loss ratio {statistics.fmean(tie_ratios):.3f}, not small next to the gain"
+)
+assert abs(statistics.fmean(tie_gains)) <= MAX_TIE_FRACTION * abs(gain_acc), (
+    f"OneCycle - warmup + cosine = {statistics.fmean(tie_gains):+.2%}, not small next to the {gain_acc:+.2%} gain"
+)
 
 # %% [markdown]
-# With the same peak rate, both schedules end ahead of the constant one,
-# most clearly in validation loss. The constant run is not badly tuned at
-# the start: it learns about as fast as the others. But a rate that large keeps the weights jumping around until
-# the last batch, and the validation accuracy wobbles from epoch to epoch.
-# The schedules take the same large steps in the middle and then anneal:
-# the small steps at the end let the weights settle. (A smaller constant rate
-# would wobble less but also learn more slowly at the start, the usual
-# trade-off that a schedule avoids.) On a few
-# epochs, OneCycle and warmup + cosine end up close to each other; what
-# matters most is the decay at the end.
+# With the same peak rate, both schedules ended ahead of the constant rate
+# **in every seed**: warmup + cosine by +3.1 ± 0.9 accuracy points (1.8 to
+# 4.1 per seed) and OneCycle by +2.7 ± 1.1 (1.4 to 4.0), with about 0.8×
+# the constant rate's validation loss. Even the worst seed of either
+# schedule (84.4 %) beat the best seed of the constant rate (83.0 %), so
+# this gain is well beyond the spread between seeds. The constant rate is
+# not badly tuned at the start: after the first epoch it was not behind
+# (79.3 % on average, against 77.5 % and 78.0 % for the schedules, which
+# were still warming up). The usual explanation for the difference at the
+# end is the anneal: a rate that large keeps the weights jumping around
+# until the last batch, while the schedules take the same large steps in
+# the middle and then small ones that let the weights settle. (A smaller
+# constant rate would jump around less but also learn more slowly at the
+# start, the trade-off that a schedule avoids.) The epoch-to-epoch drops in
+# accuracy counted above (4, 3 and 1 of 15) are too few to tell the
+# schedules apart on that score.
+#
+# OneCycle against warmup + cosine is a different story: −0.5 ± 0.6 points
+# of accuracy, a difference inside the spread. In validation loss warmup +
+# cosine ended lower in all five seeds, but only by 1 to 3 %, a small
+# fraction of either schedule's gain over the constant rate. On this budget
+# the run cannot rank the two; what matters most is the decay at the end.
+# Keep in mind, too, that every run is scored on the same 2,000 validation
+# images: a fresh set of that size would move each accuracy by about ±0.9
+# points (the binomial standard error printed above), which the paired
+# differences largely cancel but the absolute numbers do not.
 #
 # ## Pitfalls
 #
@@ -925,8 +1077,13 @@ if result.passed:
 #   log `get_last_lr()` yourself.
 # - Save `scheduler.state_dict()` with the model's and optimizer's; a
 #   resumed run then uses exactly the same rates.
+# - `LambdaLR(optimizer, lr_lambda)` writes any schedule as a factor of the
+#   base lr per step; warmup + cosine that way matches `SequentialLR` to
+#   float rounding. Its `state_dict` does not save a plain function.
 # - On Fashion-MNIST, with the same peak rate, warmup + cosine and OneCycle
-#   ended ahead of a constant rate (the numbers are in the report below).
+#   ended ahead of a constant rate in each of the seeds, beyond the spread
+#   between seeds; the two schedules could not be told apart (mean ± std in
+#   the report below).
 #
 # **Next:** chapter 12 turns to regularisation and normalisation: dropout,
 # BatchNorm and its relatives, and weight decay.
