@@ -30,10 +30,17 @@
 #   change;
 # - why `checkpoint` needs an explicit `use_reentrant` (and what goes wrong
 #   without it);
+# - what checkpointing really costs: forward calls, FLOPs and dispatched
+#   operations counted, and why a small model pays more time than FLOPs;
 # - gradient accumulation and bfloat16 autocast as memory levers, measured;
+# - offloading saved activations with `torch.autograd.graph.save_on_cpu`, and
+#   fusing the optimizer step into backward with
+#   `Tensor.register_post_accumulate_grad_hook`;
 # - 8-bit Adam from bitsandbytes against `torch.optim.Adam`: state bytes and
-#   training curves on MNIST;
-# - the CUDA memory snapshot, for when a GPU is present.
+#   training curves on MNIST (and its paged optimizers);
+# - the allocator's view on an accelerator: `memory_allocated` vs
+#   `memory_reserved`, `memory_summary`, `expandable_segments`, and the CUDA
+#   memory snapshot.
 #
 # **Prerequisites:** chapters 02 (autograd), 05 (an MLP on MNIST), 10
 # (optimizers) and 15 (mixed precision).
@@ -60,7 +67,10 @@ SEED = 0
 # ## Setup
 
 # %%
+import contextlib
 import copy
+import io
+import os
 import time
 import warnings
 from functools import partial
@@ -69,7 +79,9 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential, set_checkpoint_early_stop
+from torch.utils.flop_counter import FlopCounterMode
 
 import helpers.plotting  # noqa: F401  (the course's figure defaults)
 from helpers.bench import measure, timing_table
@@ -85,15 +97,21 @@ device = pick_device()
 report = ChapterReport("18_memory_optimization")
 notebook_start = time.perf_counter()
 has_cuda = torch.cuda.is_available()
+# The accelerator (CUDA, XPU, MPS, ...) if one is present: the allocator cells below use the
+# device-generic torch.accelerator memory API, so they run on any of them.
+accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
 MB = 2**20
-print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} CPU threads, CUDA available: {has_cuda}")
+print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} CPU threads, accelerator: {accelerator}")
 
 # %% [markdown]
 # The byte counts in this chapter do not depend on the device: a float32
 # tensor of a million elements takes 4 MB wherever it lives. So the
 # measurements run on the CPU, where they are exact and repeatable, and the
-# cells that need a GPU (the CUDA allocator's own figures and the memory
-# snapshot) run in addition when one is present.
+# cells that need an accelerator (the allocator's own figures, the memory
+# snapshot) run in addition when one is present. They take the device as a
+# parameter and use `torch.accelerator`, so they work on any accelerator
+# backend; only the CUDA-specific tools (`memory_summary`, the snapshot) are
+# guarded by `torch.cuda.is_available()`.
 #
 # ## The model: a deep stack of residual blocks
 #
@@ -269,34 +287,96 @@ assert abs(large["activations"] / small["activations"] - scale) < 0.01 * scale, 
 assert all(large[k] == small[k] for k in ("parameters", "gradients", "Adam state")), "the rest does not depend on the batch"
 
 # %% [markdown]
-# ### On a GPU: the allocator's own figure
+# ### On an accelerator: the allocator's own figures
 #
-# On CUDA, PyTorch's caching allocator keeps statistics:
-# `torch.cuda.memory_allocated()` is what tensors use now, and
-# `torch.cuda.max_memory_allocated()` the peak since the last
-# `torch.cuda.reset_peak_memory_stats()`. The peak of a step is higher than
-# our sum: it also holds temporary buffers, and the gradients and the
+# On a GPU, PyTorch does not call the driver for every tensor: its
+# **caching allocator** requests large blocks (segments) from the device
+# and hands out pieces of them. A freed tensor's memory goes back to the
+# cache, not to the device, so the next allocation of that size is free of
+# driver calls. That is why there are two figures:
+#
+# - `torch.accelerator.memory_allocated()`: bytes occupied by live tensors
+#   now (`max_memory_allocated()` is the peak since
+#   `reset_peak_memory_stats()`);
+# - `torch.accelerator.memory_reserved()`: bytes the allocator holds from
+#   the device, live tensors plus its cache. This, plus the CUDA context, is
+#   what `nvidia-smi` shows, and it never falls below `memory_allocated`.
+#   `torch.accelerator.empty_cache()` hands the unused cache back.
+#
+# On CUDA, `torch.cuda.memory_summary()` prints both, per pool, with
+# allocation counts, as a table. The peak of a step is higher than our sum
+# of four parts: it also holds temporary buffers, and the gradients and the
 # activations coexist during backward.
 
+
 # %%
-if has_cuda:
-    gpu_model = make_stack().cuda()
-    gpu_optimizer = torch.optim.Adam(gpu_model.parameters(), lr=LR)
-    gpu_x = x_batch.cuda()
+def allocator_step_figures(device):
+    """Two Adam steps of the deep stack on `device`; the allocator's figures in bytes (accelerators only)."""
+    acc = torch.accelerator
+    model = make_stack().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+    x = x_batch.to(device)
     for _step in range(2):  # the second step has the state and the gradients from the start
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        gpu_model(gpu_x).square().mean().backward()
-        gpu_optimizer.step()
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated()
-    print(f"CUDA step: {before / MB:.2f} MB allocated before the step, peak {peak / MB:.2f} MB")
+        acc.synchronize()
+        acc.reset_peak_memory_stats()
+        before = acc.memory_allocated()
+        optimizer.zero_grad(set_to_none=True)
+        model(x).square().mean().backward()
+        optimizer.step()
+        acc.synchronize()
+    figures = {"before step": before, "peak of step": acc.max_memory_allocated()}
+    del model, optimizer, x
+    figures["allocated after del"] = acc.memory_allocated()
+    figures["reserved after del"] = acc.memory_reserved()
+    acc.empty_cache()
+    figures["reserved after empty_cache"] = acc.memory_reserved()
+    return figures
+
+
+if accelerator is not None:
+    figures = allocator_step_figures(accelerator)
+    for name, value in figures.items():
+        print(f"{name:28s} {value / MB:8.2f} MB")
     print(f"counted on the CPU: parameters + gradients + state + activations = {sum(main.values()) / MB:.2f} MB")
-    _ = report.record("CUDA peak of one Adam step", round(peak / MB, 2), "MB")
-    del gpu_model, gpu_optimizer, gpu_x
+    assert figures["reserved after del"] >= figures["allocated after del"], "reserved includes every allocated byte"
+    assert figures["reserved after empty_cache"] <= figures["reserved after del"], "empty_cache should not grow the cache"
+    _ = report.record("accelerator peak of one Adam step", round(figures["peak of step"] / MB, 2), "MB")
+    if has_cuda:
+        print("\n".join(torch.cuda.memory_summary(abbreviated=True).splitlines()[:16]))
 else:
-    print("no CUDA device: skipping torch.cuda.max_memory_allocated (the byte counts above hold on any device)")
+    print("no accelerator: skipping torch.accelerator.memory_allocated / memory_reserved (the byte counts above hold on any device)")
+
+# %% [markdown]
+# **Fragmentation and `expandable_segments`.** The cache can hold plenty of
+# free bytes and still fail an allocation: if the free space is scattered
+# over many segments in pieces smaller than the request, a new segment is
+# needed, and that can run out of memory while `memory_reserved` is far
+# above `memory_allocated`. This happens when tensor sizes keep changing
+# (variable sequence lengths, growing batches). The allocator option
+# `expandable_segments:True` lets a segment grow in place (it maps more
+# physical pages into a reserved virtual range), so allocations of changing
+# size reuse one growing segment instead of splitting many. It is set
+# through an environment variable before the first CUDA allocation; in
+# torch 2.14 the variable is `PYTORCH_ALLOC_CONF` (the older
+# `PYTORCH_CUDA_ALLOC_CONF` is still read for backward compatibility):
+#
+# ```
+# PYTORCH_ALLOC_CONF=expandable_segments:True python train.py
+# ```
+#
+# The cell below shows the settings of this run and, on CUDA, how many
+# bytes of the cache sit in free pieces of split segments
+# (`inactive_split_bytes`, the fragmentation that `expandable_segments`
+# reduces).
+
+# %%
+print({name: os.environ.get(name, "(not set)") for name in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")})
+if has_cuda:
+    stats = torch.cuda.memory_stats()
+    print(f"allocator backend: {torch.cuda.get_allocator_backend()}; reserved {stats.get('reserved_bytes.all.current', 0) / MB:.2f} MB, "
+          f"free in split segments {stats.get('inactive_split_bytes.all.current', 0) / MB:.2f} MB")
+else:
+    print("no CUDA device: the allocator settings only affect the CUDA caching allocator")
 
 # %% [markdown]
 # ## Activation checkpointing
@@ -355,6 +435,29 @@ def train_step(forward, model, x):
     forward(model, x).square().mean().backward()
 
 
+class OpCounter(TorchDispatchMode):
+    """Counts the ATen operations dispatched inside it (forward, backward and recomputation alike)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def step_cost(forward, model, x):
+    """One training step, counted: {"block calls": Block.forward calls, "flops": FLOPs, "ops": ATen ops}."""
+    calls = [0]
+    handles = [block.register_forward_pre_hook(lambda module, args: calls.__setitem__(0, calls[0] + 1)) for block in model]
+    with FlopCounterMode(display=False) as flops, OpCounter() as ops:
+        train_step(forward, model, x)
+    for handle in handles:
+        handle.remove()
+    return {"block calls": calls[0], "flops": flops.get_total_flops(), "ops": ops.ops}
+
+
 ckpt = {}
 reference_grads = grads_of(forward_plain, stack, x_batch)
 for name, forward in variants.items():
@@ -363,18 +466,23 @@ for name, forward in variants.items():
     max_diff = max((g - r).abs().max().item() for g, r in zip(grads, reference_grads))
     identical = all(torch.equal(g, r) for g, r in zip(grads, reference_grads))
     timing = measure(partial(train_step, forward, stack, x_batch), label=name, min_run_time=TIMING_SECONDS)
-    ckpt[name] = {"bytes": nbytes, "max_diff": max_diff, "identical": identical, "timing": timing}
+    ckpt[name] = {"bytes": nbytes, "max_diff": max_diff, "identical": identical, "timing": timing,
+                  **step_cost(forward, stack, x_batch)}
 
 plain = ckpt["no checkpointing"]
-print(f"{'variant':36s} {'saved activations':>18s} {'of plain':>9s} {'step time':>10s} {'slower':>7s} {'grads':>14s}")
+print(f"{'variant':36s} {'saved activations':>18s} {'of plain':>9s} {'block calls':>11s} {'FLOPs':>6s} {'ops':>6s} {'grads':>14s}")
 for name, r in ckpt.items():
     grads_note = "bit-identical" if r["identical"] else f"diff {r['max_diff']:.1e}"
-    print(f"{name:36s} {r['bytes'] / MB:15.2f} MB {r['bytes'] / plain['bytes']:9.1%} "
-          f"{r['timing'].median_ms:7.1f} ms {r['timing'].median_s / plain['timing'].median_s:6.2f}x {grads_note:>14s}")
+    print(f"{name:36s} {r['bytes'] / MB:15.2f} MB {r['bytes'] / plain['bytes']:9.1%} {r['block calls']:11d} "
+          f"{r['flops'] / plain['flops']:5.2f}x {r['ops'] / plain['ops']:5.2f}x {grads_note:>14s}")
 
 # %% [markdown]
-# The same timings in `helpers.bench`'s table (medians over repeated steps,
-# with their spread):
+# "FLOPs" and "ops" are the step's floating-point operations
+# (`torch.utils.flop_counter.FlopCounterMode`) and dispatched ATen
+# operations (a `TorchDispatchMode` that counts them), relative to the plain
+# step; "block calls" counts `Block.forward` calls with a forward pre-hook.
+# The step times, from `helpers.bench` (median over `blocks` samples, with
+# the spread; "speed-up" below 1 means slower):
 
 # %%
 print(timing_table([r["timing"] for r in ckpt.values()]))
@@ -400,28 +508,72 @@ per_block = ckpt["checkpoint per block"]
 _ = report.record("saved activations, no checkpointing", round(plain["bytes"] / MB, 2), "MB")
 _ = report.record("saved activations, checkpoint per block", round(per_block["bytes"] / MB, 2), "MB")
 _ = report.record("checkpoint per block: memory saved", round(100 * (1 - per_block["bytes"] / plain["bytes"]), 1), "%")
-_ = report.record("checkpoint per block: step-time ratio", round(per_block["timing"].median_s / plain["timing"].median_s, 2), "x")
 
 # %% [markdown]
 # How to read it:
 #
 # - **Per block**, only each block's input is kept: one `[batch, width]`
 #   tensor instead of about ten, so the saved activations fall to about a
-#   tenth. The price is one extra forward pass, roughly a third more
-#   compute per step (a backward costs about two forwards).
+#   tenth.
 # - **`checkpoint_sequential` with s segments** keeps the inputs of the
 #   first s − 1 segments plus all activations of the last segment, which it
 #   does not checkpoint. With **1 segment nothing is checkpointed at all**:
 #   the memory is exactly that of the plain model. The more segments, the
 #   less is kept, down to the per-block figure.
 # - During backward, the segment being recomputed briefly holds its own
-#   activations again; so the true peak is the saved bytes above plus one
-#   segment's worth (DEPTH / s blocks). That favours a middle ground, about
-#   √DEPTH segments, when the peak matters rather than the resting memory.
+#   activations again, so the peak is higher than the saved bytes above by
+#   up to one segment's worth (DEPTH / s blocks). That favours a middle
+#   ground, about √DEPTH segments, when the peak matters rather than the
+#   resting memory.
 # - The gradients are unchanged: the recomputation runs the same operations
 #   on the same inputs. (`checkpoint` also restores the random-number state,
 #   `preserve_rng_state=True`, so dropout draws the same masks the second
 #   time.)
+#
+# ### What the recomputation costs
+#
+# The price is recomputation, and the counters show it: with a checkpoint
+# per block, every block's `forward` runs twice per step (2 × DEPTH calls).
+# A textbook estimate says that costs a third more compute, since a backward
+# costs about two forwards (a `Linear` needs two matrix products in backward,
+# one in forward). The measured FLOPs grow by less, because the
+# non-reentrant checkpoint **stops recomputing early**: it reruns a segment
+# only until it has regenerated the last tensor that backward needs, then
+# aborts. In our block nothing saves `fc2`'s output (the residual sum saves
+# nothing), so `fc2`'s matrix product is never rerun. Turning early stopping
+# off (`torch.utils.checkpoint.set_checkpoint_early_stop(False)`) gives the
+# full extra forward:
+
+# %%
+with FlopCounterMode(display=False) as forward_flops:
+    stack(x_batch)
+with set_checkpoint_early_stop(False):
+    no_early_stop = step_cost(forward_per_block, stack, x_batch)
+textbook_ratio = (plain["flops"] + forward_flops.get_total_flops()) / plain["flops"]
+early_ratio, full_ratio = per_block["flops"] / plain["flops"], no_early_stop["flops"] / plain["flops"]
+time_ratio = per_block["timing"].median_s / plain["timing"].median_s
+ops_ratio = per_block["ops"] / plain["ops"]
+print(f"plain step: forward {forward_flops.get_total_flops() / 1e6:.0f} MFLOP, forward + backward {plain['flops'] / 1e6:.0f} MFLOP")
+print(f"checkpoint per block, FLOPs vs plain: early stop (default) {early_ratio:.3f}x, "
+      f"early stop off {full_ratio:.3f}x, one full extra forward {textbook_ratio:.3f}x")
+print(f"checkpoint per block: {ops_ratio:.2f}x the ATen ops, step time {time_ratio:.2f}x "
+      f"(medians of {per_block['timing'].blocks} and {plain['timing'].blocks} blocks)")
+_ = report.record("checkpoint per block: FLOP ratio", round(early_ratio, 3), "x")
+_ = report.record("checkpoint per block: step-time ratio", round(time_ratio, 2), "x")
+
+# %% [markdown]
+# Early stopping saves a fixed amount here: exactly one `fc2` product per
+# block (asserted below), the last product of each checkpointed segment. Step time, though, grows much more than the FLOPs on this
+# model (compare the step-time ratio with the FLOP ratio above). A block of
+# width 64 on a batch of 128 is tiny: each operation takes microseconds, so
+# a step's time follows the **number of operations** more than their FLOPs.
+# The op count grows much faster than the FLOPs: the recomputation reruns
+# the cheap operations too (LayerNorm, GELU, the additions), and
+# checkpointing adds its own bookkeeping per call (detaching the input,
+# saving and restoring the random-number state, the saved-tensor hooks that
+# trigger the recomputation, the Python around it). On a large model, where
+# the matrix products dominate the step, the time ratio approaches the
+# FLOP ratio; a figure measured on a toy model overstates the cost.
 #
 # The checks:
 
@@ -434,9 +586,18 @@ if 1 in SEGMENTS:
 for s in SEGMENTS:
     if s > 1:
         assert ckpt[f"checkpoint_sequential, segments={s}"]["bytes"] < plain["bytes"], f"{s} segments should save memory"
+        recomputed = (s - 1) * (DEPTH // s)  # every segment but the last runs its blocks twice
+        calls = ckpt[f"checkpoint_sequential, segments={s}"]["block calls"]
+        assert calls == DEPTH + recomputed, f"{s} segments: expected {DEPTH + recomputed} block calls, got {calls}"
 more = [ckpt[n]["bytes"] for n in seg_names]
 assert all(a >= b for a, b in zip(more, more[1:])), "more segments should never keep more activations"
-print("checkpointing: less memory, same gradients")
+assert plain["block calls"] == DEPTH and per_block["block calls"] == 2 * DEPTH, "per block: every forward runs twice"
+fc2_flops = DEPTH * 2 * BATCH_SIZE * 4 * WIDTH * WIDTH  # one [B, 4W] @ [4W, W] product per block
+assert no_early_stop["flops"] - plain["flops"] == forward_flops.get_total_flops(), "without early stop: one full extra forward"
+assert no_early_stop["flops"] - per_block["flops"] == fc2_flops, "early stop should skip exactly fc2's product in each block"
+assert early_ratio < textbook_ratio, "early stopping should make the recomputation cheaper than a full forward"
+assert ops_ratio > early_ratio + 0.2, "checkpointing should add far more operations than FLOPs"
+print("checkpointing: less memory, same gradients, one (early-stopped) extra forward per checkpointed block")
 
 # %% [markdown]
 # ## Gradient accumulation
@@ -453,26 +614,34 @@ assert BATCH_SIZE % MICRO_BATCHES == 0, "BATCH_SIZE must split into MICRO_BATCHE
 micro = BATCH_SIZE // MICRO_BATCHES
 
 
-def accumulate_step(model, batches):
-    """Gradients of one optimizer step from a list of equal-sized batches; returns the largest saved bytes."""
+def accumulate_step(model, batches, watch=False):
+    """Gradients of one optimizer step from a list of equal-sized batches.
+
+    With watch=True, the forward passes run under our saved-tensor hooks and the largest saved bytes
+    of a micro-batch is returned; with watch=False (for timing: the hooks cost time) it returns None.
+    """
     model.zero_grad(set_to_none=True)
     largest = 0
     for xb in batches:
-        out, nbytes = saved_bytes(partial(model, xb), model)
+        if watch:
+            out, nbytes = saved_bytes(partial(model, xb), model)
+            largest = max(largest, nbytes)
+        else:
+            out = model(xb)
         (out.square().mean() / len(batches)).backward()  # / k: the mean over the whole batch
-        largest = max(largest, nbytes)
-    return largest
+    return largest if watch else None
 
 
 # Separate tensors, as a DataLoader with batch_size=micro would deliver them. (Slices of x_batch
 # would be views that share its storage, and our storage-based count would charge each the whole batch.)
 micro_batches = [chunk.clone() for chunk in x_batch.chunk(MICRO_BATCHES)]
-full_bytes = accumulate_step(stack, [x_batch])
+full_bytes = accumulate_step(stack, [x_batch], watch=True)  # memory: one pass with the hooks
 full_grads = [p.grad.clone() for p in stack.parameters()]
-micro_bytes = accumulate_step(stack, micro_batches)
+micro_bytes = accumulate_step(stack, micro_batches, watch=True)
 micro_grads = [p.grad.clone() for p in stack.parameters()]
 accum_diff = max((a - b).abs().max().item() for a, b in zip(full_grads, micro_grads))
 accum_close = all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(full_grads, micro_grads))
+# time: other passes, without the hooks
 t_full = measure(lambda: accumulate_step(stack, [x_batch]), label=f"1 batch of {BATCH_SIZE}", min_run_time=TIMING_SECONDS)
 t_micro = measure(lambda: accumulate_step(stack, micro_batches), label=f"{MICRO_BATCHES} micro-batches of {micro}",
                   min_run_time=TIMING_SECONDS)
@@ -487,8 +656,13 @@ assert abs(full_bytes / micro_bytes - MICRO_BATCHES) < 0.05 * MICRO_BATCHES, "k 
 assert accum_close, f"accumulated gradients should equal the full-batch gradients (max diff {accum_diff:.1e})"
 
 # %% [markdown]
-# The same gradients for a k-th of the activation memory; the cost is time,
-# because small matrix products use the hardware less well. Two cautions:
+# The same gradients for a k-th of the activation memory; the cost is time
+# (the table: the timed steps run without our saved-tensor hooks; timings
+# on a shared machine are noisy, so no assert rests on them). Each
+# micro-batch dispatches the same operations as the full batch, so k
+# micro-batches pay k times the fixed per-operation cost, and smaller matrix
+# products use the hardware less well; the table shows how much that
+# costs on this model. Two cautions:
 # BatchNorm sees only the micro-batch (its statistics get noisier), and the
 # loss must be scaled by 1/k (or the learning rate divided by k).
 #
@@ -546,28 +720,165 @@ assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in s
 # comparison with the allocator's peak:
 
 # %%
-if has_cuda:
-    gpu_model = make_stack().cuda()
-    gpu_x = x_batch.cuda()
+def forward_peaks(device):
+    """Allocator peak of one forward on `device` (an accelerator), float32 vs bfloat16 autocast, in bytes."""
+    acc = torch.accelerator
+    model, x = make_stack().to(device), x_batch.to(device)
     peaks = {}
     for label, use_amp in (("float32", False), ("bf16 autocast", True)):
-        gpu_model.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
-            out = gpu_model(gpu_x)
-        torch.cuda.synchronize()
-        peaks[label] = torch.cuda.max_memory_allocated() - base  # the forward's allocations: mostly activations
+        model.zero_grad(set_to_none=True)
+        acc.synchronize()
+        acc.reset_peak_memory_stats()
+        base = acc.memory_allocated()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
+            out = model(x)
+        acc.synchronize()
+        peaks[label] = acc.max_memory_allocated() - base  # the forward's allocations: mostly activations
         out.float().square().mean().backward()
         del out
+    return peaks
+
+
+if accelerator is not None:
+    peaks = forward_peaks(accelerator)
     print({k: f"{v / MB:.2f} MB" for k, v in peaks.items()})
-    _ = report.record("CUDA bf16 autocast: forward peak vs float32", round(peaks["bf16 autocast"] / peaks["float32"], 3), "x")
-    del gpu_model, gpu_x
+    assert peaks["bf16 autocast"] < peaks["float32"], "bf16 autocast should lower the forward's peak"
+    _ = report.record("accelerator bf16 autocast: forward peak vs float32", round(peaks["bf16 autocast"] / peaks["float32"], 3), "x")
 else:
-    print("no CUDA device: skipping the max_memory_allocated comparison of float32 and bf16 autocast")
+    print("no accelerator: skipping the max_memory_allocated comparison of float32 and bf16 autocast")
 
 # %% [markdown]
+# ## Offloading saved activations: `save_on_cpu`
+#
+# When the activations do not fit on the GPU but host memory is plentiful,
+# they can wait in CPU memory until backward needs them.
+# `torch.autograd.graph.save_on_cpu(pin_memory=True)` is a ready-made pair of
+# saved-tensor hooks: its `pack` copies every tensor autograd saves to the
+# CPU, its `unpack` copies it back to the tensor's device during backward.
+# It trades device memory for host-device transfers (with
+# `pin_memory=True` they run asynchronously). On a CPU-only machine it is a
+# no-op in effect: `tensor.cpu()` of a CPU tensor returns the tensor itself.
+# We wrap its `pack` to watch what it does on `device`:
+
+
+# %%
+def offload_forward(device, offload):
+    """Forward of the deep stack on `device`, optionally under save_on_cpu.
+
+    Returns (output, list of (device of the saved tensor, device it is kept on, kept storage is the
+    original storage, bytes)), and the accelerator bytes allocated by the forward (None on the CPU).
+    """
+    model, x = make_stack().to(device), x_batch.to(device)
+    packed = []
+    hooks = torch.autograd.graph.save_on_cpu(pin_memory=False)
+    inner_pack = hooks.pack_hook
+
+    def watching_pack(tensor):
+        original_device, kept = inner_pack(tensor)
+        same = kept.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr()
+        packed.append((tensor.device, kept.device, same, tensor.untyped_storage().nbytes()))
+        return original_device, kept
+
+    hooks.pack_hook = watching_pack  # read by save_on_cpu's __enter__
+    on_accelerator = device.type != "cpu"
+    if on_accelerator:
+        torch.accelerator.synchronize()
+        base = torch.accelerator.memory_allocated()
+    with hooks if offload else contextlib.nullcontext():
+        out = model(x)
+    allocated = torch.accelerator.memory_allocated() - base if on_accelerator else None
+    out.square().mean().backward()  # unpack copies them back
+    grads = [p.grad.to("cpu") for p in model.parameters()]
+    return packed, allocated, grads
+
+
+packed, offloaded_alloc, offload_grads = offload_forward(device, offload=True)
+_, plain_alloc, plain_grads = offload_forward(device, offload=False)
+kept_on = {str(kept) for _, kept, _, _ in packed}
+copied = sum(nbytes for _, _, same, nbytes in packed if not same)
+print(f"device {device}: save_on_cpu packed {len(packed)} saved tensors, kept on {kept_on}; "
+      f"bytes actually copied: {copied / MB:.2f} MB")
+if offloaded_alloc is not None:
+    print(f"allocated on {device} after the forward: {plain_alloc / MB:.2f} MB plain, {offloaded_alloc / MB:.2f} MB with save_on_cpu")
+assert kept_on == {"cpu"}, "save_on_cpu keeps every saved tensor on the CPU"
+assert all(torch.equal(a, b) for a, b in zip(offload_grads, plain_grads)), "offloading must not change the gradients"
+if device.type == "cpu":
+    assert copied == 0, "on the CPU, save_on_cpu should copy nothing (tensor.cpu() returns the tensor itself)"
+else:
+    assert offloaded_alloc < plain_alloc, "save_on_cpu should lower the device memory held after the forward"
+
+# %% [markdown]
+# On the CPU, every packed tensor is the original storage: nothing moves.
+# On a GPU, the saved tensors leave the device (note that parameters are
+# saved too, so each forward also copies the weights it uses; combine
+# `save_on_cpu` with checkpointing or use it on the activation-heavy part of
+# a model only). The cost is bandwidth: every saved byte crosses the PCIe
+# or NVLink bus twice per step.
+#
+# ## Fusing the optimizer step into backward
+#
+# In an ordinary step, `backward()` fills every `.grad`, and only then does
+# `optimizer.step()` run: at the end of backward, all gradients, as many
+# bytes as the parameters, are alive at once. If each parameter is
+# updated **as soon as its gradient is ready**, and its gradient freed
+# right away, at most a few gradients exist at any moment.
+# `Tensor.register_post_accumulate_grad_hook(hook)` calls `hook(param)`
+# just after backward has accumulated `param.grad`; with one optimizer per
+# parameter, the hook steps it and sets the gradient to `None` (the recipe
+# of the PyTorch tutorial "How to save memory by fusing the optimizer step
+# into the backward pass"). We count the bytes of live `.grad` tensors each
+# time a gradient becomes ready:
+
+
+# %%
+def grads_alive_peak(fused):
+    """One Adam step of the deep stack; (largest bytes of live .grad tensors during backward, model)."""
+    model = make_stack()
+    params = list(model.parameters())
+    peak = [0]
+
+    def watch(param):
+        peak[0] = max(peak[0], tensor_bytes(p.grad for p in params if p.grad is not None))
+
+    if fused:
+        optimizers = {p: torch.optim.Adam([p], lr=LR) for p in params}
+
+        def step_now(param):
+            watch(param)
+            optimizers[param].step()
+            param.grad = None  # freed right after its step
+
+        handles = [p.register_post_accumulate_grad_hook(step_now) for p in params]
+    else:
+        optimizer = torch.optim.Adam(params, lr=LR)
+        handles = [p.register_post_accumulate_grad_hook(watch) for p in params]
+    model(x_batch).square().mean().backward()
+    if not fused:
+        optimizer.step()
+    for handle in handles:
+        handle.remove()
+    return peak[0], model
+
+
+ordinary_peak, ordinary_model = grads_alive_peak(fused=False)
+fused_peak, fused_model = grads_alive_peak(fused=True)
+largest_param = max(tensor_bytes([p]) for p in stack.parameters())
+step_diff = max((a - b).abs().max().item() for a, b in zip(ordinary_model.parameters(), fused_model.parameters()))
+print(f"live gradients at the peak: ordinary step {ordinary_peak / MB:.2f} MB, fused into backward {fused_peak / MB:.3f} MB "
+      f"(the largest parameter: {largest_param / MB:.3f} MB)")
+print(f"largest parameter difference after one step: {step_diff:.1e}")
+_ = report.record("fused optimizer step: peak live gradients", round(fused_peak / MB, 3), "MB")
+assert ordinary_peak == params_bytes, "an ordinary step has all gradients alive at the end of backward"
+assert fused_peak == largest_param, "fused: only the gradient being stepped should be alive"
+assert step_diff < 1e-6, f"the fused step should update the parameters as an ordinary Adam step does (diff {step_diff:.1e})"
+
+# %% [markdown]
+# The same update, with the gradients' memory reduced to one parameter's.
+# The limits: there is no moment when all gradients exist, so gradient
+# clipping by the global norm and gradient accumulation do not work this
+# way; and one optimizer per parameter means no multi-tensor (`foreach`)
+# kernels across parameters.
+#
 # ## 8-bit optimizer state: bitsandbytes
 #
 # Adam's state is twice the size of the model. **8-bit Adam** (Dettmers et
@@ -580,11 +891,20 @@ else:
 # `min_8bit_size = 4096` elements, such as biases) keep float32 state.
 #
 # We train the same MLP on MNIST twice, from the same initial weights on the
-# same batches, once with each optimizer. Warnings that bitsandbytes may
-# emit are captured and printed.
+# same batches, once with each optimizer. Warnings and the lines
+# bitsandbytes writes to stderr (on a CPU-only machine it reports kernels it
+# could not load) are captured and printed.
+#
+# bitsandbytes has a second memory lever: **paged optimizers**
+# (`bnb.optim.PagedAdamW`, `PagedAdamW8bit`, ...). They keep the optimizer
+# state in CUDA unified memory, which the driver pages out to CPU memory
+# when the GPU runs short and back in when the step needs it, so a memory
+# spike (one unusually long batch) slows a step down instead of ending the
+# run with an out-of-memory error. They need a CUDA GPU; we only name them.
 
 # %%
-with warnings.catch_warnings(record=True) as bnb_warnings:
+stderr_lines = io.StringIO()
+with warnings.catch_warnings(record=True) as bnb_warnings, contextlib.redirect_stderr(stderr_lines):
     warnings.simplefilter("always")
     try:
         import bitsandbytes as bnb
@@ -593,6 +913,8 @@ with warnings.catch_warnings(record=True) as bnb_warnings:
         print(f"bitsandbytes is not available ({err}): skipping the 8-bit Adam comparison")
 for w in bnb_warnings:
     print(f"warning while importing bitsandbytes: {w.category.__name__}: {w.message}")
+for line in stderr_lines.getvalue().splitlines():
+    print(f"bitsandbytes on stderr: {line}")
 if bnb is not None:
     print(f"bitsandbytes {bnb.__version__}")
 
@@ -635,7 +957,8 @@ runs = {"torch.optim.Adam": lambda params: torch.optim.Adam(params, lr=LR)}
 if bnb is not None:
     runs["bitsandbytes Adam8bit"] = lambda params: bnb.optim.Adam8bit(params, lr=LR)
 results = {}
-with warnings.catch_warnings(record=True) as train_warnings:
+train_stderr = io.StringIO()
+with warnings.catch_warnings(record=True) as train_warnings, contextlib.redirect_stderr(train_stderr):
     warnings.simplefilter("always")
     for name, make in runs.items():
         model, optimizer, losses, seconds = train_mnist(make)
@@ -643,6 +966,8 @@ with warnings.catch_warnings(record=True) as train_warnings:
                          "accuracy": test_accuracy(model), "optimizer": optimizer}
 for w in train_warnings:
     print(f"warning during training: {w.category.__name__}: {w.message}")
+for line in train_stderr.getvalue().splitlines():
+    print(f"stderr during training: {line}")
 tail = max(1, MNIST_STEPS // 5)
 for name, r in results.items():
     r["final"] = sum(r["losses"][-tail:]) / tail
@@ -653,14 +978,21 @@ for name, r in results.items():
 # What exactly does 8-bit Adam keep for the first weight matrix?
 
 # %%
-# NBVAL_CHECK_OUTPUT
 if bnb is not None:
     eight_bit = results["bitsandbytes Adam8bit"]["optimizer"]
     first_weight = next(iter(eight_bit.state))
     print(f"parameter {tuple(first_weight.shape)} {first_weight.dtype}")
-    for key, value in eight_bit.state[first_weight].items():
+    first_state = eight_bit.state[first_weight]
+    for key, value in first_state.items():
         shown = f"{str(tuple(value.shape)):12s} {str(value.dtype):14s} {value.numel() * value.element_size():9,d} bytes" if torch.is_tensor(value) else f"{type(value).__name__} (not a tensor)"
         print(f"  {key:8s} {shown}")
+    blocks_of_256 = -(-first_weight.numel() // 256)
+    for moment in ("1", "2"):
+        assert first_state[f"state{moment}"].dtype == torch.uint8, "8-bit Adam keeps each moment in one byte per element"
+        assert first_state[f"state{moment}"].shape == first_weight.shape, "one byte per weight"
+        assert first_state[f"absmax{moment}"].numel() == blocks_of_256, "one float32 absmax per block of 256 values"
+else:
+    print("bitsandbytes is not available: no 8-bit state to show")
 
 # %%
 if bnb is not None:
@@ -895,17 +1227,25 @@ if result.passed:
 #   state are fixed by the model (16 bytes per parameter for float32 Adam);
 #   activations grow with batch and depth and usually dominate.
 # - `saved_tensors_hooks` measures activation memory exactly on any device,
-#   counting each saved storage once; on CUDA, `max_memory_allocated` with
-#   `reset_peak_memory_stats` gives the allocator's peak, and the memory
-#   snapshot shows who allocated what.
-# - Activation checkpointing trades one extra forward for most of the
-#   activation memory, with identical gradients. `checkpoint_sequential`
+#   counting each saved storage once; on an accelerator,
+#   `torch.accelerator.max_memory_allocated` with `reset_peak_memory_stats`
+#   gives the allocator's peak, `memory_reserved` what its cache holds,
+#   `expandable_segments` fights fragmentation, and the CUDA memory snapshot
+#   shows who allocated what.
+# - Activation checkpointing trades at most one extra forward per
+#   checkpointed block (less with early stopping: here only fc1 is rerun)
+#   for most of the activation memory, with identical gradients. On a small
+#   model the time cost is larger than the FLOPs suggest, because the extra
+#   operations, not their arithmetic, dominate. `checkpoint_sequential`
 #   never checkpoints its last segment (1 segment = no checkpointing).
 #   Always pass `use_reentrant=False`: without it, torch 2.14 warns and
 #   falls back to the reentrant version, which can silently skip gradients.
 # - Gradient accumulation divides activation memory by the number of
 #   micro-batches for the same gradients; bfloat16 autocast shrinks the
 #   saved activations while the weights stay float32.
+# - `save_on_cpu` moves saved activations to host memory (a no-op on the
+#   CPU); an optimizer step fused into backward with
+#   `register_post_accumulate_grad_hook` keeps only one gradient alive.
 # - 8-bit Adam cuts the optimizer state about 4x and trains as well as Adam
 #   here.
 #
