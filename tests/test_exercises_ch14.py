@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
+import pytest
 import torch
 
 from helpers.checkpoint import set_rng_state
-from helpers.exercises import check, solution
+from helpers.exercises import check, hint, solution
 from tests.exercise_support import assert_rejected
 
 # --------------------------------------------------------------------------
@@ -92,24 +95,22 @@ def _partial_resume(*, model=True, optimizer=True, scheduler=True, scaler=True, 
     return resume
 
 
-def test_resume_forgetting_the_rng_fails():
-    assert_rejected("14.resume", _partial_resume(rng=False), "set_rng_state", "dropout")
-
-
-def test_resume_forgetting_the_scheduler_fails():
-    assert_rejected("14.resume", _partial_resume(scheduler=False), "scheduler.load_state_dict")
-
-
-def test_resume_forgetting_the_optimizer_fails():
-    assert_rejected("14.resume", _partial_resume(optimizer=False), "optimizer.load_state_dict")
-
-
-def test_resume_forgetting_the_scaler_fails():
-    assert_rejected("14.resume", _partial_resume(scaler=False), "scaler.load_state_dict")
-
-
-def test_resume_forgetting_the_model_fails():
-    assert_rejected("14.resume", _partial_resume(model=False), "model.load_state_dict")
+@pytest.mark.parametrize(
+    ("left_out", "words"),
+    [
+        ("rng", ("torch random-number generator", "dropout")),
+        ("scheduler", ("scheduler restarted",)),
+        ("optimizer", ("optimizer's state", "moving averages")),
+        ("scaler", ("GradScaler", "not restored")),
+        ("model", ("model's weights", "random initial weights")),
+    ],
+)
+def test_resume_forgetting_one_piece_fails_with_a_hint_that_names_no_code(left_out, words):
+    assert_rejected("14.resume", _partial_resume(**{left_out: False}), *words)
+    fuller = hint("14.resume", show=False)  # the second tier: names the concept, not the line to write
+    assert f"checkpoint[{left_out!r}]" in fuller or left_out == "model", fuller
+    for code in (".load_state_dict(", "set_rng_state(", "set_state(", "setstate("):
+        assert code not in fuller, f"the fuller hint should not paste the solution's code ({code!r}): {fuller}"
 
 
 def test_resume_returning_the_next_step_plus_one_fails():
@@ -123,24 +124,39 @@ def test_resume_returning_nothing_fails():
     assert_rejected("14.resume", no_return, "None")
 
 
-def test_resume_restoring_only_torch_rng_is_accepted():
-    def torch_only(checkpoint, m, o, s, sc):
-        m.load_state_dict(checkpoint["model"])
-        o.load_state_dict(checkpoint["optimizer"])
-        s.load_state_dict(checkpoint["scheduler"])
-        sc.load_state_dict(checkpoint["scaler"])
-        torch.set_rng_state(checkpoint["rng"]["torch"])
+def _resume_with_rng(restore_rng):
+    def resume(checkpoint, m, o, s, sc):
+        _partial_resume(rng=False)(checkpoint, m, o, s, sc)
+        restore_rng(checkpoint["rng"])
         return checkpoint["step"]
 
-    assert check("14.resume", torch_only, show=False).passed
+    return resume
 
 
-def test_resume_checker_leaves_numpy_rng_alone():
-    np.random.seed(5)
-    expected = np.random.rand(3)
-    np.random.seed(5)
-    check("14.resume", solution("14.resume"), show=False)
-    assert (np.random.rand(3) == expected).all()
+def test_resume_restoring_only_the_torch_rng_fails():
+    only_torch = _resume_with_rng(lambda rng: torch.set_rng_state(rng["torch"]))
+    assert_rejected("14.resume", only_torch, "Python's random and NumPy's", "only torch's")
+
+
+def test_resume_forgetting_only_pythons_rng_fails():
+    without_python = _resume_with_rng(lambda rng: set_rng_state({k: v for k, v in rng.items() if k != "python"}))
+    assert_rejected("14.resume", without_python, "Python's random global generator")
+
+
+def test_resume_forgetting_only_numpys_rng_fails():
+    without_numpy = _resume_with_rng(lambda rng: set_rng_state({k: v for k, v in rng.items() if k != "numpy"}))
+    assert_rejected("14.resume", without_numpy, "NumPy's global generator")
+
+
+def test_resume_checker_leaves_the_global_generators_alone():
+    def draws():
+        return random.random(), np.random.rand(3).tolist(), torch.rand(3).tolist()
+
+    random.seed(5), np.random.seed(5), torch.manual_seed(5)
+    expected = draws()
+    random.seed(5), np.random.seed(5), torch.manual_seed(5)
+    assert check("14.resume", solution("14.resume"), show=False).passed
+    assert draws() == expected
 
 
 # --------------------------------------------------------------------------
@@ -156,7 +172,8 @@ def test_inference_keeping_views_fails():
     def views(ckpt, dtype):
         return {k: v.to(dtype) if v.is_floating_point() else v for k, v in ckpt["model"].items()}
 
-    assert_rejected("14.inference_state", views, "clone")
+    result = assert_rejected("14.inference_state", views, "views into a larger buffer", "memory of its own")
+    assert ".clone()" not in result.message, "the hint names the concept, not the code"
 
 
 def test_inference_keeping_the_whole_checkpoint_fails():

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..checkpoint import rng_state, set_rng_state
-from . import exercise
+from . import Hint, exercise
 
 # --------------------------------------------------------------------------
 # 14.state_dict_diff
@@ -35,7 +35,10 @@ def _state_dict_diff(a: dict, b: dict) -> dict[str, list[str]]:
         - ``"unexpected"``: in ``b`` but not in ``a``, in ``b``'s order;
         - ``"shape"``: in both, with different shapes;
         - ``"changed"``: in both with the same shape, but a different dtype or
-          different values, compared bitwise (``torch.equal``), in ``a``'s order.
+          values that are not exactly equal (``torch.equal``, no tolerance), in
+          ``a``'s order. Being a value comparison, ``0.0`` equals ``-0.0`` and a
+          NaN never equals itself, so a tensor holding NaN counts as changed
+          even against an identical copy.
 
         Neither input is modified.
     """
@@ -71,7 +74,7 @@ def _diff_case(g: torch.Generator):
     "14.state_dict_diff",
     "return {'missing': [...], 'unexpected': [...], 'shape': [...], 'changed': [...]}: the keys of state_dict a "
     "absent from b, the keys of b absent from a, the keys in both with different shapes, and the keys in both with "
-    "the same shape but a different dtype or different values (bitwise, torch.equal).",
+    "the same shape but a different dtype or values that are not exactly equal (no tolerance).",
     reference=_state_dict_diff,
 )
 def _test_state_dict_diff(candidate) -> None:
@@ -124,8 +127,8 @@ def _test_state_dict_diff(candidate) -> None:
             )
         if missed:
             raise AssertionError(
-                f"{label}: {sorted(missed)} changed by a tiny amount and you missed it. A checkpoint is either "
-                "bit-identical or not: compare with torch.equal; allclose / isclose hide small changes"
+                f"{label}: {sorted(missed)} changed by a tiny amount and you missed it. A checkpoint's values are "
+                "either exactly equal or not: compare with torch.equal; allclose / isclose hide small changes"
             )
         raise AssertionError(f"{label}: expected {want}, got { {k: list(v) for k, v in got.items()} }")
 
@@ -186,7 +189,11 @@ _RESUME_STEPS, _CRASH_AT = 12, 5
 
 
 def _resume_objects(seed: int):
-    torch.manual_seed(seed)
+    import numpy as np
+
+    torch.manual_seed(seed)  # every global generator, as a new process's seed_everything would
+    random.seed(seed)
+    np.random.seed(seed)
     model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3))
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5)
@@ -195,11 +202,15 @@ def _resume_objects(seed: int):
 
 
 def _resume_train(model, optimizer, scheduler, scaler, start: int, stop: int) -> list[torch.Tensor]:
+    import numpy as np
+
     losses = []
     model.train()
     for step in range(start, stop):
         g = torch.Generator().manual_seed(1000 + step)  # the data of each step depends only on the step
         x, y = torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
+        # "augmentation" from the other global generators, as real pipelines do:
+        x = x * (1.0 + 0.1 * random.random()) + torch.from_numpy(np.random.normal(0.0, 0.05, size=(8, 6))).float()
         loss = nn.functional.cross_entropy(model(x), y)  # dropout draws from the global torch RNG
         optimizer.zero_grad()
         scaler.scale(loss).backward()
@@ -220,16 +231,20 @@ def _resume_train(model, optimizer, scheduler, scaler, start: int, stop: int) ->
 def _test_resume(candidate) -> None:
     import numpy as np
 
-    np_state = np.random.get_state()
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()  # the learner's, put back afterwards
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             _check_resume(candidate)
     finally:
-        np.random.set_state(np_state)
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
 
 
 def _check_resume(candidate) -> None:
+    import numpy as np
+
     objects = _resume_objects(seed=0)
     reference = _resume_train(*objects, 0, _RESUME_STEPS)
     final_reference = {k: v.clone() for k, v in objects[0].state_dict().items()}
@@ -250,16 +265,16 @@ def _check_resume(candidate) -> None:
     buffer.seek(0)
     checkpoint = torch.load(buffer, weights_only=True)  # as if read back from disk
     saved_rng = checkpoint["rng"]["torch"].clone()
+    saved_python, saved_numpy = random.getstate(), np.random.get_state()
 
-    torch.manual_seed(12345)  # the "new process": other random states, other initial weights
-    random.seed(12345)
-    fresh = _resume_objects(seed=99)
+    fresh = _resume_objects(seed=99)  # the "new process": other random states, other initial weights
     torch.manual_seed(777)
     step = candidate(checkpoint, *fresh)
     model, optimizer, scheduler, scaler = fresh
 
     if isinstance(step, torch.Tensor) and step.numel() == 1:
         step = step.item()
+    restores = "Each of these objects has a state_dict() when saving and a matching method that restores it."
     if step is None:
         raise AssertionError("return the step to continue from (checkpoint['step']); your function returned None")
     if step != _CRASH_AT:
@@ -268,28 +283,48 @@ def _check_resume(candidate) -> None:
             f"(steps 0..{_CRASH_AT - 1}), so training continues at step {_CRASH_AT}; you returned {step!r}"
         )
     if any(not torch.equal(p, checkpoint["model"][k]) for k, p in model.state_dict().items()):
-        raise AssertionError("the model's weights differ from the checkpoint's: model.load_state_dict(checkpoint['model'])")
+        raise Hint(
+            "after your resume, the model's weights differ from the checkpoint's: the fresh model still has its "
+            "random initial weights.",
+            f"The model's weights are saved in checkpoint['model']. {restores}",
+        )
     opt_state = optimizer.state_dict()["state"]
     if not opt_state or not torch.equal(opt_state[0]["exp_avg"], checkpoint["optimizer"]["state"][0]["exp_avg"]):
-        raise AssertionError(
-            "the optimizer's state (AdamW's moving averages and step counts) was not restored: "
-            "optimizer.load_state_dict(checkpoint['optimizer'])"
+        raise Hint(
+            "the optimizer's state (AdamW's moving averages of the gradients and their squares, its step counts) "
+            "was not restored, so the next updates behave like those at the start of a new run.",
+            f"It is saved in checkpoint['optimizer']. {restores}",
         )
     if scheduler.last_epoch != checkpoint["scheduler"]["last_epoch"] or scheduler.get_last_lr() != checkpoint["scheduler"]["_last_lr"]:
-        raise AssertionError(
+        raise Hint(
             f"the learning-rate scheduler restarted (last_epoch {scheduler.last_epoch}, learning rate "
             f"{scheduler.get_last_lr()}) instead of continuing (last_epoch {checkpoint['scheduler']['last_epoch']}, "
-            f"{checkpoint['scheduler']['_last_lr']}): scheduler.load_state_dict(checkpoint['scheduler'])"
+            f"{checkpoint['scheduler']['_last_lr']}).",
+            f"Its position in the schedule is saved in checkpoint['scheduler']. {restores}",
         )
     if scaler.get_scale() != checkpoint["scaler"]["scale"]:
-        raise AssertionError(
-            f"the GradScaler's scale is {scaler.get_scale()}, the checkpoint's {checkpoint['scaler']['scale']}: "
-            "scaler.load_state_dict(checkpoint['scaler'])"
+        raise Hint(
+            f"the GradScaler's loss scale is {scaler.get_scale()}, a fresh scaler's, but the run had reached "
+            f"{checkpoint['scaler']['scale']}: the scaler was not restored.",
+            f"Its scale and growth tracker are saved in checkpoint['scaler']. {restores}",
         )
+    rng_more = (
+        "checkpoint['rng'] holds the states of Python's, NumPy's and torch's global generators (and CUDA's) "
+        "as helpers.checkpoint.rng_state() saved them; that module has the function that restores them all."
+    )
     if not torch.equal(torch.get_rng_state(), saved_rng):
-        raise AssertionError(
+        raise Hint(
             "the global torch random-number generator was not restored, so dropout will draw different masks "
-            "than the uninterrupted run: helpers.checkpoint.set_rng_state(checkpoint['rng'])"
+            "than the uninterrupted run.",
+            rng_more,
+        )
+    if random.getstate() != saved_python or not _same_numpy_state(np.random.get_state(), saved_numpy):
+        which = [name for name, ok in (("Python's random", random.getstate() == saved_python),
+                                       ("NumPy's", _same_numpy_state(np.random.get_state(), saved_numpy))) if not ok]
+        raise Hint(
+            f"{' and '.join(which)} global generator was not restored, only torch's: augmentation or sampling "
+            "that draws from it differs from the uninterrupted run.",
+            rng_more,
         )
     resumed = _resume_train(model, optimizer, scheduler, scaler, step, _RESUME_STEPS)
     for offset, (got, want) in enumerate(zip(resumed, reference[_CRASH_AT:])):
@@ -300,6 +335,13 @@ def _check_resume(candidate) -> None:
             )
     if any(not torch.equal(p, final_reference[k]) for k, p in model.state_dict().items()):
         raise AssertionError("the final weights differ from the uninterrupted run's")
+
+
+def _same_numpy_state(a: tuple, b: tuple) -> bool:
+    """Two np.random.get_state() tuples (name, keys array, pos, has_gauss, cached_gaussian) are equal."""
+    import numpy as np
+
+    return a[0] == b[0] and np.array_equal(a[1], b[1]) and tuple(a[2:]) == tuple(b[2:])
 
 
 # --------------------------------------------------------------------------
@@ -401,5 +443,5 @@ def _test_inference_state(candidate) -> None:
             raise AssertionError(
                 f"with dtype={dtype} your result saves to {size:,} bytes, a compact copy to {compact:,}. Some tensors "
                 "are views into a larger buffer, and torch.save writes a view's whole storage (and .to(dtype) returns "
-                "the tensor itself when the dtype already matches): .clone() each tensor"
+                "the tensor itself when the dtype already matches): each result needs memory of its own"
             )
