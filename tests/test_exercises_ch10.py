@@ -79,6 +79,32 @@ def test_sgd_stale_buffer_fails():
     assert_rejected("10.sgd_step", stale, "new_buf")
 
 
+def test_sgd_through_torch_optim_is_refused():
+    def by_library(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        p = param.clone().requires_grad_(True)
+        opt = torch.optim.SGD([p], lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
+        if buf is not None:
+            opt.state[p]["momentum_buffer"] = buf.clone()
+        p.grad = grad.clone()
+        opt.step()
+        new_buf = opt.state[p].get("momentum_buffer")
+        return p.detach(), None if new_buf is None else new_buf.clone()
+
+    assert_rejected("10.sgd_step", by_library, "write the SGD update yourself", "torch.optim.SGD")
+
+
+def test_sgd_through_the_functional_sgd_is_refused():
+    from torch.optim.sgd import sgd
+
+    def functional(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        p, bufs = param.clone(), [None if buf is None else buf.clone()]
+        sgd([p], [grad.clone()], bufs, weight_decay=weight_decay, momentum=momentum, lr=lr,
+            dampening=0.0, nesterov=nesterov, maximize=False)
+        return p, bufs[0] if momentum else None
+
+    assert_rejected("10.sgd_step", functional, "write the SGD update yourself")
+
+
 def test_sgd_in_place_with_torch_ops_is_accepted():
     def in_place(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
         g = grad.add(param, alpha=weight_decay)

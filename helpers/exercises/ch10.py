@@ -83,6 +83,8 @@ _SGD_MISTAKES = {
     "write sgd_step(param, grad, buf, lr, momentum, weight_decay, nesterov) returning (new_param, new_buf) "
     "after one step of torch.optim.SGD; buf is None before the first step (and new_buf None when momentum is 0).",
     reference=_sgd_step,
+    shortcuts=("torch.optim.SGD", "torch.optim.sgd.sgd"),
+    goal="the SGD update",
 )
 def _test_sgd_step(candidate) -> None:
     gen = torch.Generator().manual_seed(10)
