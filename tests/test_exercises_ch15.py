@@ -76,7 +76,26 @@ def test_accumulate_dividing_by_k_fails_for_unequal_sizes():
         for x, y in micro_batches:
             (loss_fn(model(x), y) / len(micro_batches)).backward()
 
-    assert_rejected("15.accumulate_gradients", by_k, "n_i / N")
+    assert_rejected("15.accumulate_gradients", by_k, "same size")
+
+
+def test_accumulate_one_pass_over_the_concatenated_batch_fails():
+    def concatenated(model, loss_fn, micro_batches):
+        model.zero_grad()
+        x = torch.cat([x for x, _ in micro_batches])
+        y = torch.cat([y for _, y in micro_batches])
+        loss_fn(model(x), y).backward()
+
+    assert_rejected("15.accumulate_gradients", concatenated, "more than the largest micro-batch")
+
+
+def test_accumulate_extra_forward_passes_fail():
+    def twice(model, loss_fn, micro_batches):
+        solution("15.accumulate_gradients")(model, loss_fn, micro_batches)
+        with torch.no_grad():
+            model(micro_batches[0][0])  # an extra forward pass, e.g. to "check" the output
+
+    assert_rejected("15.accumulate_gradients", twice, "one forward pass per micro-batch")
 
 
 def test_accumulate_zeroing_inside_the_loop_fails():
@@ -176,13 +195,42 @@ def test_clip_giving_none_grads_a_gradient_fails():
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+        grads = [p.grad for p in params]
+        total = _global_norm(grads)
+        for g in grads:
+            g.mul_(min(1.0, max_norm / (total.item() + 1e-6)))
+        return total
 
     assert_rejected("15.clip_grad_norm", fills_none, "None")
 
 
-def test_clip_calling_torch_is_accepted():
+def test_clip_calling_clip_grad_norm_is_rejected():
     def torch_version(parameters, max_norm):
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
 
-    assert check("15.clip_grad_norm", torch_version, show=False).passed
+    assert_rejected("15.clip_grad_norm", torch_version, "clip_grad_norm_")
+
+
+def test_clip_passing_clip_grad_norm_itself_is_rejected():
+    assert_rejected("15.clip_grad_norm", torch.nn.utils.clip_grad_norm_, "clip_grad_norm_")
+
+
+def test_clip_with_get_total_norm_and_clip_grads_with_norm_is_rejected():
+    def two_halves(parameters, max_norm):
+        params = list(parameters)
+        grads = [p.grad for p in params if p.grad is not None]
+        total = torch.nn.utils.get_total_norm(grads)
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+        return total
+
+    assert_rejected("15.clip_grad_norm", two_halves, "get_total_norm")
+
+
+def test_clip_with_clip_grads_with_norm_only_is_rejected():
+    def half(parameters, max_norm):
+        params = list(parameters)
+        total = _global_norm([p.grad for p in params if p.grad is not None])
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+        return total
+
+    assert_rejected("15.clip_grad_norm", half, "clip_grads_with_norm_")

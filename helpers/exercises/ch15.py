@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import exercise
+from . import Hint, exercise
 
 # --------------------------------------------------------------------------
 # 15.float_limits
@@ -185,8 +185,28 @@ def _test_accumulate_gradients(candidate) -> None:
         for p in model.parameters():
             p.grad = torch.full_like(p, 0.25)
         stale = _grads(model)
-        result = candidate(model, F.cross_entropy, [(a.clone(), b.clone()) for a, b in chunks])
+        largest, seen = max(sizes), []
+
+        def at_most_one_micro_batch(module, args, largest=largest, seen=seen, label=label):
+            seen.append(len(args[0]))
+            if len(args[0]) > largest:
+                raise Hint(
+                    f"{label}: one forward pass saw {len(args[0])} samples, more than the largest micro-batch "
+                    f"({largest}). Accumulation exists because the big batch does not fit in memory",
+                    "run forward and backward on each micro-batch on its own, and let backward() add into .grad",
+                )
+
+        handle = model.register_forward_pre_hook(at_most_one_micro_batch)
+        try:
+            result = candidate(model, F.cross_entropy, [(a.clone(), b.clone()) for a, b in chunks])
+        finally:
+            handle.remove()
         del result  # the return value is not used
+        if sorted(seen) != sorted(sizes):
+            raise AssertionError(
+                f"{label}: the model ran forward on batches of sizes {seen}; expected one forward pass per "
+                f"micro-batch, of sizes {sizes}"
+            )
         if any(not torch.equal(p, q) for p, q in zip(model.parameters(), params_before)):
             raise AssertionError("the parameters changed: only accumulate .grad, do not take an optimizer step")
         if any(p.grad is None for p in model.parameters()):
@@ -204,9 +224,9 @@ def _test_accumulate_gradients(candidate) -> None:
                 "accumulates into .grad, so clear it first (model.zero_grad())"
             )
         if near(unscaled):
-            raise AssertionError(
-                f"{label}: your gradient is the *sum* of the micro-batch gradients, about "
-                f"{len(sizes)}x too large: scale each micro-batch's loss before backward()"
+            raise Hint(
+                f"{label}: your gradient is the *sum* of the micro-batch gradients, about {len(sizes)}x too large",
+                "backward() adds into .grad, while the big batch's loss is a mean over its samples, not a sum",
             )
         if near(last_only) or near(last_only / len(sizes)):
             raise AssertionError(
@@ -214,9 +234,11 @@ def _test_accumulate_gradients(candidate) -> None:
                 "micro-batches, only once before the first"
             )
         if near(divided_by_k):
-            raise AssertionError(
+            raise Hint(
                 f"{label}: dividing each loss by the number of micro-batches is right only when they are all the "
-                "same size. Weight each micro-batch's mean loss by its share of the samples, n_i / N"
+                "same size",
+                "in the big batch's mean every sample has the same weight; ask which weight a sample of a small "
+                "micro-batch gets when its micro-batch's mean is divided by k",
             )
         raise AssertionError(
             f"{label}: the accumulated gradient differs from the big batch's by up to "
@@ -270,8 +292,18 @@ def _clip_case(scale: float, seed: int):
     "scale every gradient in place by max_norm / (norm + 1e-6) when the norm exceeds max_norm, and return the norm "
     "before clipping, like torch.nn.utils.clip_grad_norm_. parameters may be a generator.",
     reference=_clip_grad_norm,
+    shortcuts=("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_norm", "torch.nn.utils.get_total_norm",
+               "torch.nn.utils.clip_grads_with_norm_"),
+    goal="the clipping",
 )
 def _test_clip_grad_norm(candidate) -> None:
+    import inspect
+
+    for name in ("clip_grad_norm_", "clip_grad_norm"):  # handed over itself: check() unwraps only one side
+        library = getattr(torch.nn.utils, name, None)
+        if library is not None and inspect.unwrap(candidate) is inspect.unwrap(library):
+            raise AssertionError(f"this exercise asks you to write the clipping yourself; `torch.nn.utils.{name}` "
+                                 "does it for you.")
     for label, scale, max_norm in (("large gradients", 3.0, 1.0), ("small gradients", 0.05, 1.0), ("max_norm 2.5", 2.0, 2.5)):
         mine, theirs = _clip_case(scale, seed=1), _clip_case(scale, seed=1)
         want_norm = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
@@ -301,18 +333,21 @@ def _test_clip_grad_norm(candidate) -> None:
             continue
         unchanged = _clip_case(scale, seed=1)
         if all(torch.allclose(a.grad, b.grad) for a, b in zip(mine[:-1], unchanged[:-1])):
-            raise AssertionError(
+            raise Hint(
                 f"{label}: the gradients were not clipped. If you read `parameters` twice (once for the norm, once "
-                "to scale), a generator such as model.parameters() is empty the second time: make a list first"
+                "to scale), a generator such as model.parameters() is empty the second time",
+                "read the iterable only once and keep what you read",
             )
         if scale < 1 and want_norm.item() < max_norm:
-            raise AssertionError(
+            raise Hint(
                 f"{label}: the norm {want_norm.item():.4g} is below max_norm {max_norm}, so the gradients must stay "
-                "as they are; clipping only ever scales down (clamp the factor at 1)"
+                "as they are, but yours changed: clipping only ever scales down",
+                "the factor applied to the gradients is never larger than 1",
             )
         if per_param_ok and all(p.grad.norm() <= max_norm + 1e-5 for p in mine[:-1]):
-            raise AssertionError(
-                f"{label}: it looks as if each parameter was clipped on its own; scale all gradients by the same "
-                "factor max_norm / global_norm, so that their directions relative to each other are kept"
+            raise Hint(
+                f"{label}: it looks as if each parameter was clipped on its own",
+                "one factor, computed from the global norm, for all gradients keeps their directions relative to "
+                "each other",
             )
         raise AssertionError(f"{label}: after clipping the gradients differ from clip_grad_norm_'s")
