@@ -297,13 +297,6 @@ def _clip_case(scale: float, seed: int):
     goal="the clipping",
 )
 def _test_clip_grad_norm(candidate) -> None:
-    import inspect
-
-    for name in ("clip_grad_norm_", "clip_grad_norm"):  # handed over itself: check() unwraps only one side
-        library = getattr(torch.nn.utils, name, None)
-        if library is not None and inspect.unwrap(candidate) is inspect.unwrap(library):
-            raise AssertionError(f"this exercise asks you to write the clipping yourself; `torch.nn.utils.{name}` "
-                                 "does it for you.")
     for label, scale, max_norm in (("large gradients", 3.0, 1.0), ("small gradients", 0.05, 1.0), ("max_norm 2.5", 2.0, 2.5)):
         mine, theirs = _clip_case(scale, seed=1), _clip_case(scale, seed=1)
         want_norm = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
