@@ -17,7 +17,7 @@ def test_freeze_with_attribute_instead_of_method_fails():
             module.requires_grad = True
         return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
-    assert_rejected("13.freeze_all_but_last", attribute, "requires_grad_(False)")
+    assert_rejected("13.freeze_all_but_last", attribute, "Python attribute")
 
 
 def test_freeze_with_negative_slice_fails_for_k_zero():
@@ -75,6 +75,25 @@ def test_freeze_only_unfreezing_fails():
     assert_rejected("13.freeze_all_but_last", no_freeze, "frozen")
 
 
+def test_freeze_leaving_frozen_batchnorm_in_train_mode_fails():
+    def no_eval(model, k):  # requires_grad right, but the frozen BatchNorm layers keep updating their statistics
+        model.requires_grad_(False)
+        for module in (model.conv_head, model.bn2, model.classifier, *model.blocks[len(model.blocks) - k:]):
+            module.requires_grad_(True)
+        return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+    assert_rejected("13.freeze_all_but_last", no_eval, "train() mode", "buffers")
+
+
+def test_freeze_putting_the_whole_model_in_eval_fails():
+    def whole_eval(model, k):
+        count = solution("13.freeze_all_but_last")(model, k)
+        model.eval()  # also the trainable bn2 and blocks: they would not adapt
+        return count
+
+    assert_rejected("13.freeze_all_but_last", whole_eval, "trainable but in eval() mode")
+
+
 def test_freeze_by_parameter_names_is_accepted():
     def by_name(model, k):
         keep = ("conv_head.", "bn2.", "classifier.") + tuple(f"blocks.{i}." for i in range(len(model.blocks) - k, len(model.blocks)))
@@ -82,6 +101,9 @@ def test_freeze_by_parameter_names_is_accepted():
         for name, p in model.named_parameters():
             p.requires_grad = name.startswith(keep)
             count += p.numel() if p.requires_grad else 0
+        for name, module in model.named_modules():  # eval() for every module without a trainable parameter
+            if name and not any(p.requires_grad for p in module.parameters()):
+                module.eval()
         return count
 
     assert check("13.freeze_all_but_last", by_name, show=False).passed
@@ -144,3 +166,18 @@ def test_layerwise_generator_params_and_tuple_are_accepted():
 
     # the groups are built anew on each call, so one-shot generators are fine for torch.optim
     assert check("13.layerwise_param_groups", lazy, show=False).passed
+
+
+def test_layerwise_one_group_per_tensor_fails():
+    def per_tensor(model, base_lr, decay):  # right lr for every tensor, but ~200 groups instead of one per depth
+        groups = solution("13.layerwise_param_groups")(model, base_lr, decay)
+        return [{"params": [p], "lr": g["lr"]} for g in groups for p in g["params"]]
+
+    assert_rejected("13.layerwise_param_groups", per_tensor, "one group per depth")
+
+
+def test_layerwise_right_groups_in_reversed_order_fails():
+    def reversed_order(model, base_lr, decay):  # each group right, the list from the stem up
+        return solution("13.layerwise_param_groups")(model, base_lr, decay)[::-1]
+
+    assert_rejected("13.layerwise_param_groups", reversed_order, "in order")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import exercise
+from . import Hint, exercise
 
 
 class _TinyEfficientNet(nn.Module):
@@ -51,36 +51,49 @@ def _numel(params) -> int:
 def _freeze_all_but_last(model: nn.Module, k: int) -> int:
     """Freeze ``model`` except its last ``k`` blocks and everything after the blocks.
 
+    Freezing means both ``requires_grad_(False)`` on the parameters and ``eval()``
+    on the frozen part, so that its BatchNorm layers normalise with their stored
+    running statistics and stop updating them. The trainable part is put in
+    ``train()`` mode.
+
     Args:
-        model: a timm EfficientNet (or any module with ``blocks``, ``conv_head``,
-            ``bn2`` and ``classifier``).
+        model: a timm EfficientNet (or any module with ``conv_stem``, ``bn1``,
+            ``blocks``, ``conv_head``, ``bn2`` and ``classifier``).
         k: how many of the last entries of ``model.blocks`` stay trainable (0 to ``len(model.blocks)``).
 
     Returns:
         The number of trainable scalar parameters (elements, not tensors), as an int.
-        The model is changed in place (``requires_grad`` of every parameter).
+        The model is changed in place (``requires_grad`` of every parameter, and the
+        ``training`` flag of its submodules). Note that ``model.train()``, which
+        ``helpers.training.fit`` calls every epoch, puts the frozen part back in
+        train mode: re-apply ``eval()`` to it after each ``model.train()``.
     """
     model.requires_grad_(False)
-    trainable = [model.conv_head, model.bn2, model.classifier]
-    if k > 0:
-        trainable.append(model.blocks[len(model.blocks) - k :])
+    split = len(model.blocks) - k
+    for module in (model.conv_stem, model.bn1, *model.blocks[:split]):
+        module.eval()
+    trainable = [model.conv_head, model.bn2, model.classifier, *model.blocks[split:]]
     for module in trainable:
         module.requires_grad_(True)
+        module.train()
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 @exercise(
     "13.freeze_all_but_last",
     "freeze every parameter of model except those of the last k entries of model.blocks and of conv_head, "
-    "bn2 and classifier; return the number of trainable scalar parameters.",
+    "bn2 and classifier, put the frozen part (its BatchNorm layers) in eval() mode and leave the trainable part "
+    "in train() mode; return the number of trainable scalar parameters.",
     reference=_freeze_all_but_last,
 )
 def _test_freeze_all_but_last(candidate) -> None:
+    mode_error = None  # the BatchNorm modes are judged after the parameters and counts of every case
     for label, template in _efficientnets():
         n_blocks = len(template.blocks)
         for k in sorted({0, 1, 2, n_blocks}):
             model = _clone(template)
             model.requires_grad_(True)
+            model.train()
             if k == 2:  # start from a partly frozen model: the function must set every flag itself
                 model.conv_head.requires_grad_(False)
             result = candidate(model, k)
@@ -89,18 +102,22 @@ def _test_freeze_all_but_last(candidate) -> None:
             want = _numel(p for p in model.parameters() if id(p) in want_ids)
             flags = {name: p.requires_grad for name, p in model.named_parameters()}
             if all(flags.values()) and getattr(model, "requires_grad", True) is False:
-                raise AssertionError(
-                    "every parameter is still trainable: `model.requires_grad = False` only sets a Python attribute "
-                    "on the module. Call the method, with the underscore: module.requires_grad_(False)"
+                raise Hint(
+                    "every parameter is still trainable: `model.requires_grad = False` only sets a new Python "
+                    "attribute on the module object, it freezes nothing.",
+                    "nn.Module has an in-place method (its name ends in an underscore, like other in-place "
+                    "operations) that sets the flag on every parameter of the module and its children.",
                 )
             wrongly_trainable = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in want_ids]
             wrongly_frozen = [n for n, p in model.named_parameters() if not p.requires_grad and id(p) in want_ids]
             if wrongly_trainable:
                 first = wrongly_trainable[0]
                 if first.startswith("blocks."):
-                    raise AssertionError(
+                    raise Hint(
                         f"{label}, k={k}: {first} is trainable but only the LAST {k} of the {n_blocks} blocks "
-                        f"should be: model.blocks[len(model.blocks) - k:] (careful: blocks[-0:] is all of them)"
+                        f"should be (careful: blocks[-0:] is all of them, not none).",
+                        "Compute the index of the first trainable block from len(model.blocks) and k, so that "
+                        "k = 0 gives an empty slice.",
                     )
                 raise AssertionError(f"{label}, k={k}: {first} should be frozen (requires_grad False)")
             if wrongly_frozen:
@@ -117,9 +134,10 @@ def _test_freeze_all_but_last(candidate) -> None:
                 raise AssertionError(f"return the count as an int; for k={k} you returned {result!r}")
             tensors = sum(1 for p in model.parameters() if p.requires_grad)
             if result == tensors and tensors != want:
-                raise AssertionError(
-                    f"{label}, k={k}: you returned {result}, the number of trainable tensors; count their "
-                    f"elements: sum(p.numel() for p in model.parameters() if p.requires_grad)"
+                raise Hint(
+                    f"{label}, k={k}: you returned {result}, the number of trainable tensors, not of their "
+                    "scalar elements.",
+                    "Tensor.numel() gives the number of elements of one tensor; add it up over the trainable ones.",
                 )
             if result == _numel(model.parameters()) and want != result:
                 raise AssertionError(
@@ -127,6 +145,27 @@ def _test_freeze_all_but_last(candidate) -> None:
                 )
             if result != want:
                 raise AssertionError(f"{label}, k={k}: expected {want} trainable parameters, you returned {result}")
+            tail_modules = {id(m) for t in tail for m in t.modules()}
+            for name, module in model.named_modules():
+                if not isinstance(module, nn.modules.batchnorm._BatchNorm):
+                    continue
+                if mode_error is not None:
+                    break
+                if id(module) in tail_modules and not module.training:
+                    mode_error = Hint(
+                        f"{label}, k={k}: {name} is trainable but in eval() mode, so it would not adapt its "
+                        "statistics while training: only the frozen part goes to eval(), the rest stays in train().",
+                        "Call eval() on the frozen submodules (stem, bn1, the early blocks), not on the whole model.",
+                    )
+                if id(module) not in tail_modules and module.training:
+                    mode_error = Hint(
+                        f"{label}, k={k}: {name} is frozen but still in train() mode: its running mean and variance "
+                        "are buffers, which requires_grad does not protect, so every forward pass would move them.",
+                        "Freezing is requires_grad off AND eval() for the frozen part: Module.eval() sets the mode of "
+                        "a module and all its children.",
+                    )
+    if mode_error is not None:
+        raise mode_error
 
 
 def _clone(module: nn.Module) -> nn.Module:
@@ -194,9 +233,13 @@ def _test_layerwise_param_groups(candidate) -> None:
                 groups = list(groups)
                 lrs = {}
                 seen: dict[int, int] = {}
+                group_params: list[set[int]] = []
+                group_lrs: list[float] = []
                 for group in groups:
                     params = list(group["params"])
                     group_lr = group["lr"]
+                    group_params.append({id(p) for p in params})
+                    group_lrs.append(group_lr)
                     for p in params:
                         seen[id(p)] = seen.get(id(p), 0) + 1
                         lrs[id(p)] = group_lr
@@ -231,6 +274,25 @@ def _test_layerwise_param_groups(candidate) -> None:
                         f"base_lr * decay ** depth"
                     )
                 raise AssertionError(f"{label}: {name} (depth {want_depth}) should have lr {want:.3g}, got {got:.3g}")
+            n_depths = len(model.blocks) + 3
+            if len(groups) != n_depths:
+                raise Hint(
+                    f"{label}: {len(groups)} groups, but the model has {n_depths} depths (classifier, conv_head + bn2, "
+                    f"{len(model.blocks)} blocks, conv_stem + bn1): one group per depth, not per tensor or module.",
+                    "Collect all the parameters of one depth (for example with Module.parameters() of each module "
+                    "at that depth) into a single group.",
+                )
+            for d, group in enumerate(group_params):
+                want_lr = base_lr * decay**d
+                if abs(group_lrs[d] - want_lr) > 1e-12 + 1e-9 * want_lr:
+                    raise Hint(
+                        f"{label}: group {d} has lr {group_lrs[d]:.3g}, but group {d} should be depth {d} "
+                        f"(lr {want_lr:.3g}): list the groups in order from the classifier (depth 0) down to the stem.",
+                        "Build the list of depths from the top of the network downwards (model.blocks in reverse).",
+                    )
+                wrong = [names.get(i, "?") for i in group - {i for i, dd in depth.items() if dd == d}]
+                if wrong:
+                    raise AssertionError(f"{label}: group {d} holds {wrong[0]}, which is not at depth {d}")
         try:
             torch.optim.AdamW(candidate(model, 1e-3, 0.8))
         except Exception as exc:  # any refusal by the optimizer is the learner's to see
