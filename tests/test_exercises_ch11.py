@@ -35,7 +35,7 @@ def test_warmup_reaching_the_peak_one_step_early_fails():
             return base_lr * (start_factor + (1 - start_factor) * frac)
         return _cosine(step, base_lr, warmup_steps, total_steps, eta_min)
 
-    assert_rejected("11.warmup_cosine_lr", early_peak, "warmup_steps - 1")
+    assert_rejected("11.warmup_cosine_lr", early_peak, "one step too early")
 
 
 def test_cosine_counting_from_step_zero_of_the_run_fails():
@@ -45,7 +45,7 @@ def test_cosine_counting_from_step_zero_of_the_run_fails():
         T = total_steps - warmup_steps
         return eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * step / T)) / 2
 
-    assert_rejected("11.warmup_cosine_lr", global_step, "step - warmup_steps")
+    assert_rejected("11.warmup_cosine_lr", global_step, "own step 0")
 
 
 def test_cosine_over_total_steps_fails():
@@ -86,6 +86,42 @@ def test_warmup_cosine_returning_a_tensor_is_accepted():
     assert check("11.warmup_cosine_lr", as_tensor, show=False).passed
 
 
+def _stepped(make, step, base_lr):
+    """The lr of optimizer step `step` when make(optimizer) is stepped after every optimizer step."""
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=base_lr)
+    scheduler = make(optimizer)
+    for _ in range(step):
+        optimizer.step()
+        scheduler.step()
+    return optimizer.param_groups[0]["lr"]
+
+
+def test_warmup_cosine_by_stepping_sequential_lr_is_refused():
+    from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
+
+    def by_library(step, base_lr, warmup_steps, total_steps, start_factor, eta_min):
+        return _stepped(lambda opt: SequentialLR(
+            opt, [LinearLR(opt, start_factor=start_factor, total_iters=warmup_steps),
+                  CosineAnnealingLR(opt, T_max=total_steps - warmup_steps, eta_min=eta_min)],
+            milestones=[warmup_steps]), step, base_lr)
+
+    assert_rejected("11.warmup_cosine_lr", by_library, "yourself", "LinearLR")
+
+
+def test_warmup_cosine_by_stepping_lambda_lr_is_refused():
+    from torch.optim.lr_scheduler import LambdaLR
+
+    def by_lambda(step, base_lr, warmup_steps, total_steps, start_factor, eta_min):
+        def factor(t):
+            if t < warmup_steps:
+                return start_factor + (1 - start_factor) * t / warmup_steps
+            k, T = t - warmup_steps, total_steps - warmup_steps
+            return (eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * k / T)) / 2) / base_lr
+        return _stepped(lambda opt: LambdaLR(opt, factor), step, base_lr)
+
+    assert_rejected("11.warmup_cosine_lr", by_lambda, "yourself", "LambdaLR")
+
+
 def test_warmup_cosine_returning_a_list_fails():
     def as_list(step, base_lr, warmup_steps, total_steps, start_factor, eta_min):
         return [base_lr]
@@ -118,7 +154,7 @@ def test_total_steps_dropping_the_leftover_group_fails():
         batches = dataset_size // batch_size if drop_last else math.ceil(dataset_size / batch_size)
         return epochs * (batches // accumulation_steps)
 
-    assert_rejected("11.total_steps", floor_groups, "ceil")
+    assert_rejected("11.total_steps", floor_groups, "leftover")
 
 
 def test_total_steps_grouping_across_epochs_fails():

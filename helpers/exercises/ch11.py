@@ -75,6 +75,15 @@ def _as_float(value, where: str) -> float:
     return float(value)
 
 
+#: The schedulers that compute the answer for the learner: stepping a real SequentialLR (or an equivalent
+#: LambdaLR, OneCycleLR, ChainedScheduler ...) inside the function is not writing the formula.
+_SCHEDULER_SHORTCUTS = tuple(
+    f"torch.optim.lr_scheduler.{name}"
+    for name in ("LinearLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "SequentialLR", "LambdaLR",
+                 "MultiplicativeLR", "OneCycleLR", "ChainedScheduler")
+)
+
+
 @exercise(
     "11.warmup_cosine_lr",
     "return lr(step, base_lr, warmup_steps, total_steps, start_factor, eta_min): the learning rate that optimizer "
@@ -82,6 +91,8 @@ def _as_float(value, where: str) -> float:
     "CosineAnnealingLR(T_max=total_steps - warmup_steps, eta_min)], milestones=[warmup_steps]), stepped after every "
     "optimizer step.",
     reference=_warmup_cosine_lr,
+    shortcuts=_SCHEDULER_SHORTCUTS,
+    goal="the warmup + cosine formula",
 )
 def _test_warmup_cosine_lr(candidate) -> None:
     cases = [  # base_lr, warmup_steps, total_steps, start_factor, eta_min
@@ -104,22 +115,22 @@ def _test_warmup_cosine_lr(candidate) -> None:
                     raise AssertionError(f"{where}. The warmup starts at start_factor * base_lr, not at 0")
                 if warmup > 1 and math.isclose(got, base_lr * (start + (1 - start) * step / (warmup - 1)), rel_tol=1e-6):
                     raise AssertionError(
-                        f"{where}. LinearLR reaches end_factor only after total_iters steps, at step warmup_steps, "
-                        "which is the milestone: the ramp divides by warmup_steps, not warmup_steps - 1"
+                        f"{where}. Your ramp reaches base_lr one step too early: LinearLR reaches end_factor only "
+                        "after total_iters steps, at step warmup_steps, which is already the milestone"
                     )
                 raise AssertionError(f"{where} (inside the warmup: a straight line from start_factor * base_lr "
                                      "towards base_lr, which it would reach at step warmup_steps)")
             k, T = step - warmup, total - warmup
             if math.isclose(got, (base_lr - eta_min) * (1 + math.cos(math.pi * k / T)) / 2, rel_tol=1e-6) and eta_min:
-                raise AssertionError(f"{where}. The cosine ends at eta_min, not 0: eta_min + (base_lr - eta_min) * ...")
+                raise AssertionError(f"{where}. Your cosine decays towards 0 and ignores eta_min, its floor")
             if math.isclose(got, eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * step / T)) / 2, rel_tol=1e-6):
-                raise AssertionError(f"{where}. At the milestone the cosine starts counting from its own step 0: "
-                                     "use k = step - warmup_steps")
+                raise AssertionError(f"{where}. Your cosine counts the run's steps; at the milestone "
+                                     "CosineAnnealingLR is only at its own step 0")
             if math.isclose(got, eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * k / total)) / 2, rel_tol=1e-6) \
                     or math.isclose(got, eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * step / total)) / 2,
                                     rel_tol=1e-6):
-                raise AssertionError(f"{where}. The cosine's T_max is total_steps - warmup_steps, the steps left "
-                                     "after the warmup, not total_steps")
+                raise AssertionError(f"{where}. Your cosine is too long: its T_max covers only the steps left "
+                                     "after the warmup, not the whole run")
             if T > 1 and math.isclose(got, eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * (k + 1) / T)) / 2,
                                       rel_tol=1e-6):
                 raise AssertionError(f"{where}. Off by one: at step warmup_steps (the milestone) the cosine is at its "
@@ -195,17 +206,17 @@ def _test_total_steps(candidate) -> None:
         dropped = n // b
         batches = dropped if drop_last else full
         if got == epochs * math.ceil((full if drop_last else dropped) / accum):
-            raise AssertionError(f"{where}. With drop_last=True the last, short batch is dropped (floor); with "
-                                 "drop_last=False it is kept (ceil)")
+            raise AssertionError(f"{where}. Your count of batches per epoch gets drop_last the wrong way round: "
+                                 "which setting keeps the last, short batch?")
         if accum > 1 and got == epochs * batches:
             raise AssertionError(f"{where}. With gradient accumulation the optimizer steps once per "
                                  "accumulation_steps micro-batches, not once per batch")
         if accum > 1 and got == epochs * (batches // accum):
-            raise AssertionError(f"{where}. The leftover micro-batches at the end of an epoch get their own "
-                                 "optimizer step: round up (ceil), not down")
+            raise AssertionError(f"{where}. Your count leaves out the leftover micro-batches at the end of an "
+                                 "epoch, which also end with an optimizer step (the `i + 1 == len(loader)` test)")
         if accum > 1 and got == math.ceil(epochs * batches / accum):
-            raise AssertionError(f"{where}. The accumulation count restarts in every epoch (the last group of an "
-                                 "epoch steps on its own), so round up per epoch, then multiply by epochs")
+            raise AssertionError(f"{where}. Your groups run across epoch boundaries, but the accumulation count "
+                                 "restarts in every epoch: the last group of an epoch steps on its own")
         if got == epochs * batches - 1 or got == want - 1:
             raise AssertionError(f"{where}. Count every optimizer step: OneCycleLR wants total_steps = the number "
                                  "of scheduler.step() calls, not that number minus one")
