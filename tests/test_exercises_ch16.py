@@ -22,7 +22,8 @@ def test_no_graph_break_original_with_item_fails():
             return x / top
         return x - top
 
-    assert_rejected("16.no_graph_break", original, "graph break", "torch.where")
+    result = assert_rejected("16.no_graph_break", original, "graph break")
+    assert "torch.where(" not in result.message, "tier 1 names the mistake, not the fix"
 
 
 def test_no_graph_break_tensor_if_fails():
@@ -56,6 +57,23 @@ def test_no_graph_break_strict_comparison_at_zero_fails():
         return torch.where(top >= 0, x / top, x - top)
 
     assert_rejected("16.no_graph_break", nonnegative, "maximum is 0")
+
+
+def test_no_graph_break_unguarded_where_has_nan_gradient_fails():
+    def unguarded(x):  # right values, but x / 0 in the unused branch: NaN gradients when the maximum is 0
+        top = x.max()
+        return torch.where(top > 0, x / top, x - top)
+
+    assert_rejected("16.no_graph_break", unguarded, "gradient")
+
+
+def test_no_graph_break_reference_has_finite_gradient_at_zero_maximum():
+    from helpers.exercises.ch16 import _normalise_positive_no_break
+
+    for values in ([-2.0, 0.0, -1.0], [0.5, 2.0, -1.0], [-3.0, -1.0]):
+        x = torch.tensor(values, requires_grad=True)
+        _normalise_positive_no_break(x).sum().backward()
+        assert torch.isfinite(x.grad).all(), (values, x.grad)
 
 
 def test_no_graph_break_clamp_variant_is_accepted():

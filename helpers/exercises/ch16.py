@@ -8,7 +8,7 @@ from contextlib import redirect_stderr
 
 import torch
 
-from . import exercise
+from . import Hint, exercise
 
 # --------------------------------------------------------------------------
 # 16.no_graph_break
@@ -27,10 +27,14 @@ def _normalise_positive_no_break(x: torch.Tensor) -> torch.Tensor:
     """The same values as :func:`_normalise_positive` for any float tensor ``x``, in one graph.
 
     Both branches are computed and ``torch.where`` picks one, on a 0-d tensor
-    condition, so Dynamo never needs the value of ``x`` to trace it.
+    condition, so Dynamo never needs the value of ``x`` to trace it. The divisor
+    is replaced by 1 where the maximum is not positive: ``torch.where`` evaluates
+    both branches, and ``x / 0`` in the unused one would put NaN into the gradient
+    (its backward multiplies a zero gradient by an infinite derivative).
     """
     top = x.max()
-    return torch.where(top > 0, x / top, x - top)
+    positive = top > 0
+    return torch.where(positive, x / torch.where(positive, top, torch.ones_like(top)), x - top)
 
 
 def _explain(candidate, x: torch.Tensor):
@@ -72,13 +76,25 @@ def _test_no_graph_break(candidate) -> None:
                     f"for {label} you divided by the maximum; when it is not positive (negative or 0), subtract it"
                 )
             raise AssertionError(f"for {label} the values differ from normalise_positive: expected {want}, got {got}")
+    x = torch.tensor([-2.0, 0.0, -1.0], requires_grad=True)  # the maximum is 0: only x - top is used
+    candidate(x).sum().backward()
+    if x.grad is None or not torch.isfinite(x.grad).all():
+        raise Hint(
+            f"for a vector whose maximum is 0 the values are right, but the gradient with respect to x is {x.grad}: "
+            "the branch that torch.where does not pick is still computed, and differentiated",
+            "x / 0 gives inf or NaN in the unused branch, and its backward multiplies the zero gradient that "
+            "torch.where sends there by an infinite derivative: 0 * inf is NaN. Make the divisor safe where the "
+            "maximum is not positive, so that the unused branch stays finite",
+        )
     for label, x in list(cases.items())[:3]:
         explanation = _explain(candidate, x)
         if explanation.graph_break_count:
             reasons = "; ".join(r.reason.splitlines()[0] for r in explanation.break_reasons)
-            raise AssertionError(
-                f"torch._dynamo.explain finds {explanation.graph_break_count} graph break(s) for {label}: {reasons}. "
-                "Keep the maximum a tensor (no .item()) and choose between the branches with torch.where"
+            raise Hint(
+                f"torch._dynamo.explain finds {explanation.graph_break_count} graph break(s) for {label}: {reasons}",
+                "Dynamo breaks the graph wherever Python needs the value inside a tensor: .item(), or an if on a "
+                "tensor. Keep the maximum a tensor and make the choice between the two results a tensor operation "
+                "too, as clip_then_cos_no_break does in the chapter",
             )
         if explanation.graph_count != 1:
             raise AssertionError(f"expected exactly one graph, torch._dynamo.explain found {explanation.graph_count}")
