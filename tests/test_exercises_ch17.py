@@ -109,3 +109,33 @@ def test_recorded_steps_counting_from_one_fails():
         return [s + 1 for s in _reference(wait, warmup, active, repeat, skip_first, num_steps)]
 
     assert_rejected("17.recorded_steps", one_based, "recorded steps")
+
+
+def test_recorded_steps_through_the_schedule_is_refused():
+    from torch.profiler import ProfilerAction, schedule
+
+    def by_schedule(wait, warmup, active, repeat, skip_first, num_steps):
+        sched = schedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first)
+        return [i for i in range(num_steps) if sched(i) in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)]
+
+    assert_rejected("17.recorded_steps", by_schedule, "the schedule's arithmetic")
+
+
+def test_recorded_steps_through_the_profiler_is_refused():
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    def by_profiler(wait, warmup, active, repeat, skip_first, num_steps):
+        seen = set()
+
+        def collect(prof):
+            seen.update(int(e.trace_name.split("#")[1]) for e in prof.events() if e.trace_name.startswith("ProfilerStep#"))
+
+        sched = schedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first)
+        with profile(activities=[ProfilerActivity.CPU], schedule=sched, on_trace_ready=collect) as prof:
+            for _ in range(num_steps):
+                torch.ones(2).add(1)
+                prof.step()
+        return sorted(s for s in seen if s < num_steps)
+
+    assert_rejected("17.recorded_steps", by_profiler, "the schedule's arithmetic")

@@ -186,6 +186,9 @@ def _as_steps(result, args) -> list[int]:
     "return the sorted step numbers (from 0) that schedule(wait, warmup, active, repeat, skip_first) "
     "records in a loop of num_steps iterations calling prof.step() at the end of each.",
     reference=_recorded_steps,
+    # The schedule itself (the chapter shows how to read its actions) and the profiler that runs it.
+    shortcuts=("torch.profiler.schedule", "torch.profiler.profiler._default_schedule_fn", "torch.profiler.profile"),
+    goal="the schedule's arithmetic",
 )
 def _test_recorded_steps(candidate) -> None:
     cases = [  # wait, warmup, active, repeat, skip_first, num_steps
