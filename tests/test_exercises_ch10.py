@@ -57,6 +57,23 @@ def test_sgd_without_weight_decay_fails():
     assert_rejected("10.sgd_step", no_decay, "missing")
 
 
+def test_sgd_without_weight_decay_only_when_momentum_is_zero_fails():
+    def no_decay_without_momentum(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        return _sgd(param, grad, buf, lr, momentum, weight_decay, nesterov, decay=momentum != 0)
+
+    result = assert_rejected("10.sgd_step", no_decay_without_momentum, "missing")
+    assert "plain SGD, weight_decay 0.1" in result.message, result.message
+
+
+def test_sgd_hints_do_not_paste_the_update():
+    from helpers.exercises.ch10 import _SGD_MISTAKES
+
+    for kind, (what, more) in _SGD_MISTAKES.items():
+        for text in (what, more):
+            for line in ("momentum * buf + grad", "grad + momentum * buf", "buf = grad", "param - lr * buf"):
+                assert line not in text, f"the {kind} hint pastes the fix {line!r}: {text}"
+
+
 def test_sgd_decoupled_decay_fails():
     def decoupled(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
         return _sgd(param, grad, buf, lr, momentum, weight_decay, nesterov, decay_after=True)
@@ -128,7 +145,33 @@ def test_decay_groups_by_name_fails():
         no_decay = [p for n, p in model.named_parameters() if p.requires_grad and n.endswith("bias")]
         return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
-    assert_rejected("10.decay_groups", by_name, "BatchNorm", "p.ndim")
+    assert_rejected("10.decay_groups", by_name, "BatchNorm", "1-D")
+
+
+def test_decay_groups_by_name_keywords_fails():
+    def by_keywords(model, weight_decay):
+        def exempt(name):
+            return any(word in name for word in ("bias", "norm", "bn", "ln"))
+
+        trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        return [{"params": [p for n, p in trainable if not exempt(n)], "weight_decay": weight_decay},
+                {"params": [p for n, p in trainable if exempt(n)], "weight_decay": 0.0}]
+
+    assert_rejected("10.decay_groups", by_keywords, "1-D")
+
+
+def test_decay_groups_by_norm_types_fails():
+    def by_types(model, weight_decay):
+        norm_types = (torch.nn.BatchNorm1d, torch.nn.LayerNorm, torch.nn.RMSNorm, torch.nn.GroupNorm)
+        decay, no_decay = [], []
+        for module in model.modules():
+            for pname, p in module.named_parameters(recurse=False):
+                if p.requires_grad and all(p is not q for q in decay + no_decay):
+                    (no_decay if isinstance(module, norm_types) or pname == "bias" else decay).append(p)
+        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+    result = assert_rejected("10.decay_groups", by_types, "1-D")
+    assert "d.weight" in result.message, result.message  # PReLU's slopes: neither a bias nor a norm
 
 
 def test_decay_groups_with_frozen_parameters_fails():

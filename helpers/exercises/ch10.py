@@ -8,7 +8,7 @@ import warnings
 import torch
 from torch import nn
 
-from . import exercise
+from . import Hint, exercise
 
 # --------------------------------------------------------------------------
 # 10.sgd_step
@@ -63,18 +63,35 @@ def _sgd_variant(param, grad, buf, lr, momentum, weight_decay, nesterov, kind):
     return new, new_buf
 
 
-_SGD_MISTAKES = {
-    "ema": "your buffer is an average, momentum * buf + (1 - momentum) * grad; torch.optim.SGD (dampening=0) "
-    "adds the full gradient: buf = momentum * buf + grad, and buf = grad on the first step",
-    "lr_inside": "you put the learning rate inside the buffer (buf = momentum * buf + lr * grad, the form of "
-    "Sutskever et al.); torch.optim.SGD keeps it outside, param - lr * buf, so a new lr takes effect at once "
-    "(the checker changes lr between steps)",
-    "nesterov_ignored": "with nesterov=True the step direction is grad + momentum * buf (the gradient plus the "
-    "updated buffer, a look ahead), not buf",
-    "no_decay": "the weight decay seems to be missing: SGD adds weight_decay * param to the gradient before "
-    "the momentum buffer",
-    "decay_after": "in torch.optim.SGD the decay is L2: weight_decay * param is added to the gradient "
-    "*before* the momentum buffer, so it builds momentum too; you applied it separately",
+_SGD_MISTAKES = {  # kind -> (what went wrong, fuller hint); neither pastes the fix
+    "ema": (
+        "your momentum buffer is an average, momentum * buf + (1 - momentum) * grad: the new gradient enters "
+        "it scaled down, but torch.optim.SGD's default dampening=0 does not scale it",
+        "with dampening=0 the factor (1 - dampening) in front of the gradient is 1; on the first step the "
+        "buffer is simply the gradient itself (see the momentum row of the chapter's table)",
+    ),
+    "lr_inside": (
+        "you put the learning rate inside the buffer (the form of Sutskever et al., 2013); the checker changes "
+        "lr between steps, as a scheduler would, and then the two forms part",
+        "torch.optim.SGD's buffer holds gradients only, and the learning rate of the current step multiplies "
+        "the direction when the parameter is updated, so a new lr takes effect at once",
+    ),
+    "nesterov_ignored": (
+        "with nesterov=True your step follows the momentum buffer alone, as plain momentum does: the "
+        "Nesterov look-ahead is missing",
+        "Nesterov's direction combines the current gradient with the updated buffer scaled by momentum; "
+        "see the Nesterov row of the chapter's table or the torch.optim.SGD documentation",
+    ),
+    "no_decay": (
+        "the weight decay seems to be missing: your step is the same as with weight_decay=0",
+        "in torch.optim.SGD weight decay is L2 regularisation: it changes the gradient that the rest of "
+        "the step (buffer and update) uses",
+    ),
+    "decay_after": (
+        "you applied the weight decay separately from the momentum buffer (decoupled, as AdamW does); "
+        "in torch.optim.SGD the decay builds momentum too",
+        "SGD's weight decay is L2: it enters through the gradient, before the buffer is updated",
+    ),
 }
 
 
@@ -90,6 +107,7 @@ def _test_sgd_step(candidate) -> None:
     gen = torch.Generator().manual_seed(10)
     cases = [
         ("plain SGD", (3,), 0.0, 0.0, False),
+        ("plain SGD, weight_decay 0.1", (4,), 0.0, 0.1, False),
         ("momentum 0.9", (2, 3), 0.9, 0.0, False),
         ("momentum 0.9, weight_decay 0.1", (4,), 0.9, 0.1, False),
         ("Nesterov, momentum 0.8", (3, 2), 0.8, 0.0, True),
@@ -121,7 +139,7 @@ def _test_sgd_step(candidate) -> None:
                 and torch.allclose(got_buf.detach().double(), want_buf, rtol=1e-9, atol=1e-12)
             )
             if not (param_ok and buf_ok):
-                for kind, hint in _SGD_MISTAKES.items():
+                for kind, (what, more) in _SGD_MISTAKES.items():
                     if (kind in ("no_decay", "decay_after") and wd == 0) or (kind == "nesterov_ignored" and not nesterov):
                         continue
                     if momentum == 0 and kind in ("ema", "lr_inside", "decay_after"):
@@ -133,16 +151,18 @@ def _test_sgd_step(candidate) -> None:
                         and torch.allclose(got_buf.detach().double(), wrong_buf, rtol=1e-9, atol=1e-12)
                     )
                     if same_p and same_buf:
-                        raise AssertionError(f"{where}: {hint}")
+                        raise Hint(f"{where}: {what}", more)
             if not param_ok:
                 diff = (got_p.detach().double() - p.detach()).abs().max().item()
                 raise AssertionError(f"{where}: new_param differs from torch.optim.SGD by up to {diff:.2e}")
             if not buf_ok and momentum == 0:
                 raise AssertionError(f"{where}: with momentum 0 there is no buffer: return (new_param, None)")
             if not buf_ok:
-                raise AssertionError(
-                    f"{where}: new_param is right but new_buf is not the momentum buffer momentum * buf + grad "
-                    "(+ weight_decay * param); the next step needs it"
+                raise Hint(
+                    f"{where}: new_param is right but new_buf is not torch.optim.SGD's momentum buffer after "
+                    "this step; the next step needs it",
+                    "return the updated buffer, the one this step moved the parameter along (before the "
+                    "Nesterov look-ahead), built from the gradient that already includes the weight decay",
                 )
             # Continue from the true state, so one early mistake is reported once.
             param = p.detach().clone()
@@ -165,8 +185,8 @@ def _decay_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
         ``[{"params": decay, "weight_decay": weight_decay}, {"params": no_decay,
         "weight_decay": 0.0}]``. ``decay`` holds every trainable parameter
         with 2 or more dimensions (``Linear``/``Conv`` weights, embeddings);
-        ``no_decay`` every trainable parameter with fewer (biases, and the
-        weights and biases of LayerNorm/BatchNorm/GroupNorm). Frozen
+        ``no_decay`` every trainable parameter with fewer (biases, the
+        weights and biases of LayerNorm/BatchNorm/GroupNorm/RMSNorm, PReLU's slopes). Frozen
         parameters (``requires_grad=False``) are left out; a parameter shared by
         two modules appears once (``named_parameters`` removes duplicates).
     """
@@ -179,24 +199,31 @@ def _decay_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 class _CheckNet(nn.Module):
-    """A small model with every case the grouping must handle."""
+    """A small model with every case the grouping must handle.
+
+    The layers have neutral names (``a``, ``b``, ...), so that a rule that looks for
+    "norm", "bn" or "ln" in a parameter's name finds nothing; besides biases and
+    the scales and shifts of BatchNorm, LayerNorm and RMSNorm, PReLU's learned
+    slopes are 1-D parameters too, and a list of normalisation types misses them.
+    """
 
     def __init__(self) -> None:
         super().__init__()
-        self.embed = nn.Embedding(10, 8)
-        self.conv = nn.Conv1d(8, 8, kernel_size=3, padding=1)
-        self.bn = nn.BatchNorm1d(8)
-        self.norm = nn.LayerNorm(8)
-        self.proj = nn.Linear(8, 8, bias=False)
-        self.frozen = nn.Linear(8, 8)
-        self.frozen.requires_grad_(False)
-        self.head = nn.Linear(8, 10)
-        self.head.weight = self.embed.weight  # tied weights: one parameter, two modules
+        self.a = nn.Embedding(10, 8)
+        self.b = nn.Conv1d(8, 8, kernel_size=3, padding=1)
+        self.c = nn.BatchNorm1d(8)
+        self.d = nn.PReLU(8)  # one learned slope per channel: a 1-D weight that is neither bias nor norm
+        self.e = nn.LayerNorm(8)
+        self.f = nn.RMSNorm(8)  # a 1-D weight, no bias
+        self.g = nn.Linear(8, 8, bias=False)
+        self.h = nn.Linear(8, 8)
+        self.h.requires_grad_(False)  # frozen
+        self.out = nn.Linear(8, 10)
+        self.out.weight = self.a.weight  # tied weights: one parameter, two modules
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:  # [B, T] -> [B, T, 10]
-        x = self.embed(idx).transpose(1, 2)
-        x = self.bn(self.conv(x)).transpose(1, 2)
-        return self.head(self.proj(self.frozen(self.norm(x))))
+        x = self.d(self.c(self.b(self.a(idx).transpose(1, 2)))).transpose(1, 2)
+        return self.out(self.h(self.g(self.f(self.e(x)))))
 
 
 def _names(model: nn.Module, params) -> list[str]:
@@ -208,7 +235,8 @@ def _names(model: nn.Module, params) -> list[str]:
     "10.decay_groups",
     "write decay_param_groups(model, weight_decay) returning two parameter groups: "
     '[{"params": <trainable params with 2+ dims>, "weight_decay": weight_decay}, '
-    '{"params": <trainable biases and norm weights (fewer dims)>, "weight_decay": 0.0}], frozen parameters left out.',
+    '{"params": <trainable params with fewer dims: biases, norm scales, ...>, "weight_decay": 0.0}], '
+    "decided by each parameter's number of dimensions, frozen parameters left out.",
     reference=_decay_param_groups,
 )
 def _test_decay_groups(candidate) -> None:
@@ -229,9 +257,11 @@ def _test_decay_groups(candidate) -> None:
             )
         for label, params in (("decay", decay), ("no-decay", no_decay)):
             if len({id(p) for p in params}) != len(params):
-                raise AssertionError(
-                    f"the {label} group lists a parameter twice ({_names(model, params)}): head.weight is tied to "
-                    "embed.weight, so walking the modules finds it twice; model.named_parameters() lists it once"
+                raise Hint(
+                    f"the {label} group lists a parameter twice ({_names(model, params)}): out.weight is tied to "
+                    "a.weight, one Parameter reached from two modules",
+                    "collect the parameters in a way that removes duplicates; Module.parameters and "
+                    "Module.named_parameters do that by default (remove_duplicate=True)",
                 )
             if any(not p.requires_grad for p in params):
                 raise AssertionError(
@@ -249,9 +279,11 @@ def _test_decay_groups(candidate) -> None:
         if got_decay != want_decay or got_no != want_no:
             norm_in_decay = [p for p in decay if p.ndim < 2]
             if norm_in_decay:
-                raise AssertionError(
-                    f"the decay group holds 1-D parameters {_names(model, norm_in_decay)}: the weights of BatchNorm "
-                    "and LayerNorm are scales, not matrices, and should not decay either (test p.ndim, not the name)"
+                raise Hint(
+                    f"the decay group holds 1-D parameters {_names(model, norm_in_decay)}: the scales of BatchNorm, "
+                    "LayerNorm and RMSNorm and PReLU's slopes are not matrices either, whatever their names",
+                    "the rule in the task is about shape: decide by each tensor's number of dimensions "
+                    "(Tensor.ndim), not by its name or its module's type",
                 )
             missing = [p for p in model.parameters() if p.requires_grad and id(p) not in got_decay | got_no]
             if missing:
