@@ -169,11 +169,88 @@ def test_library_functions_are_restored_after_checking():
     assert torch.allclose(F.group_norm(x, 2), torch.nn.GroupNorm(2, 4, affine=False)(x))
 
 
-def test_group_norm_calling_layer_norm_per_group_is_accepted():
-    def via_layer_norm(x, g, w, b, eps=1e-5):
-        n = x.shape[0]
-        flat = x.reshape(n, g, -1)
-        out = F.layer_norm(flat, flat.shape[-1:], eps=eps).reshape(x.shape)
-        return out * w.reshape(_shape(x)) + b.reshape(_shape(x))
+def _affine(out, x, w, b):
+    return out.reshape(x.shape) * w.reshape(_shape(x)) + b.reshape(_shape(x))
 
-    assert check("12.group_norm", via_layer_norm, show=False).passed
+
+def test_group_norm_calling_layer_norm_per_group_fails():
+    def via_layer_norm(x, g, w, b, eps=1e-5):
+        flat = x.reshape(x.shape[0], g, -1)
+        return _affine(F.layer_norm(flat, flat.shape[-1:], eps=eps), x, w, b)
+
+    def via_torch_layer_norm(x, g, w, b, eps=1e-5):
+        flat = x.reshape(x.shape[0], g, -1)
+        return _affine(torch.layer_norm(flat, flat.shape[-1:], None, None, eps), x, w, b)
+
+    assert_rejected("12.group_norm", via_layer_norm, "yourself")
+    assert_rejected("12.group_norm", via_torch_layer_norm, "yourself")
+
+
+def test_group_norm_via_batch_or_instance_norm_on_a_reshape_fails():
+    def via_batch_norm(x, g, w, b, eps=1e-5):
+        n = x.shape[0]
+        flat = x.reshape(1, n * g, -1)  # each (sample, group) becomes a channel of one "batch"
+        return _affine(F.batch_norm(flat, None, None, training=True, eps=eps), x, w, b)
+
+    def via_instance_norm(x, g, w, b, eps=1e-5):
+        flat = x.reshape(x.shape[0], g, -1)
+        return _affine(F.instance_norm(flat, eps=eps), x, w, b)
+
+    def via_native_group_norm(x, g, w, b, eps=1e-5):
+        n, c = x.shape[:2]
+        return torch.native_group_norm(x, w, b, n, c, x[0, 0].numel(), g, eps)[0]
+
+    for candidate in (via_batch_norm, via_instance_norm, via_native_group_norm):
+        assert_rejected("12.group_norm", candidate, "yourself")
+
+
+def test_group_norm_with_the_formula_written_out_is_accepted():
+    def by_hand(x, g, w, b, eps=1e-5):
+        flat = x.reshape(x.shape[0], g, -1)
+        mean = flat.mean(-1, keepdim=True)
+        var = ((flat - mean) ** 2).mean(-1, keepdim=True)
+        return _affine((flat - mean) / torch.sqrt(var + eps), x, w, b)
+
+    assert check("12.group_norm", by_hand, show=False).passed
+
+
+def test_group_norm_without_eps_fails():
+    def no_eps(x, g, w, b, eps=1e-5):
+        flat = x.reshape(x.shape[0], g, -1)
+        return _affine((flat - flat.mean(-1, keepdim=True)) / flat.std(-1, keepdim=True, correction=0), x, w, b)
+
+    assert_rejected("12.group_norm", no_eps, "eps is missing")
+
+
+def test_group_norm_with_eps_outside_the_sqrt_fails():
+    def eps_outside(x, g, w, b, eps=1e-5):
+        flat = x.reshape(x.shape[0], g, -1)
+        return _affine((flat - flat.mean(-1, keepdim=True)) / (flat.std(-1, keepdim=True, correction=0) + eps), x, w, b)
+
+    assert_rejected("12.group_norm", eps_outside, "inside the square root")
+
+
+def test_running_stats_via_native_batch_norm_fails():
+    def native(batches, momentum):
+        c = batches[0].shape[1]
+        mean, var = torch.zeros(c, dtype=torch.float64), torch.ones(c, dtype=torch.float64)
+        for x in batches:  # the ATen op updates the running buffers in place
+            torch.native_batch_norm(x, None, None, mean, var, True, 0.1 if momentum is None else momentum, 1e-5)
+        return mean, var
+
+    def legit(batches, momentum):
+        c = batches[0].shape[1]
+        mean, var = torch.zeros(c, dtype=torch.float64), torch.ones(c, dtype=torch.float64)
+        for x in batches:
+            torch._native_batch_norm_legit(x, None, None, mean, var, True, 0.1 if momentum is None else momentum, 1e-5)
+        return mean, var
+
+    def functional(batches, momentum):
+        c = batches[0].shape[1]
+        mean, var = torch.zeros(c, dtype=torch.float64), torch.ones(c, dtype=torch.float64)
+        for x in batches:
+            F.batch_norm(x, mean, var, training=True, momentum=0.1 if momentum is None else momentum)
+        return mean, var
+
+    for candidate in (native, legit, functional):
+        assert_rejected("12.bn_running_stats", candidate, "tensor.var")

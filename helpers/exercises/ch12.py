@@ -32,6 +32,16 @@ def _forbidden(hint: str, *functions: tuple[object, str]):
         for owner, name, original in saved:
             setattr(owner, name, original)
 
+# The library routes a candidate could use instead of writing the statistics out: the layers' functional
+# forms and the ATen functions behind them (torch.native_batch_norm returns the batch mean and the inverse
+# standard deviation; F.layer_norm or F.batch_norm on a reshaped tensor compute a group's statistics).
+_BATCH_NORM_FUNCTIONS = (
+    (F, "batch_norm"), (torch, "batch_norm"), (F, "instance_norm"), (torch, "instance_norm"),
+    (torch, "native_batch_norm"), (torch, "_native_batch_norm_legit"), (F, "layer_norm"), (torch, "layer_norm"),
+    (F, "group_norm"), (torch, "group_norm"), (torch, "native_group_norm"), (torch, "native_layer_norm"),
+)
+_GROUP_NORM_FUNCTIONS = _BATCH_NORM_FUNCTIONS
+
 # --------------------------------------------------------------------------
 # 12.inverted_dropout
 # --------------------------------------------------------------------------
@@ -167,7 +177,7 @@ def _bn_variants(batches, momentum):
     return [
         ("biased", *run(per_channel_mean, biased, rule, True),
          "BatchNorm normalises with the biased batch variance (divided by n), but stores the UNBIASED one "
-         "(divided by n - 1) in running_var: use x.var(..., correction=1) for the running estimate"),
+         "(divided by n - 1) in running_var, because the running value estimates the variance of the whole data"),
         ("flipped", *run(per_channel_mean, unbiased, (lambda k: 1 - m), True),
          "PyTorch's BatchNorm momentum is the weight of the NEW batch: stat = (1 - momentum) * stat + "
          "momentum * batch_stat (the opposite of an optimizer's momentum)"),
@@ -176,7 +186,7 @@ def _bn_variants(batches, momentum):
          "blended into those; it does not replace them"),
         ("axes", *run(lambda x: x.mean(dim=(0, 2, 3)), lambda x: x.flatten(2).var(dim=2, correction=1).mean(0), rule, True),
          "the batch variance is taken over all N * H * W values of a channel at once, not per image and "
-         "then averaged: x.var(dim=(0, 2, 3), correction=1)"),
+         "then averaged (the mean of per-image variances leaves out how the image means differ)"),
         ("fixed momentum", *run(per_channel_mean, unbiased, (lambda k: 0.1), True),
          "momentum=None means a cumulative average: batch k (counting from 1) gets weight 1/k"),
     ]
@@ -201,8 +211,8 @@ def _test_bn_running_stats(candidate) -> None:
     ]
     for label, data, momentum in cases:
         copies = [x.clone() for x in data]
-        with _forbidden("compute the statistics yourself with tensor.mean and tensor.var; do not run nn.BatchNorm2d "
-                        "or F.batch_norm (the checker compares with them)", (F, "batch_norm"), (torch, "batch_norm")):
+        with _forbidden("compute the statistics yourself with tensor.mean and tensor.var; do not run nn.BatchNorm2d, "
+                        "F.batch_norm or another library normalisation (the checker compares with them)", *_BATCH_NORM_FUNCTIONS):
             result = candidate(copies, momentum)
         try:
             mean, var = result
@@ -267,14 +277,16 @@ def _test_group_norm(candidate) -> None:
         ("x [2, 4, 2, 2], 1 group (like LayerNorm over C, H, W)", (2, 4, 2, 2), 1),
         ("x [2, 4, 3, 3], 4 groups (like InstanceNorm)", (2, 4, 3, 3), 4),
         ("x [4, 6], 2 groups (no spatial dimensions)", (4, 6), 2),
+        ("x [2, 6, 3, 3] * 1e-3, 3 groups (variance below eps: eps matters)", (2, 6, 3, 3), 3),
     ]
     for label, shape, groups in cases:
-        x = torch.randn(shape, generator=g, dtype=torch.float64) * 3 + 1
+        scale = 3e-3 if "1e-3" in label else 3.0
+        x = torch.randn(shape, generator=g, dtype=torch.float64) * scale + scale / 3
         weight = torch.rand(shape[1], generator=g, dtype=torch.float64) + 0.5
         bias = torch.randn(shape[1], generator=g, dtype=torch.float64)
         before = x.clone()
-        with _forbidden("write the normalisation yourself (reshape, mean, var); do not call nn.GroupNorm or "
-                        "F.group_norm (the checker compares with them)", (F, "group_norm"), (torch, "group_norm")):
+        with _forbidden("write the normalisation yourself (reshape, mean, var); do not call nn.GroupNorm, "
+                        "F.group_norm or another library normalisation such as F.layer_norm on a reshape", *_GROUP_NORM_FUNCTIONS):
             got = candidate(x, groups, weight, bias, 1e-5)
         if not torch.equal(x, before):
             raise AssertionError("leave x unchanged: compute a new tensor instead of editing in place")
@@ -294,12 +306,20 @@ def _test_group_norm(candidate) -> None:
         across_batch = (
             (flat - pooled.mean(-1).view(1, groups, 1)) / torch.sqrt(pooled.var(-1, correction=0).view(1, groups, 1) + 1e-5)
         ).reshape(shape)
+        centred = flat - flat.mean(-1, keepdim=True)
+        biased_std = torch.sqrt(flat.var(-1, keepdim=True, correction=0))
+        no_eps = (centred / biased_std).reshape(shape)
+        eps_outside = (centred / (biased_std + 1e-5)).reshape(shape)
         wrong = {
+            "eps is missing: when a group's variance is tiny (here below eps) the division blows the values up; "
+            "eps is added to the variance before the square root": no_eps * weight.reshape(per_shape) + bias.reshape(per_shape),
+            "eps belongs inside the square root, added to the variance, not added to the standard deviation":
+            eps_outside * weight.reshape(per_shape) + bias.reshape(per_shape),
             "the variance must be the biased one (divide by the number of values, correction=0), as "
             "F.group_norm does; you used the unbiased variance": unbiased * weight.reshape(per_shape) + bias.reshape(per_shape),
             "you forgot to apply weight and bias (per channel: normalised * weight + bias)": F.group_norm(x, groups, eps=1e-5),
-            "a group is made of CONSECUTIVE channels: reshape to [N, G, C/G, ...], not [N, C/G, G, ...] (that "
-            "puts channels c, c + G, c + 2G, ... together)": interleaved * weight.reshape(per_shape) + bias.reshape(per_shape),
+            "a group is made of CONSECUTIVE channels (group 0 is channels 0 .. C/G - 1); your grouping put "
+            "channels c, c + G, c + 2G, ... together": interleaved * weight.reshape(per_shape) + bias.reshape(per_shape),
             "the statistics of a group include all its channels AND positions of one sample; you normalised each "
             "channel on its own (that is InstanceNorm)": F.group_norm(x, c, weight, bias, 1e-5),
             "the statistics are per sample: do not pool the batch dimension N into a group's mean and "
