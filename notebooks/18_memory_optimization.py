@@ -54,13 +54,17 @@ BATCH_SIZE = 128  # samples per step on the deep stack
 BREAKDOWN_BATCHES = (32, 128, 512)  # batch sizes in the memory-breakdown figure
 SEGMENTS = (1, 2, 4, 8, 24)  # checkpoint_sequential segment counts to measure (each at most DEPTH)
 MICRO_BATCHES = 4  # gradient accumulation: BATCH_SIZE is split into this many micro-batches
-TIMING_SECONDS = 0.5  # seconds of timed runs per measurement (helpers.bench.measure)
+TIMING_SECONDS = 0.5  # seconds of timed runs per variant, split over TIMING_ROUNDS interleaved rounds
+TIMING_ROUNDS = 5  # rounds of interleaved measurements: every variant is timed once per round
+TIME_BAND = 0.25  # checkpoint_sequential(segments=1) must time within this fraction (+ IQR) of the plain step
+MAX_RATIO_IQR = 0.5  # time-ratio claims are asserted only when the per-round ratios agree this well (IQR)
 MNIST_STEPS = 300  # training steps per optimizer in the 8-bit Adam comparison
 MNIST_BATCH = 128  # MNIST images per step
 MNIST_HIDDEN = (256,)  # hidden widths of the MNIST MLP
 LR = 1e-3  # learning rate of both Adams
 MIN_STATE_RATIO = 3.5  # torch Adam's state must be at least this many times 8-bit Adam's
-LOSS_TOLERANCE = 0.1  # the two Adams' final training losses may differ by at most this much
+LOSS_RTOL = 0.05  # 8-bit Adam's final training loss may differ from torch Adam's by this fraction of it
+ACCURACY_POINTS = 0.75  # ... and its test accuracy by at most this many percentage points
 SEED = 0
 
 # %% [markdown]
@@ -71,6 +75,9 @@ import contextlib
 import copy
 import io
 import os
+import pickle
+import subprocess
+import sys
 import time
 import warnings
 from functools import partial
@@ -84,7 +91,7 @@ from torch.utils.checkpoint import checkpoint, checkpoint_sequential, set_checkp
 from torch.utils.flop_counter import FlopCounterMode
 
 import helpers.plotting  # noqa: F401  (the course's figure defaults)
-from helpers.bench import measure, timing_table
+from helpers.bench import Timing, measure, timing_table
 from helpers.data import mnist
 from helpers.device import pick_device, seed_everything
 from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
@@ -210,6 +217,31 @@ def tensor_bytes(tensors):
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def _quartiles(values):
+    q = torch.tensor(values, dtype=torch.float64).quantile(torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
+    return q[1].item(), (q[2] - q[0]).item()
+
+
+def interleaved(fns, rounds=TIMING_ROUNDS, seconds=TIMING_SECONDS):
+    """Time each of `fns` ({label: callable}) in `rounds` alternating rounds with helpers.bench.measure.
+
+    A load that comes and goes on a shared machine then hits every variant alike. Returns
+    ({label: Timing}, {label: (median, IQR) of the per-round time ratios to the first label}); a
+    Timing's median and IQR are over its round medians, so its `blocks` column counts rounds.
+    """
+    per_round = {label: [] for label in fns}
+    for _ in range(rounds):
+        for label, fn in fns.items():
+            per_round[label].append(measure(fn, label=label, min_run_time=seconds / rounds))
+    timings, ratios = {}, {}
+    first = per_round[next(iter(fns))]
+    for label, runs in per_round.items():
+        median, iqr = _quartiles([t.median_s for t in runs])
+        timings[label] = Timing(label, median, iqr, calls=sum(t.calls for t in runs), blocks=rounds)
+        ratios[label] = _quartiles([t.median_s / f.median_s for t, f in zip(runs, first)])
+    return timings, ratios
+
+
 # %% [markdown]
 # What does one block save? The list below is what autograd keeps for one
 # block and a batch of `BATCH_SIZE`:
@@ -251,11 +283,13 @@ def breakdown(batch_size):
     }
 
 
+# NBVAL_CHECK_OUTPUT
 parts = {b: breakdown(b) for b in BREAKDOWN_BATCHES}
 print(f"{'batch':>6s} " + " ".join(f"{name:>12s}" for name in parts[BREAKDOWN_BATCHES[0]]) + f" {'total':>10s}")
 for b, part in parts.items():
     print(f"{b:6d} " + " ".join(f"{v / MB:9.2f} MB" for v in part.values()) + f" {sum(part.values()) / MB:7.2f} MB")
 
+# %%
 fig, ax = plt.subplots(figsize=(7, 3))
 bottom = [0.0] * len(parts)
 for name, colour in zip(parts[BREAKDOWN_BATCHES[0]], ("tab:blue", "tab:orange", "tab:green", "tab:red")):
@@ -304,15 +338,27 @@ assert all(large[k] == small[k] for k in ("parameters", "gradients", "Adam state
 #   `torch.accelerator.empty_cache()` hands the unused cache back.
 #
 # On CUDA, `torch.cuda.memory_summary()` prints both, per pool, with
-# allocation counts, as a table. The peak of a step is higher than our sum
-# of four parts: it also holds temporary buffers, and the gradients and the
-# activations coexist during backward.
+# allocation counts, as a table. What the peak of a step must hold at least:
+# at the end of the forward, the parameters, the Adam state and all saved
+# activations are alive together (the previous step's gradients were freed
+# by `zero_grad(set_to_none=True)`), so the peak can be no lower than their
+# sum; temporary buffers add to it. Whether it also exceeds our sum of all
+# four parts depends on how many gradients exist before the activations are
+# freed, so the cell prints both instead of asserting either. It also checks
+# for a leak: deleting the model and the optimizer must give back at least
+# their parameters, gradients and state.
 
 
 # %%
 def allocator_step_figures(device):
-    """Two Adam steps of the deep stack on `device`; the allocator's figures in bytes (accelerators only)."""
+    """Two Adam steps of the deep stack on `device`; the allocator's figures in bytes (accelerators only).
+
+    Asserts that the peak holds parameters + Adam state + activations (counted on the CPU in `main`),
+    and that deleting the model and optimizer frees at least their parameters, gradients and state.
+    """
     acc = torch.accelerator
+    acc.synchronize()
+    start = acc.memory_allocated()
     model = make_stack().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
     x = x_batch.to(device)
@@ -324,12 +370,17 @@ def allocator_step_figures(device):
         model(x).square().mean().backward()
         optimizer.step()
         acc.synchronize()
-    figures = {"before step": before, "peak of step": acc.max_memory_allocated()}
+    figures = {"before step": before - start, "peak of step": acc.max_memory_allocated() - start}
     del model, optimizer, x
-    figures["allocated after del"] = acc.memory_allocated()
+    figures["allocated after del"] = acc.memory_allocated() - start
     figures["reserved after del"] = acc.memory_reserved()
     acc.empty_cache()
     figures["reserved after empty_cache"] = acc.memory_reserved()
+    lower = main["parameters"] + main["Adam state"] + main["activations"]
+    assert figures["peak of step"] >= lower, f"the peak {figures['peak of step']} should hold params + state + activations {lower}"
+    fixed = main["parameters"] + main["gradients"] + main["Adam state"]
+    freed = figures["before step"] - figures["allocated after del"]
+    assert freed >= fixed, f"del model, optimizer freed only {freed} of {fixed} bytes: something keeps them alive"
     return figures
 
 
@@ -337,9 +388,8 @@ if accelerator is not None:
     figures = allocator_step_figures(accelerator)
     for name, value in figures.items():
         print(f"{name:28s} {value / MB:8.2f} MB")
-    print(f"counted on the CPU: parameters + gradients + state + activations = {sum(main.values()) / MB:.2f} MB")
-    assert figures["reserved after del"] >= figures["allocated after del"], "reserved includes every allocated byte"
-    assert figures["reserved after empty_cache"] <= figures["reserved after del"], "empty_cache should not grow the cache"
+    print(f"counted on the CPU: parameters + state + activations = "
+          f"{(main['parameters'] + main['Adam state'] + main['activations']) / MB:.2f} MB; all four parts {sum(main.values()) / MB:.2f} MB")
     _ = report.record("accelerator peak of one Adam step", round(figures["peak of step"] / MB, 2), "MB")
     if has_cuda:
         print("\n".join(torch.cuda.memory_summary(abbreviated=True).splitlines()[:16]))
@@ -364,17 +414,36 @@ else:
 # PYTORCH_ALLOC_CONF=expandable_segments:True python train.py
 # ```
 #
-# The cell below shows the settings of this run and, on CUDA, how many
-# bytes of the cache sit in free pieces of split segments
-# (`inactive_split_bytes`, the fragmentation that `expandable_segments`
-# reduces).
+# The cell below shows the settings of this run and, on CUDA, runs the
+# pattern of a batch that keeps growing twice, in fresh processes (the
+# setting is read once, at the first allocation) with
+# `expandable_segments` off and on: it frees a tensor and then allocates one
+# slightly larger, 40 times. Without expandable segments the freed block is
+# too small for the next request, so the allocator reserves a new segment
+# each time and caches the old one; with them, it should grow the one
+# segment in place. Compare the cache that is reserved but not allocated
+# (`max_memory_reserved` against the final `memory_allocated`) of the two
+# lines; on a CPU-only run the cell only prints the settings.
 
 # %%
+GROWING_BATCH = """
+import torch
+t = None
+for i in range(1, 41):
+    t = None  # free the previous batch, then allocate a slightly larger one
+    t = torch.empty(i * 2**20, dtype=torch.float32, device="cuda")
+torch.cuda.synchronize()
+print(torch.cuda.max_memory_reserved(), torch.cuda.memory_allocated())
+"""
 print({name: os.environ.get(name, "(not set)") for name in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")})
 if has_cuda:
-    stats = torch.cuda.memory_stats()
-    print(f"allocator backend: {torch.cuda.get_allocator_backend()}; reserved {stats.get('reserved_bytes.all.current', 0) / MB:.2f} MB, "
-          f"free in split segments {stats.get('inactive_split_bytes.all.current', 0) / MB:.2f} MB")
+    for setting in ("expandable_segments:False", "expandable_segments:True"):
+        env = {**os.environ, "PYTORCH_ALLOC_CONF": setting}
+        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        run = subprocess.run([sys.executable, "-c", GROWING_BATCH], env=env, capture_output=True, text=True, timeout=300)
+        reserved, allocated = (int(v) for v in run.stdout.split())
+        print(f"{setting:27s} peak reserved {reserved / MB:7.0f} MB, allocated at the end {allocated / MB:5.0f} MB, "
+              f"reserved minus allocated {(reserved - allocated) / MB:7.0f} MB")
 else:
     print("no CUDA device: the allocator settings only affect the CUDA caching allocator")
 
@@ -465,11 +534,31 @@ for name, forward in variants.items():
     grads = grads_of(forward, stack, x_batch)
     max_diff = max((g - r).abs().max().item() for g, r in zip(grads, reference_grads))
     identical = all(torch.equal(g, r) for g, r in zip(grads, reference_grads))
-    timing = measure(partial(train_step, forward, stack, x_batch), label=name, min_run_time=TIMING_SECONDS)
-    ckpt[name] = {"bytes": nbytes, "max_diff": max_diff, "identical": identical, "timing": timing,
-                  **step_cost(forward, stack, x_batch)}
+    ckpt[name] = {"bytes": nbytes, "max_diff": max_diff, "identical": identical, **step_cost(forward, stack, x_batch)}
+# Timed interleaved: every round times each variant once, so a load on the machine hits them alike.
+step_timings, step_ratios = interleaved({name: partial(train_step, forward, stack, x_batch) for name, forward in variants.items()})
+for name in ckpt:
+    ckpt[name]["timing"], ckpt[name]["time ratio"] = step_timings[name], step_ratios[name]
 
 plain = ckpt["no checkpointing"]
+block_input_bytes = 4 * BATCH_SIZE * WIDTH  # what a checkpointed segment keeps: its input
+
+
+def segment_formula(s):
+    """(saved bytes, extra FLOPs) of checkpoint_sequential with s segments, from one block's figures."""
+    per_segment = DEPTH // s  # the first s - 1 segments; the last takes the rest and is not checkpointed
+    last = DEPTH - (s - 1) * per_segment
+    rerun = (s - 1) * (per_segment * block_forward_flops - fc2_flops)  # early stop: each segment's last fc2 skipped
+    return (s - 1) * block_input_bytes + last * block_bytes, rerun
+
+
+with FlopCounterMode(display=False) as forward_flops:
+    stack(x_batch)
+block_forward_flops = forward_flops.get_total_flops() // DEPTH  # fc1 and fc2 (LayerNorm, GELU: no FLOPs counted)
+fc2_flops = 2 * BATCH_SIZE * 4 * WIDTH * WIDTH  # one [B, 4W] @ [4W, W] product
+
+# %%
+# NBVAL_CHECK_OUTPUT
 print(f"{'variant':36s} {'saved activations':>18s} {'of plain':>9s} {'block calls':>11s} {'FLOPs':>6s} {'ops':>6s} {'grads':>14s}")
 for name, r in ckpt.items():
     grads_note = "bit-identical" if r["identical"] else f"diff {r['max_diff']:.1e}"
@@ -481,11 +570,18 @@ for name, r in ckpt.items():
 # (`torch.utils.flop_counter.FlopCounterMode`) and dispatched ATen
 # operations (a `TorchDispatchMode` that counts them), relative to the plain
 # step; "block calls" counts `Block.forward` calls with a forward pre-hook.
-# The step times, from `helpers.bench` (median over `blocks` samples, with
-# the spread; "speed-up" below 1 means slower):
+# The step times come from `helpers.bench.measure`, **interleaved**: in
+# each of `TIMING_ROUNDS` rounds every variant is timed once, so a load
+# that comes and goes on the machine slows all of them alike. The table
+# gives the median and IQR over the rounds ("blocks" counts rounds here;
+# "speed-up" below 1 means slower); the last column is the median and IQR of
+# the per-round ratio to the plain step, measured in the same round:
 
 # %%
-print(timing_table([r["timing"] for r in ckpt.values()]))
+table = timing_table([r["timing"] for r in ckpt.values()]).splitlines()
+print(f"{table[0]}  {'time / plain (IQR)':>20s}")
+for line, r in zip(table[1:], ckpt.values()):
+    print(f"{line}  {r['time ratio'][0]:11.2f}x ({r['time ratio'][1]:.2f})")
 
 # %%
 fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(9, 3))
@@ -496,10 +592,12 @@ ax_mem.axhline(ckpt["checkpoint per block"]["bytes"] / MB, color="tab:green", ls
 ax_mem.set(xscale="log", xlabel="segments", ylabel="MB", title="saved activations after forward", ylim=(0, None))
 ax_mem.set_xticks(SEGMENTS, [str(s) for s in SEGMENTS])
 ax_mem.legend(fontsize=8)
-ax_time.plot(SEGMENTS, [ckpt[n]["timing"].median_ms for n in seg_names], "o-", label="checkpoint_sequential")
-ax_time.axhline(plain["timing"].median_ms, color="gray", ls="--", label="no checkpointing")
-ax_time.axhline(ckpt["checkpoint per block"]["timing"].median_ms, color="tab:green", ls=":", label="per block")
-ax_time.set(xscale="log", xlabel="segments", ylabel="ms per step", title="forward + backward time", ylim=(0, None))
+ax_time.errorbar(SEGMENTS, [ckpt[n]["time ratio"][0] for n in seg_names], yerr=[ckpt[n]["time ratio"][1] / 2 for n in seg_names],
+                 fmt="o-", capsize=3, label="checkpoint_sequential")
+ax_time.axhline(1.0, color="gray", ls="--", label="no checkpointing")
+ax_time.axhline(ckpt["checkpoint per block"]["time ratio"][0], color="tab:green", ls=":", label="per block")
+ax_time.set(xscale="log", xlabel="segments", ylabel="step time / plain", title="forward + backward time (bars: IQR)",
+            ylim=(0, None))
 ax_time.set_xticks(SEGMENTS, [str(s) for s in SEGMENTS])
 ax_time.legend(fontsize=8)
 plt.show()
@@ -517,14 +615,20 @@ _ = report.record("checkpoint per block: memory saved", round(100 * (1 - per_blo
 #   tenth.
 # - **`checkpoint_sequential` with s segments** keeps the inputs of the
 #   first s − 1 segments plus all activations of the last segment, which it
-#   does not checkpoint. With **1 segment nothing is checkpointed at all**:
-#   the memory is exactly that of the plain model. The more segments, the
-#   less is kept, down to the per-block figure.
+#   does not checkpoint: (s − 1) block inputs + (DEPTH − (s − 1)·⌊DEPTH/s⌋)
+#   whole blocks, a formula the checks below compare with every row. With
+#   **1 segment nothing is checkpointed at all**: the memory is exactly that
+#   of the plain model. The more segments, the less is kept, but even
+#   `segments=DEPTH` stays above the per-block figure: its last block is
+#   the uncheckpointed last segment and keeps all of its activations
+#   (about ten inputs' worth instead of one).
 # - During backward, the segment being recomputed briefly holds its own
-#   activations again, so the peak is higher than the saved bytes above by
-#   up to one segment's worth (DEPTH / s blocks). That favours a middle
-#   ground, about √DEPTH segments, when the peak matters rather than the
-#   resting memory.
+#   activations again, so the peak of backward is higher than the saved
+#   bytes above, by up to one segment's worth (DEPTH / s blocks). The
+#   textbook consequence is a middle ground of about √DEPTH segments when
+#   the peak matters rather than the resting memory; we do not measure the
+#   peak of backward here (on an accelerator, `max_memory_allocated` around
+#   the backward call shows it).
 # - The gradients are unchanged: the recomputation runs the same operations
 #   on the same inputs. (`checkpoint` also restores the random-number state,
 #   `preserve_rng_state=True`, so dropout draws the same masks the second
@@ -540,40 +644,55 @@ _ = report.record("checkpoint per block: memory saved", round(100 * (1 - per_blo
 # non-reentrant checkpoint **stops recomputing early**: it reruns a segment
 # only until it has regenerated the last tensor that backward needs, then
 # aborts. In our block nothing saves `fc2`'s output (the residual sum saves
-# nothing), so `fc2`'s matrix product is never rerun. Turning early stopping
+# nothing), so the **last** `fc2` product of each checkpointed segment is
+# never rerun. The `fc2`s inside a segment are rerun: their output is the
+# next block's input, which that block's LayerNorm saves. So a checkpointed
+# segment of L blocks costs L forwards minus one `fc2` product, and
+# `segments=8` (7 checkpointed segments of 3 blocks) reruns more than the
+# checkpoint per block (24 one-block segments, each skipping its `fc2`).
+# The recomputation reruns LayerNorm, `fc1` and GELU in every checkpointed
+# block. Turning early stopping
 # off (`torch.utils.checkpoint.set_checkpoint_early_stop(False)`) gives the
 # full extra forward:
 
 # %%
-with FlopCounterMode(display=False) as forward_flops:
-    stack(x_batch)
 with set_checkpoint_early_stop(False):
     no_early_stop = step_cost(forward_per_block, stack, x_batch)
 textbook_ratio = (plain["flops"] + forward_flops.get_total_flops()) / plain["flops"]
 early_ratio, full_ratio = per_block["flops"] / plain["flops"], no_early_stop["flops"] / plain["flops"]
-time_ratio = per_block["timing"].median_s / plain["timing"].median_s
+time_ratio, time_ratio_iqr = per_block["time ratio"]  # median and IQR of the per-round ratios
 ops_ratio = per_block["ops"] / plain["ops"]
+nearer = "the op ratio" if abs(time_ratio - ops_ratio) < abs(time_ratio - early_ratio) else "the FLOP ratio"
 print(f"plain step: forward {forward_flops.get_total_flops() / 1e6:.0f} MFLOP, forward + backward {plain['flops'] / 1e6:.0f} MFLOP")
 print(f"checkpoint per block, FLOPs vs plain: early stop (default) {early_ratio:.3f}x, "
       f"early stop off {full_ratio:.3f}x, one full extra forward {textbook_ratio:.3f}x")
-print(f"checkpoint per block: {ops_ratio:.2f}x the ATen ops, step time {time_ratio:.2f}x "
-      f"(medians of {per_block['timing'].blocks} and {plain['timing'].blocks} blocks)")
+print(f"checkpoint per block: {ops_ratio:.2f}x the ATen ops, step time {time_ratio:.2f}x (IQR {time_ratio_iqr:.2f}, "
+      f"{TIMING_ROUNDS} interleaved rounds): nearer {nearer}")
 _ = report.record("checkpoint per block: FLOP ratio", round(early_ratio, 3), "x")
 _ = report.record("checkpoint per block: step-time ratio", round(time_ratio, 2), "x")
 
 # %% [markdown]
-# Early stopping saves a fixed amount here: exactly one `fc2` product per
-# block (asserted below), the last product of each checkpointed segment. Step time, though, grows much more than the FLOPs on this
-# model (compare the step-time ratio with the FLOP ratio above). A block of
-# width 64 on a batch of 128 is tiny: each operation takes microseconds, so
-# a step's time follows the **number of operations** more than their FLOPs.
-# The op count grows much faster than the FLOPs: the recomputation reruns
-# the cheap operations too (LayerNorm, GELU, the additions), and
-# checkpointing adds its own bookkeeping per call (detaching the input,
-# saving and restoring the random-number state, the saved-tensor hooks that
-# trigger the recomputation, the Python around it). On a large model, where
-# the matrix products dominate the step, the time ratio approaches the
-# FLOP ratio; a figure measured on a toy model overstates the cost.
+# With a checkpoint per block, early stopping saves exactly one `fc2`
+# product per block; for every row of `checkpoint_sequential` the extra
+# FLOPs equal (s − 1) × (⌊DEPTH/s⌋ block forwards − one `fc2`). Both are
+# asserted below. Step time grows by more than the FLOPs on this model
+# (compare the timing table with the FLOP ratio). The check below asserts
+# that the per-round time ratio, less its IQR, exceeds the FLOP ratio, but
+# only when the rounds agree well enough to decide (ratio IQR at most
+# `MAX_RATIO_IQR`); otherwise it prints that the timing was too noisy and
+# leaves the time claims unchecked. In the stored run the rounds did not
+# agree well enough (see the line printed by the checks), so the claim
+# rests on the table there, not on an assert. A block of width 64 on a batch of 128 is tiny:
+# each operation takes microseconds, so the number of operations weighs as
+# much as their FLOPs (the printout says which ratio the time ratio is
+# nearer on this run). The op count grows much faster than the FLOPs: the
+# recomputation reruns the cheap operations too (LayerNorm, GELU, the
+# additions), and checkpointing adds its own bookkeeping per call
+# (detaching the input, saving and restoring the random-number state, the
+# saved-tensor hooks that trigger the recomputation, the Python around it).
+# On a large model, where the matrix products dominate the step, the time
+# ratio should come closer to the FLOP ratio; we do not measure that here,
+# but it means a figure measured on a toy model overstates the cost.
 #
 # The checks:
 
@@ -589,14 +708,26 @@ for s in SEGMENTS:
         recomputed = (s - 1) * (DEPTH // s)  # every segment but the last runs its blocks twice
         calls = ckpt[f"checkpoint_sequential, segments={s}"]["block calls"]
         assert calls == DEPTH + recomputed, f"{s} segments: expected {DEPTH + recomputed} block calls, got {calls}"
+    formula_bytes, formula_flops = segment_formula(s)
+    r = ckpt[f"checkpoint_sequential, segments={s}"]
+    assert r["bytes"] == formula_bytes, f"{s} segments: {r['bytes']} saved bytes, the formula says {formula_bytes}"
+    assert r["flops"] - plain["flops"] == formula_flops, f"{s} segments: {r['flops'] - plain['flops']} extra FLOPs, formula {formula_flops}"
+assert per_block["bytes"] == DEPTH * block_input_bytes, "per block: only each block's input is kept"
 more = [ckpt[n]["bytes"] for n in seg_names]
 assert all(a >= b for a, b in zip(more, more[1:])), "more segments should never keep more activations"
 assert plain["block calls"] == DEPTH and per_block["block calls"] == 2 * DEPTH, "per block: every forward runs twice"
-fc2_flops = DEPTH * 2 * BATCH_SIZE * 4 * WIDTH * WIDTH  # one [B, 4W] @ [4W, W] product per block
 assert no_early_stop["flops"] - plain["flops"] == forward_flops.get_total_flops(), "without early stop: one full extra forward"
-assert no_early_stop["flops"] - per_block["flops"] == fc2_flops, "early stop should skip exactly fc2's product in each block"
+assert no_early_stop["flops"] - per_block["flops"] == DEPTH * fc2_flops, "early stop should skip exactly fc2's product in each block"
 assert early_ratio < textbook_ratio, "early stopping should make the recomputation cheaper than a full forward"
 assert ops_ratio > early_ratio + 0.2, "checkpointing should add far more operations than FLOPs"
+if time_ratio_iqr <= MAX_RATIO_IQR:  # the timing claims, when the rounds agree well enough to decide them
+    assert time_ratio - time_ratio_iqr > early_ratio, (
+        f"checkpoint per block: step time {time_ratio:.2f}x (IQR {time_ratio_iqr:.2f}) should exceed the FLOP ratio {early_ratio:.2f}x")
+    if 1 in SEGMENTS:  # a sanity check of the timing itself: segments=1 runs the plain model
+        one, one_iqr = ckpt["checkpoint_sequential, segments=1"]["time ratio"]
+        assert abs(one - 1) <= TIME_BAND + one_iqr, f"segments=1 does the plain work but timed {one:.2f}x (IQR {one_iqr:.2f})"
+else:
+    print(f"timing too noisy to decide (ratio IQR {time_ratio_iqr:.2f} > {MAX_RATIO_IQR}): time claims not checked on this run")
 print("checkpointing: less memory, same gradients, one (early-stopped) extra forward per checkpointed block")
 
 # %% [markdown]
@@ -642,13 +773,18 @@ micro_grads = [p.grad.clone() for p in stack.parameters()]
 accum_diff = max((a - b).abs().max().item() for a, b in zip(full_grads, micro_grads))
 accum_close = all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(full_grads, micro_grads))
 # time: other passes, without the hooks
-t_full = measure(lambda: accumulate_step(stack, [x_batch]), label=f"1 batch of {BATCH_SIZE}", min_run_time=TIMING_SECONDS)
-t_micro = measure(lambda: accumulate_step(stack, micro_batches), label=f"{MICRO_BATCHES} micro-batches of {micro}",
-                  min_run_time=TIMING_SECONDS)
+accum_timings, accum_ratios = interleaved({f"1 batch of {BATCH_SIZE}": lambda: accumulate_step(stack, [x_batch]),
+                                            f"{MICRO_BATCHES} micro-batches of {micro}": lambda: accumulate_step(stack, micro_batches)})
+t_full, t_micro = accum_timings.values()
+accum_time, accum_iqr = list(accum_ratios.values())[1]
 print(f"saved activations: batch of {BATCH_SIZE}: {full_bytes / MB:.2f} MB; micro-batch of {micro}: {micro_bytes / MB:.2f} MB "
       f"({full_bytes / micro_bytes:.2f}x less)")
 print(f"largest gradient difference: {accum_diff:.1e}")
 print(timing_table([t_full, t_micro]))
+accum_verdict = ("slower than" if accum_time - accum_iqr > 1 else "faster than" if accum_time + accum_iqr < 1
+                 else "within the noise of")
+print(f"{MICRO_BATCHES} micro-batches took {accum_time:.2f}x (IQR {accum_iqr:.2f}) the time of one batch, per round: "
+      f"{accum_verdict} one batch on this run")
 _ = report.record("gradient accumulation: activation memory ratio", round(full_bytes / micro_bytes, 2), "x")
 
 # %%
@@ -656,13 +792,17 @@ assert abs(full_bytes / micro_bytes - MICRO_BATCHES) < 0.05 * MICRO_BATCHES, "k 
 assert accum_close, f"accumulated gradients should equal the full-batch gradients (max diff {accum_diff:.1e})"
 
 # %% [markdown]
-# The same gradients for a k-th of the activation memory; the cost is time
-# (the table: the timed steps run without our saved-tensor hooks; timings
-# on a shared machine are noisy, so no assert rests on them). Each
+# The same gradients for a k-th of the activation memory. What it does to
+# the time depends on the machine and the model (the table: timed
+# interleaved, without our saved-tensor hooks; the last line says whether
+# the ratio's IQR clears 1 on this run, and no assert rests on it). Each
 # micro-batch dispatches the same operations as the full batch, so k
 # micro-batches pay k times the fixed per-operation cost, and smaller matrix
-# products use the hardware less well; the table shows how much that
-# costs on this model. Two cautions:
+# products usually use the hardware less well; on a small CPU model the
+# smaller working set can fit the caches better and win some of that back.
+# In the stored run it did not: the last line reports the micro-batches
+# slower than one batch, by more than the IQR. Two
+# cautions:
 # BatchNorm sees only the micro-batch (its statistics get noisier), and the
 # loss must be scaled by 1/k (or the learning rate divided by k).
 #
@@ -752,25 +892,35 @@ else:
 #
 # When the activations do not fit on the GPU but host memory is plentiful,
 # they can wait in CPU memory until backward needs them.
-# `torch.autograd.graph.save_on_cpu(pin_memory=True)` is a ready-made pair of
-# saved-tensor hooks: its `pack` copies every tensor autograd saves to the
-# CPU, its `unpack` copies it back to the tensor's device during backward.
-# It trades device memory for host-device transfers (with
-# `pin_memory=True` they run asynchronously). On a CPU-only machine it is a
-# no-op in effect: `tensor.cpu()` of a CPU tensor returns the tensor itself.
-# We wrap its `pack` to watch what it does on `device`:
+# `torch.autograd.graph.save_on_cpu(pin_memory=False, device_type="cuda")`
+# (its defaults) is a ready-made pair of saved-tensor hooks: its `pack`
+# copies every tensor autograd saves to the CPU, its `unpack` copies it back
+# to the tensor's device during backward. It trades device memory for
+# host-device transfers. The two settings of `pin_memory` take different
+# paths (we read them in `torch/autograd/graph.py` of this version):
+#
+# - `pin_memory=False`: `pack` returns `tensor.cpu()`, which for a tensor
+#   already on the CPU is the tensor itself, so on a CPU-only machine
+#   nothing is copied;
+# - `pin_memory=True`: `pack` allocates a new CPU tensor with
+#   `torch.empty(..., pin_memory=...)` (page-locked when the backend named
+#   by `device_type` is available, so the copy can be asynchronous) and
+#   fills it with `copy_`: a full copy of every saved tensor, **even on the
+#   CPU**.
+#
+# We wrap its `pack` to watch what each setting does on `device`:
 
 
 # %%
-def offload_forward(device, offload):
-    """Forward of the deep stack on `device`, optionally under save_on_cpu.
+def offload_forward(device, offload, pin_memory=False):
+    """Forward of the deep stack on `device`, optionally under save_on_cpu(pin_memory=pin_memory).
 
     Returns (output, list of (device of the saved tensor, device it is kept on, kept storage is the
     original storage, bytes)), and the accelerator bytes allocated by the forward (None on the CPU).
     """
     model, x = make_stack().to(device), x_batch.to(device)
     packed = []
-    hooks = torch.autograd.graph.save_on_cpu(pin_memory=False)
+    hooks = torch.autograd.graph.save_on_cpu(pin_memory=pin_memory)
     inner_pack = hooks.pack_hook
 
     def watching_pack(tensor):
@@ -793,23 +943,31 @@ def offload_forward(device, offload):
 
 
 packed, offloaded_alloc, offload_grads = offload_forward(device, offload=True)
+pinned_packed, _, pinned_grads = offload_forward(device, offload=True, pin_memory=True)
 _, plain_alloc, plain_grads = offload_forward(device, offload=False)
 kept_on = {str(kept) for _, kept, _, _ in packed}
 copied = sum(nbytes for _, _, same, nbytes in packed if not same)
-print(f"device {device}: save_on_cpu packed {len(packed)} saved tensors, kept on {kept_on}; "
-      f"bytes actually copied: {copied / MB:.2f} MB")
+pinned_copies = sum(not same for _, _, same, _ in pinned_packed)
+for label, entries in (("pin_memory=False", packed), ("pin_memory=True ", pinned_packed)):
+    new = [nbytes for _, _, same, nbytes in entries if not same]
+    print(f"device {device}, save_on_cpu({label}): packed {len(entries)} saved tensors, kept on "
+          f"{ {str(kept) for _, kept, _, _ in entries} }; new copies: {len(new)} ({sum(new) / MB:.2f} MB of storages)")
 if offloaded_alloc is not None:
     print(f"allocated on {device} after the forward: {plain_alloc / MB:.2f} MB plain, {offloaded_alloc / MB:.2f} MB with save_on_cpu")
 assert kept_on == {"cpu"}, "save_on_cpu keeps every saved tensor on the CPU"
 assert all(torch.equal(a, b) for a, b in zip(offload_grads, plain_grads)), "offloading must not change the gradients"
+assert all(torch.equal(a, b) for a, b in zip(pinned_grads, plain_grads)), "pin_memory=True must not change the gradients"
+assert pinned_copies == len(pinned_packed), "pin_memory=True should pack every saved tensor into a new CPU tensor"
 if device.type == "cpu":
-    assert copied == 0, "on the CPU, save_on_cpu should copy nothing (tensor.cpu() returns the tensor itself)"
+    assert copied == 0, "on the CPU, save_on_cpu(pin_memory=False) should copy nothing (tensor.cpu() returns the tensor itself)"
 else:
     assert offloaded_alloc < plain_alloc, "save_on_cpu should lower the device memory held after the forward"
 
 # %% [markdown]
-# On the CPU, every packed tensor is the original storage: nothing moves.
-# On a GPU, the saved tensors leave the device (note that parameters are
+# On the CPU, with `pin_memory=False` every packed tensor is the original
+# storage: nothing moves; with `pin_memory=True` every one is a new copy, so
+# it costs a copy of all saved tensors for nothing. On a GPU, the saved
+# tensors leave the device (note that parameters are
 # saved too, so each forward also copies the weights it uses; combine
 # `save_on_cpu` with checkpointing or use it on the activation-heavy part of
 # a model only). The cost is bandwidth: every saved byte crosses the PCIe
@@ -924,23 +1082,31 @@ mnist_y = train_set.targets
 test_x = ((test_set.data.float() / 255 - 0.1307) / 0.3081).flatten(1)
 test_y = test_set.targets
 batch_order = torch.randint(0, len(mnist_y), (MNIST_STEPS, MNIST_BATCH), generator=torch.Generator().manual_seed(SEED))
+other_order = torch.randint(0, len(mnist_y), (MNIST_STEPS, MNIST_BATCH), generator=torch.Generator().manual_seed(SEED + 1))
 torch.manual_seed(SEED)
 initial_mlp = MLP(784, MNIST_HIDDEN, 10, dropout=0.0)
 
 
-def train_mnist(make_optimizer):
-    """Train a copy of initial_mlp on the fixed batches; return (model, optimizer, losses, seconds)."""
+def train_mnist(make_optimizer, order=batch_order):
+    """Train a copy of initial_mlp on the batches `order` ([steps, batch] indices); return (model, optimizer, losses)."""
     model = copy.deepcopy(initial_mlp)
     optimizer = make_optimizer(model.parameters())
     losses = []
-    start = time.perf_counter()
-    for idx in batch_order:
+    for idx in order:
         loss = F.cross_entropy(model(mnist_x[idx]), mnist_y[idx])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    return model, optimizer, losses, time.perf_counter() - start
+    return model, optimizer, losses
+
+
+def step_only(make_optimizer):
+    """A callable running optimizer.step() alone, on fixed gradients of one MNIST batch (for timing)."""
+    model = copy.deepcopy(initial_mlp)
+    optimizer = make_optimizer(model.parameters())
+    F.cross_entropy(model(mnist_x[batch_order[0]]), mnist_y[batch_order[0]]).backward()
+    return optimizer.step
 
 
 def state_bytes(optimizer):
@@ -961,9 +1127,12 @@ train_stderr = io.StringIO()
 with warnings.catch_warnings(record=True) as train_warnings, contextlib.redirect_stderr(train_stderr):
     warnings.simplefilter("always")
     for name, make in runs.items():
-        model, optimizer, losses, seconds = train_mnist(make)
-        results[name] = {"state": state_bytes(optimizer), "losses": losses, "seconds": seconds,
+        model, optimizer, losses = train_mnist(make)
+        results[name] = {"state": state_bytes(optimizer), "losses": losses,
                          "accuracy": test_accuracy(model), "optimizer": optimizer}
+    # The spread of torch Adam itself: the same model trained on another order of batches.
+    other_model, _, other_losses = train_mnist(runs["torch.optim.Adam"], order=other_order)
+    step_timings, step_ratios = interleaved({name: step_only(make) for name, make in runs.items()})
 for w in train_warnings:
     print(f"warning during training: {w.category.__name__}: {w.message}")
 for line in train_stderr.getvalue().splitlines():
@@ -972,9 +1141,18 @@ tail = max(1, MNIST_STEPS // 5)
 for name, r in results.items():
     r["final"] = sum(r["losses"][-tail:]) / tail
     print(f"{name:22s} state {r['state'] / 1024:8.1f} KiB  final loss (mean of last {tail} steps) {r['final']:.4f}  "
-          f"test accuracy {r['accuracy']:.2%}  {1e3 * r['seconds'] / MNIST_STEPS:.1f} ms per step")
+          f"test accuracy {r['accuracy']:.2%}")
+other_final, other_accuracy = sum(other_losses[-tail:]) / tail, test_accuracy(other_model)
+print(f"{'torch Adam, other order':22s} {'':19s}  final loss (mean of last {tail} steps) {other_final:.4f}  "
+      f"test accuracy {other_accuracy:.2%}")
+print("optimizer.step() alone, on fixed gradients (interleaved rounds):")
+print(timing_table(list(step_timings.values())))
 
 # %% [markdown]
+# The training loop is not timed: it includes the forward, the backward and
+# the data indexing, which are the same for both. The table times
+# `optimizer.step()` alone.
+#
 # What exactly does 8-bit Adam keep for the first weight matrix?
 
 # %%
@@ -1009,7 +1187,14 @@ if bnb is not None:
     ax_loss.legend(fontsize=8)
     plt.show()
     print(f"state: {adam_r['state']:,} bytes (torch) vs {bnb_r['state']:,} bytes (8-bit): {state_ratio:.2f}x smaller")
-    print(f"final loss difference: {abs(adam_r['final'] - bnb_r['final']):.4f}")
+    loss_gap, accuracy_gap = abs(adam_r["final"] - bnb_r["final"]), 100 * abs(adam_r["accuracy"] - bnb_r["accuracy"])
+    order_gap = abs(adam_r["final"] - other_final)
+    print(f"final loss: 8-bit vs torch Adam differ by {loss_gap:.4f} ({loss_gap / adam_r['final']:.1%} of torch's); "
+          f"torch Adam on another batch order differs by {order_gap:.4f}")
+    print(f"test accuracy: 8-bit vs torch Adam differ by {accuracy_gap:.2f} points "
+          f"(another batch order: {100 * abs(adam_r['accuracy'] - other_accuracy):.2f} points)")
+    bnb_step, bnb_step_iqr = step_ratios["bitsandbytes Adam8bit"]
+    print(f"optimizer.step() on {device}: 8-bit Adam took {bnb_step:.2f}x (IQR {bnb_step_iqr:.2f}) torch Adam's time per round")
     _ = report.record("8-bit Adam: state smaller by", round(state_ratio, 2), "x")
     _ = report.record("final loss, torch Adam", round(adam_r["final"], 4))
     _ = report.record("final loss, 8-bit Adam", round(bnb_r["final"], 4))
@@ -1018,17 +1203,25 @@ if bnb is not None:
 # %%
 if bnb is not None:
     assert state_ratio > MIN_STATE_RATIO, f"8-bit state should be about 4x smaller, got {state_ratio:.2f}x"
-    assert abs(adam_r["final"] - bnb_r["final"]) < LOSS_TOLERANCE, "8-bit Adam should train about as well as Adam"
+    assert loss_gap <= LOSS_RTOL * adam_r["final"], (
+        f"8-bit Adam's final loss {bnb_r['final']:.4f} should be within {LOSS_RTOL:.0%} of torch Adam's {adam_r['final']:.4f}")
+    assert accuracy_gap <= ACCURACY_POINTS, f"test accuracies differ by {accuracy_gap:.2f} points (at most {ACCURACY_POINTS})"
 
 # %% [markdown]
-# Almost exactly 4x: two bytes per weight instead of eight, plus one float32
-# `absmax` per 256 values and the small float32 state of the biases. The
-# training curves lie on top of each other: the block-wise quantisation
-# error is small next to the noise of the mini-batches. Compare the
-# milliseconds per step above too: bitsandbytes is built for GPUs, where
-# fused CUDA kernels do the quantised update in one pass; its CPU path can
-# be slower than torch's Adam. For a model of a billion parameters, the
-# saving is about 6 GB of optimizer state.
+# Close to 4x, but not quite (the `state:` line gives the ratio): the large
+# first weight matrix keeps two bytes per weight instead of eight, plus its
+# two 256-entry `qmap`s and one float32 `absmax` per 256 values for each
+# moment; the output layer's weight (10 x 256, below `min_8bit_size`) and
+# the biases keep full float32 state. The
+# final losses agree within `LOSS_RTOL` of torch Adam's and the test
+# accuracies within `ACCURACY_POINTS` points (both asserted); the printout
+# sets the gap beside the one between two batch orders of torch Adam
+# itself, the noise any comparison of two runs has to clear. The speed of
+# the step is a separate question: bitsandbytes is built for GPUs, where
+# fused CUDA kernels do the quantised update in one pass, and the timing
+# table above (the step alone, on fixed gradients) shows what its CPU path
+# costs against torch's Adam on this machine. For a model of a billion
+# parameters, the state saving is about 6 GB.
 #
 # ## The CUDA memory snapshot
 #
@@ -1058,8 +1251,11 @@ if has_cuda:
     torch.cuda.synchronize()
     torch.cuda.memory._dump_snapshot(str(snapshot_path))
     torch.cuda.memory._record_memory_history(enabled=None)
-    print(f"memory snapshot of 3 checkpointed Adam steps: {rel(snapshot_path)} ({snapshot_path.stat().st_size / 1024:.0f} KiB)")
-    print("open it at https://pytorch.org/memory_viz")
+    snapshot = pickle.loads(snapshot_path.read_bytes())
+    events = sum(len(trace) for trace in snapshot["device_traces"])
+    assert snapshot["segments"] and events > 0, "the snapshot should hold segments and a trace of allocations"
+    print(f"memory snapshot of 3 checkpointed Adam steps: {rel(snapshot_path)} ({snapshot_path.stat().st_size / 1024:.0f} KiB, "
+          f"{len(snapshot['segments'])} segments, {events} trace events); open it at https://pytorch.org/memory_viz")
     del gpu_model, gpu_optimizer, gpu_x
 else:
     print("no CUDA device: skipping the memory snapshot (it records the CUDA caching allocator, which the CPU does not use)")
@@ -1233,21 +1429,26 @@ if result.passed:
 #   `expandable_segments` fights fragmentation, and the CUDA memory snapshot
 #   shows who allocated what.
 # - Activation checkpointing trades at most one extra forward per
-#   checkpointed block (less with early stopping: here only fc1 is rerun)
-#   for most of the activation memory, with identical gradients. On a small
-#   model the time cost is larger than the FLOPs suggest, because the extra
-#   operations, not their arithmetic, dominate. `checkpoint_sequential`
+#   checkpointed block (less with early stopping: the last `fc2` product of
+#   each checkpointed segment is skipped; LayerNorm, `fc1`, GELU and the
+#   inner `fc2`s are rerun) for most of the activation memory, with
+#   identical gradients. On this small model the time cost in the stored
+#   run was well above what the FLOPs suggest and nearer the op count (not
+#   asserted there: the timing rounds were too noisy to decide), since the
+#   extra operations weigh as much as their arithmetic. `checkpoint_sequential`
 #   never checkpoints its last segment (1 segment = no checkpointing).
 #   Always pass `use_reentrant=False`: without it, torch 2.14 warns and
 #   falls back to the reentrant version, which can silently skip gradients.
 # - Gradient accumulation divides activation memory by the number of
 #   micro-batches for the same gradients; bfloat16 autocast shrinks the
 #   saved activations while the weights stay float32.
-# - `save_on_cpu` moves saved activations to host memory (a no-op on the
-#   CPU); an optimizer step fused into backward with
+# - `save_on_cpu` moves saved activations to host memory (with
+#   `pin_memory=False` a no-op on the CPU; `pin_memory=True` copies every
+#   saved tensor even there); an optimizer step fused into backward with
 #   `register_post_accumulate_grad_hook` keeps only one gradient alive.
-# - 8-bit Adam cuts the optimizer state about 4x and trains as well as Adam
-#   here.
+# - 8-bit Adam cuts the optimizer state close to 4x (small tensors keep
+#   float32 state); here its final loss and
+#   test accuracy matched torch Adam's within the asserted tolerances.
 #
 # **Next:** chapter 19 extends autograd itself with custom
 # `autograd.Function`s, including choosing what to save for backward.

@@ -82,3 +82,70 @@ def test_saved_bytes_counting_elements_fails():
 
 def test_saved_bytes_with_the_logits_fails():
     assert_rejected("18.saved_activation_bytes", _rule(_right, plus_output=True), "logits")
+
+
+# --------------------------------------------------------------------------
+# Measuring instead of predicting: both checkers refuse tensor operations
+# --------------------------------------------------------------------------
+
+
+def test_adam_state_measured_with_a_real_step_fails():
+    import copy
+
+    import torch
+
+    def measured(model):
+        clone = copy.deepcopy(model)
+        optimizer = torch.optim.Adam(clone.parameters())
+        for p in clone.parameters():
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+        optimizer.step()
+        return sum(v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v))
+
+    assert_rejected("18.adam_state_bytes", measured, "tensor operation")
+
+
+def test_adam_state_swallowing_the_refusal_fails():
+    import copy
+
+    def swallowed(model):
+        try:
+            copy.deepcopy(model)
+        except RuntimeError:
+            pass
+        return sum(2 * p.numel() * p.element_size() + 4 for p in model.parameters() if p.requires_grad)
+
+    assert_rejected("18.adam_state_bytes", swallowed, "tensor operation")
+
+
+def test_saved_bytes_measured_on_a_meta_model_fails():
+    import torch
+    from torch import nn
+
+    def measured(batch, sizes, activation):
+        act = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU, "silu": nn.SiLU}[activation]
+        layers = []
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+            layers.append(nn.Linear(a, b, device="meta"))
+            if i < len(sizes) - 2:
+                layers.append(act())
+        model = nn.Sequential(*layers)
+        saved = {}
+
+        def pack(t):
+            saved[id(t)] = t.numel() * t.element_size()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(torch.empty(batch, sizes[0], device="meta"))
+        return sum(saved.values())
+
+    assert_rejected("18.saved_activation_bytes", measured, "tensor operation")
+
+
+def test_the_references_pass_under_the_refusal():
+    from helpers.exercises import EXERCISES
+
+    for name in ("18.adam_state_bytes", "18.saved_activation_bytes"):
+        assert check(name, EXERCISES[name].reference, show=False).passed, name

@@ -4,8 +4,46 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import exercise
+from . import Hint, exercise
+
+
+class _NoTensorOps(TorchDispatchMode):
+    """Raises on any ATen operator (and records it, so an answer that catches the error still fails).
+
+    Reading a tensor's metadata (``numel()``, ``element_size()``, ``shape``, ``dtype``,
+    ``requires_grad``) dispatches no operator and works; creating, copying or computing with a tensor
+    (``copy.deepcopy``, an optimizer step, building a model, even on the meta device) does not.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.used: str | None = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.used = self.used or str(func)
+        raise RuntimeError(f"this exercise asks for a prediction from the shapes: {func} ran a tensor operation")
+
+
+def _predicted(candidate, args, measuring: str, how: str):
+    """Call ``candidate(*args)`` with tensor operations refused; raise a Hint if it tried one."""
+    mode = _NoTensorOps()
+    error = None
+    try:
+        with mode:
+            got = candidate(*args)
+    except RuntimeError as err:
+        error = err
+    if mode.used is not None:
+        raise Hint(
+            f"your answer ran a tensor operation ({mode.used}): it {measuring} instead of predicting the bytes.",
+            f"Compute the answer with Python arithmetic from {how}; reading numel(), element_size(), shape, "
+            f"dtype and requires_grad is allowed, creating or computing with tensors is not.",
+        )
+    if error is not None:
+        raise error
+    return got
 
 # --------------------------------------------------------------------------
 # 18.adam_state_bytes
@@ -79,7 +117,8 @@ def _test_adam_state_bytes(candidate) -> None:
     for label, model, dtype in _adam_cases():
         params = list(model.parameters())
         trained = [p for p in params if p.requires_grad]
-        got = _as_int(candidate(model), label)
+        got = _as_int(_predicted(candidate, (model,), "measured Adam's state (a copy, a real step)",
+                                 "each parameter's numel(), element_size() and requires_grad"), label)
         x = torch.randn(5, 20, generator=torch.Generator().manual_seed(0)).to(dtype)
         want = _measured_adam_state_bytes(model, x)
         if got == want:
@@ -195,7 +234,8 @@ def _test_saved_activation_bytes(candidate) -> None:
             torch.manual_seed(0)
             model = _build_mlp(sizes, activation)
         want = _measured_saved_bytes(model, torch.randn(batch, sizes[0], generator=g))
-        got = _as_int(candidate(batch, list(sizes), activation), label)
+        got = _as_int(_predicted(candidate, (batch, list(sizes), activation), "built and ran a model",
+                                 "the batch, the widths in `sizes` and what each layer saves"), label)
         if got == want:
             continue
         hidden = sum(sizes[1:-1])
