@@ -445,8 +445,10 @@ assert sum(full_cycles) < TOTAL, "the first three cycles should end before the r
 # a few steps before the run does, so the last steps of the run belong to a
 # new cycle and use nearly `η₀` (choose the total length as `T_0 · (1 + T_mult + T_mult² + …)`).
 # OneCycle and warmup + cosine add a ramp at the start, where the weights
-# are random and large steps are least trustworthy. `ReduceLROnPlateau` cut the rate only when
-# the validation loss (orange) stopped improving.
+# are random and large steps are least trustworthy. `ReduceLROnPlateau` cut the rate only after
+# two epochs in a row without a new best validation loss (orange); the later
+# cuts came while the loss hovered just above its best, at times still
+# edging down, but never below it.
 #
 # ## Per-step or per-epoch stepping
 #
@@ -724,7 +726,7 @@ assert forgot[-1] > 1000 * uninterrupted[-1], "...thousands of times above the a
 # Without its state, the new scheduler believes it is at step 0, while the
 # optimizer's `lr` is the restored mid-run value. Most schedulers compute the
 # next rate from the *current* one (`LinearLR` multiplies it by its warmup
-# ratios, which add up to a factor `1 / start_factor`), so the rate climbs to
+# ratios, whose product over the warmup is `1 / start_factor`), so the rate climbs to
 # almost ten times the restored value, far above the peak, with no error. Then the
 # cosine starts over from the base lr and the run ends at a rate thousands of
 # times too high. `torch.load(..., weights_only=True)` (chapter 07)
@@ -751,7 +753,8 @@ assert forgot[-1] > 1000 * uninterrupted[-1], "...thousands of times above the a
 #   the rate rises and back up while it falls (printed below).
 #
 # One run says little: a different initialisation or batch order moves the
-# final accuracy by about as much as the schedules differ. So each schedule
+# final accuracy by about as much as the schedules differ from one another.
+# So each schedule
 # runs with `SEEDS` seeds. A seed fixes the initial weights and the batch
 # order, and for a given seed all four schedules start from the same
 # weights and see the same batches, so the differences *within* a seed are
@@ -867,8 +870,9 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The error bars are the spread between seeds, which is not small next to
-# the differences we want to see. Because the seeds are paired, the cleaner
+# The error bars are the spread between seeds: comparable to the
+# differences among the three schedules, though well under their lead over
+# the constant rate. Because the seeds are paired, the cleaner
 # test is per seed: did the schedule beat the constant rate *with the same
 # initial weights and batches*? Below are the per-seed differences in final
 # validation loss (as a ratio) and accuracy, for each schedule against the
@@ -956,11 +960,12 @@ assert abs(statistics.fmean(gap_gains)) <= MAX_GAP_FRACTION * abs(gain_acc), (
 # (the ranges above), so this gain is well beyond the spread between seeds.
 # The constant rate is not badly tuned at the start: after the first epoch
 # it was at most `MAX_FIRST_EPOCH_DEFICIT` behind warmup + cosine and
-# OneCycle (printed above), which were still warming up. The difference at
-# the end goes with the anneal: in the last epoch each optimizer step of the
-# constant rate
-# still moved the weights at least `MIN_STEP_RATIO` times as far as a step
-# of either schedule, which take the same large steps in the middle and
+# OneCycle, and in the printed first-epoch accuracies it is even ahead of
+# both. OneCycle was still in its 30 % warmup at that point, and warmup +
+# cosine had left its shorter one less than an epoch earlier. The
+# difference at the end goes with the anneal: in the last epoch each
+# optimizer step of the constant rate still moved the weights at least
+# `MIN_STEP_RATIO` times as far as a step of either schedule, which take the same large steps in the middle and
 # then small ones that let the weights settle. (A smaller constant rate
 # would move less at the end but also learn more slowly at the start; we
 # did not run that here.) The epoch-to-epoch drops in accuracy counted

@@ -582,7 +582,7 @@ for arm in ("(a) feature extraction", "(b) fine-tuning"):  # the per-image predi
     assert abs(results[arm]["correct"].float().mean().item() - acc[arm]) < 1e-6, f"{arm}: re-evaluation disagrees with fit"
 margin = min(acc["(a) feature extraction"], acc["(b) fine-tuning"]) - acc["(c) from scratch"]
 print(f"from scratch: {acc['(c) from scratch']:.1%} (best constant guess {test_constant:.1%}); "
-      f"both pretrained arms are at least {100 * margin:.0f} points higher")
+      f"both pretrained arms are at least {math.floor(100 * margin)} points higher")
 ab, ab_se = paired_gap(results["(a) feature extraction"]["correct"], results["(b) fine-tuning"]["correct"])
 if abs(ab) <= 2 * ab_se:
     print(f"(a) - (b) = {100 * ab:+.1f} points ± {100 * ab_se:.1f} (paired s.e., same {len(test_y)} images): "
@@ -800,7 +800,7 @@ del victim, shape_only
 
 # %% [markdown]
 # No error, no warning, a network no better than the best constant guess
-# (asserted: within two standard errors of it). The name check
+# (asserted: at most two standard errors above it). The name check
 # in `map_state_dict_by_order` refuses the same file before any tensor is
 # loaded, because entry 1 is a `bias` in the file but a `weight` in the
 # model:

@@ -962,8 +962,8 @@ assert redone_identical, "the steps between the checkpoint and the crash should 
 # out, runs `LEAVE_OUT_STEPS` steps, and compares their losses with the
 # uninterrupted run's. "First difference" is the first step whose loss is
 # not bit-identical; the last column is the largest |difference| over
-# those steps. (The runs are kept short because every claim below is about
-# the first two resumed steps; fp16 steps are slow on a CPU.)
+# those steps. (The runs are kept short because the main claims below are
+# about the first two resumed steps; fp16 steps are slow on a CPU.)
 
 
 # %%
@@ -1230,7 +1230,9 @@ except RuntimeError as err:
 # both with the same shape, but a different dtype or different values).
 # Think of `a` as your model's state_dict and `b` as a checkpoint. Values
 # count as changed unless they are exactly equal: no tolerance. When it passes, the cell compares the final weights
-# of the resumed run with the checkpoint it started from.
+# of the resumed run with the checkpoint that `latest_checkpoint` fell back
+# to above (the newest one that still verifies, not the one the run resumed
+# from).
 
 
 # %%
@@ -1256,8 +1258,9 @@ if result.passed:
 # `dtype`, other tensors (such as BatchNorm's integer `num_batches_tracked`)
 # unchanged. Each tensor must be a compact copy, not a view into a larger
 # buffer (remember the 4 MB file for 10 floats), and the checkpoint must not
-# change. When it passes, the cell saves the resumed run's last checkpoint
-# in float16 and compares the sizes.
+# change. When it passes, the cell saves the checkpoint that
+# `latest_checkpoint` fell back to (the newest that verifies) in float16 and
+# compares the sizes.
 
 
 # %%

@@ -542,16 +542,21 @@ _ = report.record(f"bfloat16 autocast speed-up over float32 (one training step, 
                   speedup(best["float32"], best["bfloat16 autocast"]), "x", digits=2)
 
 # %% [markdown]
-# The ratios above are this machine's answer, and they depend on the
-# hardware. Mixed precision pays off where the hardware
-# computes in 16 bits natively: NVIDIA GPUs' tensor cores (float16 since
-# Volta, bfloat16 since Ampere), and CPUs with AVX-512 BF16 or AMX (recent
-# Intel Xeons, AMD Zen 4 and later). A CPU without them converts to float32
-# and back around every matrix multiplication and pays for the casts, so
-# there bfloat16 is often *slower*; and even with them, the matrix
-# multiplications of a model this small are so short that the casts around
-# them can cost more than the faster arithmetic saves. A GPU, too, would likely gain little here: the speed-up shows in
-# large matrix multiplications.
+# The two verdict lines are this machine's answer (the `speed-up` column of
+# the table compares every row with the first one, float32's round 1). In
+# the stored run the two 16-bit formats landed on opposite sides of
+# float32: read the verdicts, not the format's name. The answer depends on
+# the hardware. Mixed precision pays off where the hardware computes in 16
+# bits natively: NVIDIA GPUs' tensor cores (float16 since Volta, bfloat16
+# since Ampere), and CPUs with AVX-512 BF16 or AMX (recent Intel Xeons, AMD
+# Zen 4 and later). A CPU without them converts to float32 and back around
+# every matrix multiplication and pays for the casts, so there bfloat16 is
+# often *slower*; and float16 autocast is slow on most CPUs, as the float16
+# rows show here. And in a model this small the matrix
+# multiplications are short, so the casts around them take a large part of
+# the step: any gain is modest, and the rounds of the table show how much
+# it moves from one round to the next. A GPU, too, would likely gain little
+# here: the speed-up shows in large matrix multiplications.
 # Measure on your hardware before you switch.
 #
 # ### float16 underflow in the trained network, and GradScaler's rescue
@@ -771,11 +776,12 @@ assert clipped_norms[0] > 100 * MAX_NORM, "the first gradient should be far abov
 # The run stops there.
 # With clipping, every clipped step has length `MAX_NORM × lr`. The norm
 # before clipping (right) is in the hundreds at the first step, drops to
-# about `MAX_NORM` within a few steps, and then climbs again, to tens by the
-# end: as the network starts to use its recurrence, its gradients grow, and
+# about `MAX_NORM` within a few steps, and then climbs again, far above it
+# by the end (the printed medians): as the network starts to use its recurrence, its gradients grow, and
 # clipping stays active at most steps (the share is printed). It bounds
-# every update all the same, and the loss falls well below the 0-predicting
-# baseline, which the assert checks on the mean of the last 20 steps.
+# every update all the same, and the loss, noisy from step to step, falls
+# clearly below the 0-predicting baseline, which the assert checks on the
+# mean of the last 20 steps.
 #
 # Clipping does not repair a gradient that is already `inf` or `NaN`: the
 # factor `max_norm / ‖g‖` is then 0 or `NaN`, and the step writes garbage
@@ -861,7 +867,8 @@ print(f"BatchNorm's running statistics were updated {updates_big} time(s) by the
 assert max(relative) > 1e-3, "with BatchNorm the accumulated gradient should differ measurably from the big batch's"
 
 # %% [markdown]
-# Differences of several percent, and they do not shrink with more care:
+# Relative differences of whole percents in most parameters (the lines
+# above), far beyond float32 rounding, and they do not shrink with more care:
 # the micro-batch statistics are simply noisier estimates. The running
 # statistics are also updated k times per step instead of once. The
 # remedies: keep micro-batches large enough for stable statistics, or use a
