@@ -62,7 +62,8 @@ MNIST_ADAM_LR = 1e-3  # learning rate of Adam and AdamW in the race
 MNIST_MAX_LOSS = 0.6  # every optimizer's final training loss must end below this
 RACE_SEEDS = 3  # seeds (initialisation and batch order) of the MNIST race; the spread is over these
 MIN_GAP_CLOSED = 0.5  # SGD at lr x10 must close at least this share of the SGD-to-momentum gap in every seed
-MOMENTUM_LEAD = 0.0  # momentum's mean final loss must be at least this much below Adam's
+MOMENTUM_LEAD = 0.0  # momentum's worst seed must end at least this much below Adam's best seed (final loss)
+SGD_MARGIN = 0.05  # plain SGD's best seed must end at least this far above every other optimizer's worst seed
 MAX_ADAMW_GAP = 0.1  # |AdamW - Adam| final loss, as a share of the SGD - Adam gap, must stay below this
 SMOOTH = 20  # steps in the moving average of the loss curves
 
@@ -372,7 +373,9 @@ assert sweep[2.0][0] and sweep[2.0][2] < sweep[1.0][2], "the lucky 2 x run shoul
 assert sweep[1.9][0] and sweep[1.9][2] > 5 * sweep[2.0][2], (
     "if 1.9 x ends about as close as 2 x, the 2 x result is not luck at the edge"
 )
+assert sweep[1.9][1] >= 0.5 * sweep[2.0][1], "at 1.9 x the path should bounce about as hard as at 2 x"
 assert sweep[2.0][2] < final_distance["Nesterov"], "the lucky 2 x run should end closer than Nesterov"
+print(f"largest f on the way: {sweep[1.9][1]:.0f} at 1.9 x, {sweep[2.0][1]:.0f} at 2 x (start: {f_start:.1f})")
 
 # %% [markdown]
 # At `SGD_LR` the value goes down at every step; at 1.5× the path bounces
@@ -380,9 +383,10 @@ assert sweep[2.0][2] < final_distance["Nesterov"], "the lucky 2 x run should end
 # diverges to infinity. At 2×, a violent bounce happens to land in the
 # valley further along, and that run ends closer to (1, 1) than any of the
 # five optimizers above. The neighbours show what that is worth: at 1.9× the
-# path bounces just as hard and ends several times further away, and at
-# 2.1× it diverges. On a non-quadratic function the "2 / c" limit is local,
-# and a path that climbs to f ≈ 500 on the way is luck at the edge of
+# path bounces about as hard (its largest f is at least half the 2× run's,
+# printed above) and ends several times further away, and at 2.1× it
+# diverges. On a non-quadratic function the "2 / c" limit is local, and a
+# path that climbs that far uphill on the way is luck at the edge of
 # divergence, not a setting to rely on. Momentum gets its long strides
 # without that gamble.
 
@@ -883,7 +887,8 @@ print("grad None: b skipped by every optimizer; grad zeros: b moved by every opt
 #   `foreach=True` uses the `torch._foreach_*` multi-tensor operations, which
 #   update a whole list of tensors per call (fewer kernel launches, at the
 #   cost of about one extra copy of the parameters in peak memory).
-#   `fused=True` runs the entire update of many tensors in one kernel; it
+#   `fused=True` runs the whole update in one kernel per group of tensors
+#   on CUDA (one vectorised loop per tensor on the CPU); it
 #   exists for `Adam`, `AdamW` and `SGD` (on CPU, CUDA, MPS and a few other
 #   devices) and for `Adagrad` (CPU and CUDA only). When you pass neither, `torch.optim` picks `foreach`
 #   if every parameter is on CUDA (or another device with foreach kernels)
@@ -926,7 +931,7 @@ for label, gap in impl_gap.items():
 print(timing_table(impl_timings))
 disturbed = [t.label for t in impl_timings
              if t.iqr_s > t.median_s or t.median_s > 20 * impl_timings[0].median_s]
-if disturbed:  # an IQR above its median, or a median 20x the for loop's, is load on the machine, not the method
+if disturbed:  # an IQR above its median, or a median 20x the for loop's (far more than the method can cost), is load
     print("timings disturbed by load (rerun on a quiet machine):", ", ".join(disturbed))
 default_opt = torch.optim.Adam(impl_net.parameters())
 print("defaults in the group before the first step: foreach", default_opt.param_groups[0]["foreach"],
@@ -950,7 +955,8 @@ assert p_max.item() > 0.5, "maximize=True should step up the gradient"
 # and then restores the thread count), so that the three compare like for
 # like. A shared machine makes them noisy, so we assert nothing about them,
 # and the cell prints a warning when a spread (IQR) exceeds its median or a
-# median is more than 20 times the for loop's. On a CPU, `foreach` has no
+# median is more than 20 times the for loop's (all three do the same
+# arithmetic, so a gap that large can only be load). On a CPU, `foreach` has no
 # multi-tensor kernels and falls back to a loop inside each operation, so
 # it saves no kernel launches there; whatever difference the table shows
 # for it comes from the overhead around the arithmetic, not from fewer
@@ -1060,13 +1066,16 @@ plt.show()
 # %% [markdown]
 # Measured over the seeds (the next cell checks each statement):
 #
-# - Plain SGD is last in every seed, by a wide margin at this budget.
+# - Plain SGD is last in every seed, by a wide margin at this budget: its
+#   best seed ends more than `SGD_MARGIN` above every other optimizer's
+#   worst seed (the margin is printed below).
 # - SGD with a ten times larger learning rate closes most of that gap to
 #   momentum (more than `MIN_GAP_CLOSED` of it in every seed): on this
 #   problem much of what momentum buys is simply a longer effective step,
 #   η / (1 − μ). (On the Rosenbrock
 #   valley that trick was not available: 2.1× already diverged.)
-# - At these learning rates momentum ends below Adam on average. With one
+# - At these learning rates momentum ends below Adam in every seed: its
+#   worst seed is below Adam's best. With one
 #   untuned learning rate per optimizer that is a statement about these
 #   settings, not a ranking of the optimizers.
 # - AdamW with its weight decay of 0.01 is almost indistinguishable from
@@ -1078,6 +1087,11 @@ plt.show()
 sgd_gap_closed = (race_final["SGD"] - race_final["SGD, lr x10"]) / (race_final["SGD"] - race_final["momentum"])
 adamw_vs_adam = (race_final["AdamW"] - race_final["Adam"]).abs().max().item()
 sgd_vs_adam = (race_final["SGD"] - race_final["Adam"]).min().item()
+others_worst = max(race_final[name].max().item() for name in race_optimizers if name != "SGD")
+sgd_margin = race_final["SGD"].min().item() - others_worst
+momentum_lead = race_final["Adam"].min().item() - race_final["momentum"].max().item()
+print(f"plain SGD's best seed minus the worst seed of any other optimizer: {sgd_margin:.3f}; "
+      f"Adam's best seed minus momentum's worst: {momentum_lead:.3f}")
 decay_shrink = 1 - (1 - MNIST_ADAM_LR * 0.01) ** MNIST_STEPS
 print(f"share of the SGD-to-momentum gap closed by lr x10, per seed: {[f'{v:.0%}' for v in sgd_gap_closed.tolist()]}")
 print(f"largest |AdamW - Adam| final loss over the seeds: {adamw_vs_adam:.4f} (SGD - Adam, smallest: {sgd_vs_adam:.3f}); "
@@ -1093,8 +1107,12 @@ for name in race_optimizers:
 assert (sgd_gap_closed > MIN_GAP_CLOSED).all(), (
     f"SGD at lr / (1 - mu) should close more than {MIN_GAP_CLOSED:.0%} of the gap to momentum in every seed"
 )
-assert race_final["momentum"].mean() < race_final["Adam"].mean() - MOMENTUM_LEAD, (
-    "at these learning rates momentum should end below Adam"
+assert sgd_margin > SGD_MARGIN, (
+    f"plain SGD's best seed should end more than {SGD_MARGIN} above every other optimizer's worst seed, "
+    f"margin {sgd_margin:.3f}"
+)
+assert momentum_lead > MOMENTUM_LEAD, (
+    f"at these learning rates momentum's worst seed should end below Adam's best seed, lead {momentum_lead:.3f}"
 )
 assert adamw_vs_adam < MAX_ADAMW_GAP * sgd_vs_adam, "AdamW and Adam should be almost indistinguishable at this budget"
 
@@ -1202,9 +1220,12 @@ assert same_object, "Module.to() should keep the same Parameter objects"
 # %% [markdown]
 # What is *not* fine is moving the model after the optimizer has state (m,
 # v, momentum buffers): `Module.to()` does not touch the optimizer, so its
-# state stays where it was, and the next step mixes the two. The error
-# printed depends on the move (a dtype mismatch here on a CPU-only machine,
-# a device mismatch on a GPU):
+# state stays where it was, and the next step mixes the two. On a CPU-only
+# machine (the float64 move) that step fails with a dtype mismatch, and the
+# cell asserts it. On an accelerator the cell asserts only that the state
+# was left on the old device; what the step then does (an error, or an
+# implicit copy on some code paths) depends on the device and the
+# implementation, so the cell prints it rather than asserting it:
 
 # %%
 late = nn.Linear(4, 2)
@@ -1217,17 +1238,21 @@ print(f"after .to({move_to}): weight {late.weight.dtype} on {late.weight.device.
       f" | exp_avg {state_of.dtype} on {state_of.device.type}")
 opt_late.zero_grad()
 late(torch.randn(3, 4).to(late.weight)).sum().backward()
+state_left_behind = (state_of.dtype, state_of.device) != (late.weight.dtype, late.weight.device)
 late_error = None
 try:
     opt_late.step()
-except RuntimeError as err:
+    print("step ran without an error; exp_avg now", opt_late.state[late.weight]["exp_avg"].device.type)
+except Exception as err:  # noqa: BLE001 - the error type depends on the device
     late_error = err
     print(f"{type(err).__name__}: {err}")
 reloaded = torch.optim.Adam(late.parameters(), lr=0.1)
 reloaded.load_state_dict(opt_late.state_dict())
 reloaded_state = reloaded.state[late.weight]["exp_avg"]
 print(f"after load_state_dict: exp_avg {reloaded_state.dtype} on {reloaded_state.device.type}")
-assert late_error is not None, "a step with state left behind by .to() should fail"
+assert state_left_behind, ".to() on the model should leave the optimizer's state where it was"
+if device.type == "cpu":
+    assert isinstance(late_error, RuntimeError), "a step with float32 state and float64 parameters should fail"
 assert (reloaded_state.dtype, reloaded_state.device) == (late.weight.dtype, late.weight.device), (
     "load_state_dict should cast the state to each parameter's dtype and device"
 )

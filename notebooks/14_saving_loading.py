@@ -963,12 +963,16 @@ assert redone_identical, "the steps between the checkpoint and the crash should 
 # uninterrupted run's. "First difference" is the first step whose loss is
 # not bit-identical; the last column is the largest |difference| over
 # those steps. (The runs are kept short because the main claims below are
-# about the first two resumed steps; fp16 steps are slow on a CPU.)
+# about the first two resumed steps.) For the run without the scaler's
+# state we also record the loss scale at every step.
 
 
 # %%
-def resume_without(left_out):
-    """Resume from `checkpoint` but skip one piece; return the losses of LEAVE_OUT_STEPS steps from resume_step on."""
+def resume_without(left_out, scales=None):
+    """Resume from `checkpoint` but skip one piece; return the losses of LEAVE_OUT_STEPS steps from resume_step on.
+
+    scales: if a dict, filled with the loss scale of each step, as in `train`.
+    """
     seed_everything(SEED + 12345)
     model, optimizer, scheduler, scaler = make_training(init_seed=SEED + 1)
     model.load_state_dict(checkpoint["model"])
@@ -982,7 +986,8 @@ def resume_without(left_out):
         set_rng_state(checkpoint["rng"])
     losses = {}
     data_from = resume_step - resume_step % steps_per_epoch if left_out.startswith("data position") else None
-    train(model, optimizer, scheduler, scaler, losses, start_step=resume_step, data_from=data_from, stop_step=leave_out_stop)
+    train(model, optimizer, scheduler, scaler, losses, start_step=resume_step, data_from=data_from, stop_step=leave_out_stop,
+          scales=scales)
     return torch.stack([losses[s] for s in range(resume_step, leave_out_stop)])
 
 
@@ -996,12 +1001,13 @@ if not USE_AMP:  # a disabled scaler has no state to forget
     left_outs.remove("GradScaler state")
 if resume_step % steps_per_epoch == 0:  # resumed at the start of an epoch: there is nothing to skip
     left_outs.remove("data position (restart the epoch)")
+fresh_scales = {}  # the loss scales of the run that resumes with a fresh GradScaler
 print(f"steps {resume_step} to {leave_out_stop - 1}:")
 print(f"{'left out':36s} {'first difference':>16s} {'largest |difference|':>21s}")
 for left_out in left_outs:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        losses = resume_without(left_out)
+        losses = resume_without(left_out, scales=fresh_scales if left_out == "GradScaler state" else None)
     for w in caught:
         print(f"  {w.category.__name__}: {w.message}")
     differs = (losses.view(torch.int32) != reference[resume_step:leave_out_stop].view(torch.int32)).nonzero()
@@ -1015,17 +1021,35 @@ if USE_AMP:
     print(f"loss scale in the checkpoint: {checkpoint['scaler']['scale']:.0f} "
           f"({checkpoint['scaler']['_growth_tracker']} steps since its last change); "
           f"a fresh GradScaler starts at {torch.amp.GradScaler(device.type).get_scale():.0f}")
+    resumed_range = range(resume_step, leave_out_stop + 1)  # before each resumed step, and after the last
+    for label, scales in [("uninterrupted", reference_scales), ("fresh GradScaler", fresh_scales)]:
+        seen = [scales[s] for s in resumed_range]
+        halvings = sum(later < now for now, later in itertools.pairwise(seen))
+        print(f"  {label:17s} loss scale per step: {' '.join(f'{v:.0f}' for v in seen[:-1])}; "
+              f"{halvings} skipped step(s)")
+    scaler_first = partial["GradScaler state"]
+    if scaler_first is None:
+        print("  without the GradScaler state, no resumed loss differed in these steps")
+    elif scaler_first == resume_step + 1:
+        print(f"  without the GradScaler state the first changed loss is the second resumed one (step {scaler_first})")
+    else:
+        print(f"  without the GradScaler state the first changed loss is at step {scaler_first} "
+              f"(resumed step number {scaler_first - resume_step + 1})")
 
 # %%
 for left_out, first in partial.items():
-    assert first is not None and first <= resume_step + 1, f"leaving out the {left_out} should change the first or second resumed step"
+    assert first is not None, f"leaving out the {left_out} should change a loss within {LEAVE_OUT_STEPS} resumed steps"
+    if left_out != "GradScaler state":  # the scaler's effect depends on rounding and overflow: see below
+        assert first <= resume_step + 1, f"leaving out the {left_out} should change the first or second resumed step"
 assert not USE_AMP or checkpoint["scaler"]["scale"] != torch.amp.GradScaler(device.type).get_scale(), (
     "the saved loss scale should differ from a fresh scaler's"
 )
 for left_out in {"random-generator states", "data position (restart the epoch)"} & set(partial):
     assert partial[left_out] == resume_step, f"leaving out the {left_out} should change the very first resumed loss"
-for left_out in {"scheduler state", "optimizer state", "GradScaler state"} & set(partial):
+for left_out in {"scheduler state", "optimizer state"} & set(partial):
     assert partial[left_out] == resume_step + 1, f"leaving out the {left_out} should first change the second resumed loss"
+if "GradScaler state" in partial:  # the scale only enters backward, so the first resumed loss cannot change
+    assert partial["GradScaler state"] > resume_step, "a fresh GradScaler should not change the first resumed loss"
 for left_out, deviation in deviations.items():
     assert deviation[-1] > 0, f"leaving out the {left_out}: the run should still differ {len(deviation)} steps after resuming"
 
@@ -1056,17 +1080,22 @@ plt.show()
 # marks the crash, the red one the checkpoint the second process resumed
 # from): the full resume matched every loss bit for bit. On the right,
 # each omission; an exact match is not drawn, so the lines of the
-# optimizer, scheduler and scaler start one step later.
+# optimizer, scheduler and scaler start later.
 #
-# Every omission shows within one step. A different dropout mask or a
-# different batch changes the very first resumed loss; the optimizer's,
-# the scheduler's and the scaler's state only act on the *update* after
-# that loss, so their damage shows one step later. The scaler's case is
-# the least obvious: the fresh scaler multiplies the loss by a different
-# power of two, so in `backward` other small fp16 gradients can round
-# differently or underflow to zero, and other steps can overflow and be
-# skipped. From then on the runs drift apart: every omission still
-# differs at the last step shown. None of these raises an error: a resumed
+# A different dropout mask or a different batch changes the very first
+# resumed loss; the optimizer's and the scheduler's state only act on the
+# *update* after that loss, so their damage shows one step later. The
+# scaler's state also acts only on updates, so its damage can show one
+# step later at the earliest; the lines printed under the table say at
+# which step it did in this run, and list both runs' loss scales. Its
+# case is the least obvious: multiplying by a power of two is exact in
+# floating point unless a number overflows or becomes too small for fp16
+# (it then loses bits or becomes zero). So a fresh scale changes an update
+# only when some small fp16 gradient underflows under one scale and not
+# under the other, or when one run's gradients overflow, so that it skips
+# its step and halves its scale, and the other run's do not. Once any
+# loss differs the runs drift apart: every omission still differs at the
+# last step shown. None of these raises an error: a resumed
 # run that is merely "about as good" hides them. The exact comparison above is cheap and is
 # worth keeping as a test for your own training code.
 #
@@ -1103,7 +1132,7 @@ offset = raw.find(final_weights[name].detach().cpu().numpy().tobytes()[:64])  # 
 assert offset > 0, "the weight's bytes should be found in the file"
 raw[offset + 3] ^= 0x40  # one bit of the first float's exponent
 flipped.write_bytes(bytes(raw))
-silently = torch.load(flipped)["model"][name]
+silently = torch.load(flipped, map_location="cpu")["model"][name]
 print(f"bit flip: loaded without complaint; {name}[0, 0] was {final_weights[name][0, 0].item():.6f}, "
       f"is now {silently[0, 0].item():.6g}")
 
@@ -1229,7 +1258,10 @@ except RuntimeError as err:
 # in `a`), `"shape"` (in both, with different shapes) and `"changed"` (in
 # both with the same shape, but a different dtype or different values).
 # Think of `a` as your model's state_dict and `b` as a checkpoint. Values
-# count as changed unless they are exactly equal: no tolerance. When it passes, the cell compares the final weights
+# count as changed unless they are exactly equal: no tolerance. Equal
+# means equal values, as `torch.equal` compares them, so a NaN never
+# equals itself: a tensor holding NaN counts as changed even against an
+# identical copy (a NaN in a checkpoint is worth reporting). When it passes, the cell compares the final weights
 # of the resumed run with the checkpoint that `latest_checkpoint` fell back
 # to above (the newest one that still verifies, not the one the run resumed
 # from).
@@ -1256,9 +1288,9 @@ if result.passed:
 # `inference_state(checkpoint, dtype)`: return a new dict with only the
 # entries of `checkpoint["model"]`; floating-point tensors converted to
 # `dtype`, other tensors (such as BatchNorm's integer `num_batches_tracked`)
-# unchanged. Each tensor must be a compact copy, not a view into a larger
-# buffer (remember the 4 MB file for 10 floats), and the checkpoint must not
-# change. When it passes, the cell saves the checkpoint that
+# unchanged. Each tensor must be a compact copy that shares no memory with
+# the checkpoint's tensors, not a view into a larger buffer (remember the
+# 4 MB file for 10 floats), and the checkpoint must not change. When it passes, the cell saves the checkpoint that
 # `latest_checkpoint` fell back to (the newest that verifies) in float16 and
 # compares the sizes.
 

@@ -233,10 +233,30 @@ def test_decay_groups_missing_norm_layers_fails():
     assert_rejected("10.decay_groups", only_linear, "neither group")
 
 
-def test_decay_groups_with_generators_is_accepted():
+def test_decay_groups_with_generators_fails():
     def generators(model, weight_decay):
         trainable = [p for p in model.parameters() if p.requires_grad]
         return [{"params": (p for p in trainable if p.ndim >= 2), "weight_decay": weight_decay},
                 {"params": (p for p in trainable if p.ndim < 2), "weight_decay": 0}]
 
-    assert check("10.decay_groups", generators, show=False).passed
+    assert_rejected("10.decay_groups", generators, "generator", "Pitfall 1")
+
+
+def test_decay_groups_with_tuples_is_accepted():
+    def tuples(model, weight_decay):
+        return [{**g, "params": tuple(g["params"])} for g in solution("10.decay_groups")(model, weight_decay)]
+
+    assert check("10.decay_groups", tuples, show=False).passed
+
+
+def test_hints_do_not_give_the_answer_away():
+    from helpers.exercises.ch10 import _SGD_MISTAKES
+
+    _, ema_more = _SGD_MISTAKES["ema"]
+    _, nesterov_more = _SGD_MISTAKES["nesterov_ignored"]
+    assert "gradient itself" not in ema_more, ema_more
+    assert "scaled by momentum" not in nesterov_more, nesterov_more
+    import helpers.exercises.ch10 as ch10
+
+    source = open(ch10.__file__, encoding="utf-8").read()
+    assert "remove_duplicate=True" not in source

@@ -37,6 +37,22 @@ def test_dropout_in_place_fails():
     assert_rejected("12.inverted_dropout", in_place, "in place")
 
 
+def test_dropout_ignoring_the_mask_fails():
+    # Returning x (or x / (1 - p)) must fail: every case drops some elements, also the one with a small p.
+    assert_rejected("12.inverted_dropout", lambda x, keep, p: x.clone(), "")
+    assert_rejected("12.inverted_dropout", lambda x, keep, p: x / (1 - p), "")
+
+
+def test_dropout_in_another_dtype_fails():
+    assert_rejected("12.inverted_dropout", lambda x, keep, p: (x * keep / (1 - p)).float(), "dtype")
+
+
+def test_dropout_fallback_hint_does_not_paste_the_solution():
+    result = check("12.inverted_dropout", lambda x, keep, p: x * keep / (1 - p) + 0.1, show=False)
+    assert not result.passed
+    assert "keep / (1 - p)" not in str(result.message) and "expected value" in str(result.message)
+
+
 def test_dropout_with_masked_fill_is_accepted():
     assert check("12.inverted_dropout", lambda x, keep, p: x.masked_fill(~keep, 0) / (1 - p), show=False).passed
 
@@ -254,3 +270,21 @@ def test_running_stats_via_native_batch_norm_fails():
 
     for candidate in (native, legit, functional):
         assert_rejected("12.bn_running_stats", candidate, "tensor.var")
+
+
+def test_running_stats_in_another_dtype_fails():
+    def as_float32(batches, momentum):
+        mean, var = _running(batches, momentum)
+        return mean.float(), var.float()
+
+    assert_rejected("12.bn_running_stats", as_float32, "dtype")
+
+
+def test_group_norm_in_another_dtype_fails():
+    def as_float32(x, g, w, b, eps=1e-5):
+        flat = x.reshape(x.shape[0], g, -1)
+        mean = flat.mean(-1, keepdim=True)
+        var = ((flat - mean) ** 2).mean(-1, keepdim=True)
+        return _affine((flat - mean) / torch.sqrt(var + eps), x, w, b).float()
+
+    assert_rejected("12.group_norm", as_float32, "dtype")

@@ -94,6 +94,19 @@ def test_freeze_putting_the_whole_model_in_eval_fails():
     assert_rejected("13.freeze_all_but_last", whole_eval, "trainable but in eval() mode")
 
 
+def test_freeze_relying_on_the_incoming_train_mode_fails():
+    def eval_only(model, k):  # sets eval() on the frozen part but never train() on the rest
+        model.requires_grad_(False)
+        split = len(model.blocks) - k
+        for module in (model.conv_stem, model.bn1, *model.blocks[:split]):
+            module.eval()
+        for module in (model.conv_head, model.bn2, model.classifier, *model.blocks[split:]):
+            module.requires_grad_(True)
+        return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+    assert_rejected("13.freeze_all_but_last", eval_only, "arrived in eval() mode")
+
+
 def test_freeze_by_parameter_names_is_accepted():
     def by_name(model, k):
         keep = ("conv_head.", "bn2.", "classifier.") + tuple(f"blocks.{i}." for i in range(len(model.blocks) - k, len(model.blocks)))
@@ -101,9 +114,9 @@ def test_freeze_by_parameter_names_is_accepted():
         for name, p in model.named_parameters():
             p.requires_grad = name.startswith(keep)
             count += p.numel() if p.requires_grad else 0
-        for name, module in model.named_modules():  # eval() for every module without a trainable parameter
-            if name and not any(p.requires_grad for p in module.parameters()):
-                module.eval()
+        for name, module in model.named_modules():  # parents before children: eval() where nothing trains, else train()
+            if name:
+                module.train(any(p.requires_grad for p in module.parameters()))
         return count
 
     assert check("13.freeze_all_but_last", by_name, show=False).passed

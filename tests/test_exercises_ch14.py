@@ -49,6 +49,35 @@ def test_diff_without_shape_check_fails():
     assert_rejected("14.state_dict_diff", no_shape, "shape")
 
 
+def test_diff_listing_a_shape_mismatch_also_as_changed_fails():
+    def shape_and_changed(a, b):  # two independent checks where the second should be skipped
+        out = {"missing": [k for k in a if k not in b], "unexpected": [k for k in b if k not in a], "shape": [], "changed": []}
+        for k in a:
+            if k in b:
+                if a[k].shape != b[k].shape:
+                    out["shape"].append(k)
+                if a[k].dtype != b[k].dtype or not torch.equal(a[k], b[k]):
+                    out["changed"].append(k)
+        return out
+
+    result = assert_rejected("14.state_dict_diff", shape_and_changed, "under 'changed', but their shapes differ", "'shape' only")
+    assert "is` or id()" not in result.message, result.message
+
+
+def test_diff_treating_nan_as_equal_to_itself_fails():
+    def nan_equal(x, y):
+        return x.dtype == y.dtype and torch.allclose(x, y, rtol=0, atol=0, equal_nan=True)
+
+    assert_rejected("14.state_dict_diff", lambda a, b: _diff(a, b, nan_equal), "NaN", "torch.equal")
+
+
+def test_diff_comparing_bits_misses_the_nan_rule():
+    def same_bits(x, y):
+        return x.dtype == y.dtype and torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8))
+
+    assert_rejected("14.state_dict_diff", lambda a, b: _diff(a, b, same_bits), "NaN")
+
+
 def test_diff_with_missing_and_unexpected_swapped_fails():
     def swapped(a, b):
         out = solution("14.state_dict_diff")(a, b)
@@ -191,3 +220,26 @@ def test_inference_converting_in_place_fails():
         return ckpt["model"]
 
     assert_rejected("14.inference_state", in_place, "unchanged")
+
+
+def _maybe_shared(v, dtype):
+    """Converts floats, and copies only what is a view into a larger buffer: the rest may be the checkpoint's own tensor."""
+    t = v.to(dtype) if v.is_floating_point() else v
+    return t.clone() if t.untyped_storage().nbytes() > t.nbytes else t
+
+
+def test_inference_sharing_memory_with_the_checkpoint_fails():
+    result = assert_rejected(
+        "14.inference_state", lambda ckpt, dtype: {k: _maybe_shared(v, dtype) for k, v in ckpt["model"].items()},
+        "share memory with the checkpoint", "memory of their own",
+    )
+    assert "num_batches_tracked" in result.message, result.message
+    assert ".clone()" not in result.message, "the hint names the concept, not the code"
+
+
+def test_inference_sharing_only_the_integer_buffer_fails():
+    def int_buffer_shared(ckpt, dtype):
+        return {k: v.to(dtype).clone() if v.is_floating_point() else v for k, v in ckpt["model"].items()}
+
+    result = assert_rejected("14.inference_state", int_buffer_shared, "share memory", "integer buffers")
+    assert "float16" in result.message and "num_batches_tracked" in result.message, result.message

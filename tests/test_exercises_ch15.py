@@ -30,7 +30,7 @@ def test_float_limits_using_the_reserved_exponent_fails():
 
 
 def test_float_limits_smallest_normal_off_by_one_fails():
-    assert_rejected("15.float_limits", _limits(lambda b, m: (2 - 2.0**-m) * 2.0**b, tiny_fn=lambda b, m: 2.0**-b), "1 - bias")
+    assert_rejected("15.float_limits", _limits(lambda b, m: (2 - 2.0**-m) * 2.0**b, tiny_fn=lambda b, m: 2.0**-b), "subnormals")
 
 
 def test_float_limits_unit_roundoff_instead_of_eps_fails():
@@ -187,6 +187,27 @@ def test_clip_per_parameter_fails():
         return total
 
     assert_rejected("15.clip_grad_norm", per_parameter, "each parameter")
+
+
+def test_clip_replacing_grad_tensors_fails():
+    def replaces(parameters, max_norm):
+        params = [p for p in parameters if p.grad is not None]
+        total = _global_norm([p.grad for p in params])
+        for p in params:
+            p.grad = p.grad * min(1.0, max_norm / (total.item() + 1e-6))  # right values, but a new tensor
+        return total
+
+    assert_rejected("15.clip_grad_norm", replaces, "in place")
+
+
+def test_float_limits_messages_do_not_give_the_formula():
+    wrong = [_limits(lambda b, m: 2.0**b), _limits(lambda b, m: (2 - 2.0**-m) * 2.0 ** (b + 1)),
+             _limits(lambda b, m: (2 - 2.0**-m) * 2.0**b, tiny_fn=lambda b, m: 2.0**-b),
+             _limits(lambda b, m: (2 - 2.0**-m) * 2.0**b, eps_fn=lambda m: 2.0 ** -(m + 1))]
+    for candidate in wrong:
+        text = str(check("15.float_limits", candidate, show=False))
+        for formula in ("2 - 2**-m", "1 - bias", "2**-m", "2**(e-1) - 1"):
+            assert formula not in text, f"the message gives away {formula!r}: {text}"
 
 
 def test_clip_giving_none_grads_a_gradient_fails():

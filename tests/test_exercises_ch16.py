@@ -76,6 +76,34 @@ def test_no_graph_break_reference_has_finite_gradient_at_zero_maximum():
         assert torch.isfinite(x.grad).all(), (values, x.grad)
 
 
+def _original(x):
+    top = x.max().item()
+    if top > 0:
+        return x / top
+    return x - top
+
+
+def test_no_graph_break_allow_in_graph_wrapper_fails():
+    def wrapped(x):  # hides the original from Dynamo instead of removing its breaks
+        return torch.compiler.allow_in_graph(_original)(x)
+
+    assert_rejected("16.no_graph_break", wrapped, "allow_in_graph")
+
+
+def test_no_graph_break_dynamo_allow_in_graph_wrapper_fails():
+    def wrapped(x):
+        return torch._dynamo.allow_in_graph(_original)(x)
+
+    assert_rejected("16.no_graph_break", wrapped, "allow_in_graph")
+
+
+def test_no_graph_break_allow_in_graph_at_definition_fails():
+    registered = torch.compiler.allow_in_graph(_original)  # wrapped once, outside the checked call
+
+    assert_rejected("16.no_graph_break", lambda x: registered(x))
+    assert_rejected("16.no_graph_break", registered)
+
+
 def test_no_graph_break_clamp_variant_is_accepted():
     def clamped(x):
         top = x.max()

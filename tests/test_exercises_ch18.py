@@ -29,7 +29,7 @@ def test_adam_state_assuming_float32_fails():
     def four_bytes(model):
         return sum(2 * p.numel() * 4 + 4 for p in model.parameters() if p.requires_grad)
 
-    assert_rejected("18.adam_state_bytes", four_bytes, "element_size")
+    assert_rejected("18.adam_state_bytes", four_bytes, "parameter's dtype")
 
 
 def test_adam_state_one_moment_fails():

@@ -67,8 +67,8 @@ _SGD_MISTAKES = {  # kind -> (what went wrong, fuller hint); neither pastes the 
     "ema": (
         "your momentum buffer is an average, momentum * buf + (1 - momentum) * grad: the new gradient enters "
         "it scaled down, but torch.optim.SGD's default dampening=0 does not scale it",
-        "with dampening=0 the factor (1 - dampening) in front of the gradient is 1; on the first step the "
-        "buffer is simply the gradient itself (see the momentum row of the chapter's table)",
+        "look at where dampening enters the momentum row of the chapter's table (and the torch.optim.SGD "
+        "documentation), and at what its default value makes of that factor; check the first step too",
     ),
     "lr_inside": (
         "you put the learning rate inside the buffer (the form of Sutskever et al., 2013); the checker changes "
@@ -79,8 +79,8 @@ _SGD_MISTAKES = {  # kind -> (what went wrong, fuller hint); neither pastes the 
     "nesterov_ignored": (
         "with nesterov=True your step follows the momentum buffer alone, as plain momentum does: the "
         "Nesterov look-ahead is missing",
-        "Nesterov's direction combines the current gradient with the updated buffer scaled by momentum; "
-        "see the Nesterov row of the chapter's table or the torch.optim.SGD documentation",
+        "Nesterov's direction is not the buffer itself: see the Nesterov row of the chapter's table "
+        "(or the torch.optim.SGD documentation) for what the step moves along",
     ),
     "no_decay": (
         "the weight decay seems to be missing: your step is the same as with weight_decay=0",
@@ -249,6 +249,15 @@ def _test_decay_groups(candidate) -> None:
         for i, g in enumerate(groups):
             if "params" not in g or "weight_decay" not in g:
                 raise AssertionError(f"group {i} needs the keys 'params' and 'weight_decay', it has {sorted(g)}")
+        for i, g in enumerate(groups):
+            if not isinstance(g["params"], (list, tuple)):
+                raise Hint(
+                    f"group {i}'s 'params' is a {type(g['params']).__name__}, not a list: a generator or "
+                    "iterator can be read only once, so whoever reads the group second finds it empty "
+                    "(the chapter's Pitfall 1)",
+                    "materialise each group's parameters into a real list before returning them, as Pitfall 1 "
+                    "does for the second optimizer",
+                )
         decay, no_decay = (list(g["params"]) for g in groups)
         if groups[0]["weight_decay"] != wd or groups[1]["weight_decay"] != 0:
             raise AssertionError(
@@ -260,8 +269,8 @@ def _test_decay_groups(candidate) -> None:
                 raise Hint(
                     f"the {label} group lists a parameter twice ({_names(model, params)}): out.weight is tied to "
                     "a.weight, one Parameter reached from two modules",
-                    "collect the parameters in a way that removes duplicates; Module.parameters and "
-                    "Module.named_parameters do that by default (remove_duplicate=True)",
+                    "a tied Parameter is one object; ask the model for its parameters in a way that visits "
+                    "each Parameter object once (read the docs of Module.named_parameters)",
                 )
             if any(not p.requires_grad for p in params):
                 raise AssertionError(

@@ -77,7 +77,9 @@ def _dropout_case(shape, p, seed):
     reference=_inverted_dropout,
 )
 def _test_inverted_dropout(candidate) -> None:
-    cases = [((4, 5), 0.5, 0), ((3, 2, 7), 0.2, 1), ((64,), 0.9, 2), ((2, 3), 0.0, 3)]
+    # A small p with a mask that drops some elements: the kept ones barely change, the dropped ones are 0.
+    # (p = 0.0 with an all-True mask would accept returning x itself, so it is not a case.)
+    cases = [((4, 5), 0.5, 0), ((3, 2, 7), 0.2, 1), ((64,), 0.9, 2), ((10, 10), 0.05, 3)]
     for shape, p, seed in cases:
         x, keep = _dropout_case(shape, p, seed)
         x_before, keep_before = x.clone(), keep.clone()
@@ -86,8 +88,11 @@ def _test_inverted_dropout(candidate) -> None:
             raise AssertionError("leave x and the mask unchanged: compute a new tensor instead of editing in place")
         if not isinstance(got, torch.Tensor) or got.shape != x.shape:
             raise AssertionError(f"return a tensor of x's shape {tuple(x.shape)}; got {got!r:.80}")
+        if got.dtype != x.dtype:
+            raise AssertionError(f"return a tensor of x's dtype {x.dtype}; got {got.dtype} (the bool mask must not "
+                                 "change the dtype, and do not convert the result)")
         want = _inverted_dropout(x, keep, p)
-        if torch.allclose(got.to(want.dtype), want):
+        if torch.allclose(got, want):
             continue
         wrong = {
             "no scaling": x * keep,
@@ -108,11 +113,12 @@ def _test_inverted_dropout(candidate) -> None:
             "and the scale is 1/(1 - p)",
         }
         for label, value in wrong.items():
-            if value is not None and torch.allclose(got.to(value.dtype), value):
+            if value is not None and torch.allclose(got, value):
                 raise AssertionError(f"shape {shape}, p = {p}: {hints[label]}")
         raise AssertionError(
-            f"shape {shape}, p = {p}: expected x * keep / (1 - p); the largest difference is "
-            f"{(got.to(want.dtype) - want).abs().max().item():.3g}"
+            f"shape {shape}, p = {p}: every element where the mask is True must be its input rescaled so that "
+            "the expected value is unchanged, and every other element 0; the largest difference from that is "
+            f"{(got - want).abs().max().item():.3g}"
         )
 
 
@@ -222,12 +228,15 @@ def _test_bn_running_stats(candidate) -> None:
         for name, got, want in (("running_mean", mean, want_mean), ("running_var", var, want_var)):
             if not isinstance(got, torch.Tensor) or got.shape != want.shape:
                 raise AssertionError(f"{label}: {name} should be a tensor of shape {tuple(want.shape)} (one value per channel)")
-        if torch.allclose(mean.to(want_mean.dtype), want_mean) and torch.allclose(var.to(want_var.dtype), want_var):
+            if got.dtype != data[0].dtype:
+                raise AssertionError(f"{label}: {name} should have the batches' dtype {data[0].dtype} (the buffers of "
+                                     f"a BatchNorm2d moved to that dtype); got {got.dtype}")
+        if torch.allclose(mean, want_mean) and torch.allclose(var, want_var):
             continue
         for _, v_mean, v_var, hint in _bn_variants(data, momentum):
-            if torch.allclose(mean.to(v_mean.dtype), v_mean) and torch.allclose(var.to(v_var.dtype), v_var):
+            if torch.allclose(mean, v_mean) and torch.allclose(var, v_var):
                 raise AssertionError(f"{label}: {hint}")
-        which = "running_mean" if not torch.allclose(mean.to(want_mean.dtype), want_mean) else "running_var"
+        which = "running_mean" if not torch.allclose(mean, want_mean) else "running_var"
         raise AssertionError(
             f"{label}: your {which} differs from nn.BatchNorm2d's. Expected running_mean "
             f"{[round(v, 4) for v in want_mean.tolist()]} and running_var {[round(v, 4) for v in want_var.tolist()]}"
@@ -292,8 +301,10 @@ def _test_group_norm(candidate) -> None:
             raise AssertionError("leave x unchanged: compute a new tensor instead of editing in place")
         if not isinstance(got, torch.Tensor) or got.shape != x.shape:
             raise AssertionError(f"{label}: return a tensor of x's shape {tuple(shape)}; got {got!r:.80}")
+        if got.dtype != x.dtype:
+            raise AssertionError(f"{label}: return a tensor of x's dtype {x.dtype}, as F.group_norm does; got {got.dtype}")
         want = F.group_norm(x, groups, weight, bias, 1e-5)
-        if torch.allclose(got.to(want.dtype), want, atol=1e-6):
+        if torch.allclose(got, want, atol=1e-6):
             continue
         n, c = shape[:2]
         interleaved = F.group_norm(
@@ -326,8 +337,8 @@ def _test_group_norm(candidate) -> None:
             "variance": across_batch * weight.reshape(per_shape) + bias.reshape(per_shape),
         }
         for hint, value in wrong.items():
-            if value is not None and torch.allclose(got.to(value.dtype), value, atol=1e-6):
+            if value is not None and torch.allclose(got, value, atol=1e-6):
                 raise AssertionError(f"{label}: {hint}")
         raise AssertionError(
-            f"{label}: your output differs from F.group_norm by up to {(got.to(want.dtype) - want).abs().max().item():.3g}"
+            f"{label}: your output differs from F.group_norm by up to {(got - want).abs().max().item():.3g}"
         )

@@ -93,7 +93,8 @@ def _test_freeze_all_but_last(candidate) -> None:
         for k in sorted({0, 1, 2, n_blocks}):
             model = _clone(template)
             model.requires_grad_(True)
-            model.train()
+            started_in_eval = k == 1  # one case starts from an eval() model: the answer must call train() itself
+            model.train(not started_in_eval)
             if k == 2:  # start from a partly frozen model: the function must set every flag itself
                 model.conv_head.requires_grad_(False)
             result = candidate(model, k)
@@ -151,7 +152,14 @@ def _test_freeze_all_but_last(candidate) -> None:
                     continue
                 if mode_error is not None:
                     break
-                if id(module) in tail_modules and not module.training:
+                if id(module) in tail_modules and not module.training and started_in_eval:
+                    mode_error = Hint(
+                        f"{label}, k={k}: the model arrived in eval() mode and {name}, which is trainable, is still "
+                        "in eval() mode afterwards: do not rely on the mode the model comes in.",
+                        "Put the trainable part (the last k blocks, conv_head, bn2, classifier) in train() mode "
+                        "explicitly, as well as the frozen part in eval() mode.",
+                    )
+                elif id(module) in tail_modules and not module.training:
                     mode_error = Hint(
                         f"{label}, k={k}: {name} is trainable but in eval() mode, so it would not adapt its "
                         "statistics while training: only the frozen part goes to eval(), the rest stays in train().",

@@ -74,7 +74,8 @@ def _diff_case(g: torch.Generator):
     "14.state_dict_diff",
     "return {'missing': [...], 'unexpected': [...], 'shape': [...], 'changed': [...]}: the keys of state_dict a "
     "absent from b, the keys of b absent from a, the keys in both with different shapes, and the keys in both with "
-    "the same shape but a different dtype or values that are not exactly equal (no tolerance).",
+    "the same shape but a different dtype or values that are not exactly equal (no tolerance; as in torch.equal, a "
+    "NaN never equals itself, so a tensor holding NaN counts as changed).",
     reference=_state_dict_diff,
 )
 def _test_state_dict_diff(candidate) -> None:
@@ -88,7 +89,7 @@ def _test_state_dict_diff(candidate) -> None:
         if not isinstance(got, dict) or set(got) != set(_DIFF_KEYS):
             keys = sorted(got) if isinstance(got, dict) else type(got).__name__
             raise AssertionError(f"return a dict with exactly the keys {list(_DIFF_KEYS)}; got {keys}")
-        if [k for k, _ in a_before] != list(a) or any(not torch.equal(v, a[k]) for k, v in a_before):
+        if [k for k, _ in a_before] != list(a) or any(not _unchanged(v, a[k]) for k, v in a_before):
             raise AssertionError("leave the input state_dicts unchanged")
         for name in _DIFF_KEYS:
             values = list(got[name])
@@ -105,6 +106,13 @@ def _test_state_dict_diff(candidate) -> None:
                 f"{label}: 'missing' and 'unexpected' are swapped. a is the reference (your model): 'missing' are "
                 f"keys of a that b lacks, 'unexpected' keys of b that a lacks, as in load_state_dict's report"
             )
+        shape_as_changed = got_sets["changed"] & want_sets["shape"]
+        if shape_as_changed:
+            raise AssertionError(
+                f"{label}: you list {sorted(shape_as_changed)} under 'changed', but their shapes differ "
+                f"({[(tuple(a[k].shape), tuple(b[k].shape)) for k in sorted(shape_as_changed)]}). A key whose shapes "
+                "differ belongs under 'shape' only: 'changed' is for tensors of the same shape"
+            )
         if want_sets["shape"] and not got_sets["shape"] & want_sets["shape"]:
             raise AssertionError(
                 f"{label}: {sorted(want_sets['shape'])} should be under 'shape': the tensors have different shapes "
@@ -118,6 +126,13 @@ def _test_state_dict_diff(candidate) -> None:
                 "different tensor objects. Compare values with torch.equal, not with `is` or id()"
             )
         missed = want_sets["changed"] - got_sets["changed"]
+        nan_missed = {k for k in missed if a[k].is_floating_point() and bool(a[k].isnan().any())}
+        if nan_missed:
+            raise AssertionError(
+                f"{label}: {sorted(nan_missed)} holds NaN, and you did not report it as changed. The task compares "
+                "values as torch.equal does: NaN is not equal to anything, itself included, so the tensor counts as "
+                "changed even against an identical copy"
+            )
         dtype_missed = {k for k in missed if a[k].dtype != b[k].dtype}
         if dtype_missed:
             raise AssertionError(
@@ -154,8 +169,21 @@ def _test_state_dict_diff(candidate) -> None:
     b["norm.running_mean"] = b["norm.running_mean"].double()
     run("a buffer saved in float64", a, b, {"missing": [], "unexpected": [], "shape": [], "changed": ["norm.running_mean"]})
 
+    a, b = _diff_case(g)
+    a["norm.running_mean"][1] = float("nan")  # a diverged run; b gets an identical copy
+    b["norm.running_mean"] = a["norm.running_mean"].clone()
+    run("a buffer holding NaN, against an identical copy", a, b,
+        {"missing": [], "unexpected": [], "shape": [], "changed": ["norm.running_mean"]})
+
     a = _diff_case(g)[0]
     run("a against an empty dict", a, {}, {"missing": list(a), "unexpected": [], "shape": [], "changed": []})
+
+
+def _unchanged(before: torch.Tensor, after: torch.Tensor) -> bool:
+    """Same dtype, shape and values, NaN matching NaN (to see whether a candidate modified its input)."""
+    if before.dtype != after.dtype or before.shape != after.shape:
+        return False
+    return bool(((before == after) | (before.isnan() & after.isnan())).all())
 
 
 # --------------------------------------------------------------------------
@@ -402,11 +430,13 @@ def _saved_bytes(obj) -> int:
 @exercise(
     "14.inference_state",
     "write inference_state(checkpoint, dtype) -> dict: the entries of checkpoint['model'] only, floating-point tensors "
-    "converted to dtype, other tensors unchanged, each a compact copy (no view into a larger storage), the "
+    "converted to dtype, other tensors unchanged, each a compact copy (no view into a larger storage, no memory "
+    "shared with the checkpoint's tensors), the "
     "checkpoint left unchanged.",
     reference=_inference_state,
 )
 def _test_inference_state(candidate) -> None:
+    shared_memory = None  # (dtype, keys) of the first result that shares memory with the checkpoint
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         checkpoint = _inference_case()
         before = {k: v.clone() for k, v in checkpoint["model"].items()}
@@ -445,3 +475,14 @@ def _test_inference_state(candidate) -> None:
                 "are views into a larger buffer, and torch.save writes a view's whole storage (and .to(dtype) returns "
                 "the tensor itself when the dtype already matches): each result needs memory of its own"
             )
+        checkpoint_memory = {v.untyped_storage().data_ptr() for v in checkpoint["model"].values()} - {0}
+        shared = [key for key, value in got.items() if value.untyped_storage().data_ptr() in checkpoint_memory]
+        if shared and shared_memory is None:
+            shared_memory = (dtype, shared)
+    if shared_memory is not None:  # reported after the size checks of every dtype, which are more specific
+        dtype, shared = shared_memory
+        raise AssertionError(
+            f"with dtype={dtype}, {shared} share memory with the checkpoint's own tensors: changing one changes the "
+            "other, and the result is not a copy. .to(dtype) returns the tensor itself when the dtype already "
+            "matches (always for integer buffers), so those results need memory of their own as well"
+        )

@@ -78,27 +78,28 @@ def _test_float_limits(candidate) -> None:
         if not _close(got_eps, info.eps):
             if _close(got_eps, info.eps / 2):
                 raise AssertionError(
-                    f"{where}: eps = {got_eps:g} is half of torch.finfo's {info.eps:g}. 2**-(m+1) is the largest "
-                    f"rounding error (the unit roundoff); eps is the gap from 1 to the next number, 2**-m"
+                    f"{where}: eps = {got_eps:g} is half of torch.finfo's {info.eps:g}: that is the largest rounding "
+                    f"error (the unit roundoff). eps is the gap from 1.0 to the next representable number: which "
+                    f"stored fraction bit changes between the two?"
                 )
             raise AssertionError(f"{where}: eps should be {info.eps:g} (the gap from 1.0 to the next number), got {got_eps:g}")
         if not _close(got_tiny, info.smallest_normal):
             if _close(got_tiny, 2.0**-bias):
                 raise AssertionError(
-                    f"{where}: smallest_normal = 2**-bias = {got_tiny:g}, but the all-zeros exponent is reserved "
-                    f"for zero and subnormals, so the smallest normal exponent is 1 - bias: {info.smallest_normal:g}"
+                    f"{where}: smallest_normal = {got_tiny:g} is a factor 2 too small: the all-zeros exponent field "
+                    f"is reserved for zero and subnormals, so the smallest normal number uses the next field value"
                 )
             raise AssertionError(f"{where}: smallest_normal should be {info.smallest_normal:g}, got {got_tiny:g}")
         if not _close(got_max, info.max):
             if _close(got_max, 2.0**bias):
                 raise AssertionError(
-                    f"{where}: max = 2**bias = {got_max:g} forgets the mantissa: the largest significand is "
-                    f"1.111...1 in binary, that is 2 - 2**-m, so max is {info.max:g}"
+                    f"{where}: max = {got_max:g} forgets the mantissa: the largest finite number has the largest "
+                    f"significand too, 1.111...1 in binary with all m fraction bits set; what is its value?"
                 )
             if _close(got_max, 2.0 * 2.0**bias) or _close(got_max, (2.0 - 2.0**-m) * 2.0 ** (bias + 1)):
                 raise AssertionError(
-                    f"{where}: {got_max:g} uses the all-ones exponent, which IEEE formats reserve for inf and NaN; "
-                    f"the largest finite exponent is the bias, 2**(e-1) - 1 = {bias}"
+                    f"{where}: {got_max:g} uses the all-ones exponent field, which IEEE formats reserve for inf and "
+                    f"NaN; the largest finite number uses the field value just below it"
                 )
             raise AssertionError(f"{where}: max should be {info.max:g}, got {got_max:g}")
     e, m = 6, 9  # a made-up format: the formula, not a lookup table
@@ -301,12 +302,18 @@ def _test_clip_grad_norm(candidate) -> None:
         mine, theirs = _clip_case(scale, seed=1), _clip_case(scale, seed=1)
         want_norm = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
         per_param_ok = all(p.grad.norm() <= max_norm + 1e-5 for p in theirs[:-1])
+        grad_objects = [p.grad for p in mine[:-1]]
         got_norm = candidate(iter(mine), max_norm)  # a one-shot iterator, like model.parameters()
         if got_norm is None:
             raise AssertionError("return the total norm (before clipping), as clip_grad_norm_ does")
         got_norm = _as_float(got_norm, "the returned norm")
         if mine[-1].grad is not None:
             raise AssertionError("a parameter whose .grad is None must be skipped, not given a gradient")
+        if any(p.grad is not g for p, g in zip(mine[:-1], grad_objects)):
+            raise AssertionError(
+                f"{label}: a parameter's .grad is a new tensor after your call; clipping works in place, on the "
+                "gradient tensors the parameters already hold (an optimizer or a hook may keep references to them)"
+            )
         grads_equal = all(torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-7) for a, b in zip(mine[:-1], theirs[:-1]))
         if not math.isclose(got_norm, want_norm.item(), rel_tol=1e-5):
             clipped_norm = math.sqrt(sum(p.grad.norm().item() ** 2 for p in mine[:-1]))

@@ -48,8 +48,11 @@ def _explain(candidate, x: torch.Tensor):
     "16.no_graph_break",
     "write normalise_positive_no_break(x): the same values as normalise_positive(x) (x / max if the maximum "
     "is positive, x - max otherwise) for any float tensor, in one graph with no graph breaks "
-    "(torch._dynamo.explain reports graph_break_count == 0).",
+    "(torch._dynamo.explain reports graph_break_count == 0), and with a finite gradient with respect to x "
+    "(also where the maximum is 0).",
     reference=_normalise_positive_no_break,
+    shortcuts=("torch.compiler.allow_in_graph", "torch._dynamo.allow_in_graph"),
+    goal="the break-free rewrite",
 )
 def _test_no_graph_break(candidate) -> None:
     g = torch.Generator().manual_seed(16)
