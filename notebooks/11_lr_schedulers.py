@@ -453,7 +453,7 @@ assert sum(full_cycles) < TOTAL, "the first three cycles should end before the r
 # OneCycle and warmup + cosine add a ramp at the start, where the weights
 # are random and large steps are least trustworthy. `ReduceLROnPlateau` cut the rate only after
 # two epochs in a row without a new best validation loss (orange); the later
-# cuts came while the loss hovered just above its best, at times still
+# cuts came while the loss stayed somewhat above its best, at times still
 # edging down, but never below it.
 #
 # ## Per-step or per-epoch stepping
@@ -1049,13 +1049,14 @@ assert abs(statistics.fmean(gap_gains)) <= MAX_GAP_FRACTION * abs(gain_acc), (
 #
 # The constant rate at `LR` is not badly off at the start: after the first
 # epoch it was at most `MAX_FIRST_EPOCH_DEFICIT` behind warmup + cosine and
-# OneCycle (the printed differences say by how much, and which way). Both
-# schedules were still warming up or had just finished: OneCycle's warmup
-# takes 30 % of the steps, warmup + cosine's `WARMUP_FRACTION`. The
-# difference at the end goes with the anneal: in the last epoch each
-# optimizer step of the constant rate at `LR` still moved the weights at
-# least `MIN_STEP_RATIO` times as far as a step of either schedule, whose
-# rate is close to its floor by then. That fits the usual explanation, that
+# OneCycle (the printed differences say by how much, and which way). The
+# first epoch is 1/`EPOCHS` of the steps: OneCycle's warmup (30 % of the
+# steps) had not ended by then, and warmup + cosine's (`WARMUP_FRACTION`)
+# had ended only partway through the epoch. The difference at the end goes
+# with the anneal: in the last epoch each optimizer step of the constant
+# rate at `LR` still moved the weights at least `MIN_STEP_RATIO` times as
+# far as a step of either schedule, whose rate is by then well below its
+# peak and falling to its floor. That fits the usual explanation, that
 # small final steps let the weights settle near a minimum instead of
 # bouncing around it; the run measures the step lengths, not the
 # mechanism. The step lengths of the smaller constant rates are printed

@@ -404,7 +404,8 @@ _ = report.record("zero-shot accuracy, symmetric padding", 100 * zero_shot_acc["
 # stride-2 layers.
 # At our small size that is a large part of the image; at 224 pixels it
 # would be a smaller part, and the gap may well be smaller there (we do not
-# measure it: at 224 pixels this cell takes minutes on a CPU). Either way,
+# measure it here: at 224 pixels every forward pass needs about (224/64)²,
+# over ten times, the compute it needs at 64). Either way,
 # the helper builds `tf_efficientnet_lite0`.
 # Everything below uses that variant, with mean = std = 0.5.
 
@@ -660,7 +661,7 @@ del timing_net, timing_opt
 # arm is one run with one learning rate (`SCRATCH_LR`, not tuned) and one
 # seed, so its score is not the best a random start could reach on this
 # budget. Both pretrained arms start from features
-# learned on 1.28 million images and end well above it (asserted with a margin
+# learned on 1.28 million images and end well above the scratch arm (asserted with a margin
 # of `MIN_PRETRAINED_MARGIN`; the printed margin is this run's). Whether one
 # pretrained arm beats the other, the paired comparison on the same test
 # images says: a gap within two paired standard errors is noise, and training
@@ -671,7 +672,7 @@ del timing_net, timing_opt
 # per image a training step costs more than 1.5 no-grad forward passes
 # (asserted; the printed ratio is this run's). Fine-tuning can in exchange adapt the
 # features to small, upsampled images; with more data and steps it usually
-# overtakes a linear head on frozen features (Kornblith et al. 2019, *Do
+# does better than a linear head on frozen features (Kornblith et al. 2019, *Do
 # Better ImageNet Models Transfer Better?*; try `EPOCHS = 6` or a larger
 # `TRAIN_IMAGES`). Rules of thumb: little data, or data like the
 # pretraining data → feature extraction first; more data, or a different

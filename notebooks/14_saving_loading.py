@@ -1093,7 +1093,8 @@ plt.show()
 # (it then loses bits or becomes zero). So a fresh scale changes an update
 # only when some small fp16 gradient underflows under one scale and not
 # under the other, or when one run's gradients overflow, so that it skips
-# its step and halves its scale, and the other run's do not. Once any
+# its step and halves its scale, and the other run's do not (the printed
+# counts of skipped steps tell which of the two it was). Once any
 # loss differs the runs drift apart: every omission still differs at the
 # last step shown. None of these raises an error: a resumed
 # run that is merely "about as good" hides them. The exact comparison above is cheap and is
@@ -1357,9 +1358,9 @@ result = check("14.resume", resume)
 # - A full checkpoint holds the model, optimizer, scheduler and scaler
 #   states, the step, the random-generator states and the data position.
 #   With all of them, an interrupted run continues bit for bit as if it had
-#   never stopped; leave one out and the first or second resumed step
-#   differs (the random states and the data at once, the optimizer,
-#   scheduler and scaler one update later).
+#   never stopped; leave one out and the resumed losses soon differ (the
+#   random states and the data at once, the optimizer and scheduler one
+#   update later, the scaler one update later at the earliest).
 #   `helpers.checkpoint` packages this for the later chapters.
 #
 # **Next:** chapter 15 turns to mixed precision (the `autocast` and

@@ -579,8 +579,9 @@ _ = report.record(f"bfloat16 autocast speed-up over float32 (one training step, 
 # every matrix multiplication and pays for the casts, so there bfloat16 is
 # often *slower*; and float16 autocast is slow on most CPUs. And in a model
 # this small the matrix multiplications are short, so the casts around them
-# take a large part of the step: any gain is modest, and the rounds of the
-# table show how much it moves from one round to the next. A GPU, too,
+# take a large part of the step: any gain is modest, even on a CPU that
+# lists `avx512_bf16`, and it can stay inside the round-to-round spread of
+# the table (the bfloat16 verdict line says whether it did). A GPU, too,
 # would likely gain little here: the speed-up shows in large matrix
 # multiplications.
 # Measure on your hardware before you switch.
@@ -1159,10 +1160,11 @@ assert deterministic_1 != deterministic_2, "deterministic mode does not fix the 
 #   `allow_tf32`.
 #
 # The legacy spellings and `fp32_precision` are views of the same state,
-# but **use one API, not both**: once `fp32_precision` has been set to a
-# value the legacy API cannot express, reading `get_float32_matmul_precision()`
-# or `allow_tf32` raises a `RuntimeError` about a "mix of the legacy and new
-# APIs". The cell shows both (it runs anywhere; reading and setting these
+# but **use one API, not both**: setting `fp32_precision` directly does not
+# update the legacy state, and while the two disagree (below: `"tf32"` set
+# on the new API, the legacy one still at `"highest"`), reading
+# `get_float32_matmul_precision()` or `allow_tf32` raises a `RuntimeError`
+# about a "mix of the legacy and new APIs". The cell shows both (it runs anywhere; reading and setting these
 # needs no GPU), each change inside `try`/`finally` so that the previous value
 # comes back even if something fails. Note that after the legacy demo
 # `fp32_precision` reads `"ieee"` where the default read `"none"`: the
@@ -1269,7 +1271,8 @@ assert torch.backends.cudnn.benchmark is False, "this notebook keeps cuDNN autot
 # Many tutorials still write `torch.cuda.amp.autocast()` and
 # `torch.cuda.amp.GradScaler()` (or `torch.cpu.amp.autocast()`). They
 # still work, but they are deprecated and warn; here on a CPU-only machine
-# they also warn that CUDA is missing, and disable themselves:
+# the two `torch.cuda.amp` ones also warn that CUDA is missing, and disable
+# themselves:
 
 # %%
 old_spellings = {

@@ -613,8 +613,8 @@ assert fusion_vs_out > MIN_FUSION_GAIN, f"fusion gained only {fusion_vs_out:.2f}
 # ratio is large, and then a large share of eager's time is not its
 # kernels' work at all. The drift line compares the same eager function timed at two
 # moments of this run, and so do the eager rows of the chain's first
-# table, at the top, and of this one (compare their medians, and the wide
-# range of the first table's eager rounds): whatever they show is a
+# table, at the top, and of this one (compare their medians and their
+# ranges of rounds): whatever they show is a
 # difference that no kernel made, from the machine or from the state of
 # the heap, and it is why each table's speed-ups hold only for its own
 # rounds (compare Inductor's speed-up over eager in the two tables). A variant
@@ -689,8 +689,9 @@ assert 1 / MAX_SAME_WORK_RATIO < mode_ratio < MAX_SAME_WORK_RATIO, (
 
 # %% [markdown]
 # On a CPU the two modes generate the same kernel (checked line by line
-# above), so the two run at the same speed up to the machine's noise,
-# which the spread between rounds shows.
+# above), so whatever gap the table shows between them is not the kernel's
+# work: it is the machine's noise or a cost outside the kernel. The range
+# column says whether the rounds agreed on its direction.
 #
 # ## Compile time: the cache, and the break-even point
 #
@@ -854,7 +855,7 @@ print(f"\nelementwise chain: {chain_speedup:.2f}x; transformer block: {block_spe
       f"(medians of interleaved rounds; this machine, {torch.get_num_threads()} threads)")
 
 # %% [markdown]
-# The block gains far less than the chain (checked: its speed-up, printed
+# The block gains far less than the chain, if anything (checked: its speed-up, printed
 # above, is below the chain's), and whether it gains at all depends on the
 # machine, the shapes and the load: a speed-up below 1 means the compiled
 # block was slower than eager, and a range of rounds on both sides of 1
@@ -1532,8 +1533,8 @@ else:
 #   most here, over plain eager (the headline figure) and, by less, over an
 #   eager variant that allocates nothing (fusion alone). A transformer
 #   block, whose eager time goes mostly into matrix products and attention
-#   that stay library calls, gained less (checked), possibly nothing at
-#   all (its table says). The measured table above, not a slogan, is the
+#   that stay library calls, gained less (checked), possibly nothing, or
+#   it even ran slower compiled (its table says). The measured table above, not a slogan, is the
 #   answer for your model.
 # - The first call compiles, which takes seconds from a cold cache; after
 #   a cold compile the break-even point is many calls away, with a warm cache far fewer (the

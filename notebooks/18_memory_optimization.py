@@ -125,7 +125,9 @@ print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} CP
 # Each block is the feed-forward half of a transformer layer:
 # `x + Linear(GELU(Linear(LayerNorm(x))))`, widening to `4 * WIDTH` in the
 # middle. Stacking `DEPTH` of them gives a network that is deep but cheap,
-# the shape where activation memory dominates.
+# the shape where activation memory grows fastest: it scales with depth
+# and batch and soon outweighs the rest (the breakdown below shows from
+# which batch size on).
 
 
 # %%
@@ -1090,8 +1092,8 @@ assert step_diff < 1e-6, f"the fused step should update the parameters as an ord
 #
 # We train the same MLP on MNIST twice, from the same initial weights on the
 # same batches, once with each optimizer. Warnings and the lines
-# bitsandbytes writes to stderr (on a CPU-only machine it reports kernels it
-# could not load) are captured and printed.
+# bitsandbytes writes to stderr (for example optional kernels it could not
+# load) are captured and printed.
 #
 # bitsandbytes has a second memory lever: **paged optimizers**
 # (`bnb.optim.PagedAdamW`, `PagedAdamW8bit`, ...). They keep the optimizer
