@@ -220,14 +220,15 @@ def test_group_norm_via_batch_or_instance_norm_on_a_reshape_fails():
         assert_rejected("12.group_norm", candidate, "yourself")
 
 
-def test_group_norm_with_the_formula_written_out_is_accepted():
-    def by_hand(x, g, w, b, eps=1e-5):
-        flat = x.reshape(x.shape[0], g, -1)
-        mean = flat.mean(-1, keepdim=True)
-        var = ((flat - mean) ** 2).mean(-1, keepdim=True)
-        return _affine((flat - mean) / torch.sqrt(var + eps), x, w, b)
+def _group_norm_by_hand(x, g, w, b, eps=1e-5):
+    flat = x.reshape(x.shape[0], g, -1)
+    mean = flat.mean(-1, keepdim=True)
+    var = ((flat - mean) ** 2).mean(-1, keepdim=True)
+    return _affine((flat - mean) / torch.sqrt(var + eps), x, w, b)
 
-    assert check("12.group_norm", by_hand, show=False).passed
+
+def test_group_norm_with_the_formula_written_out_is_accepted():
+    assert check("12.group_norm", _group_norm_by_hand, show=False).passed
 
 
 def test_group_norm_without_eps_fails():
@@ -246,28 +247,25 @@ def test_group_norm_with_eps_outside_the_sqrt_fails():
     assert_rejected("12.group_norm", eps_outside, "inside the square root")
 
 
+def _running_buffers_updated_by(update):
+    """An answer that lets a library op update fresh running buffers in place, batch by batch."""
+    def answer(batches, momentum):
+        c = batches[0].shape[1]
+        mean, var = torch.zeros(c, dtype=torch.float64), torch.ones(c, dtype=torch.float64)
+        for x in batches:
+            update(x, mean, var, 0.1 if momentum is None else momentum)
+        return mean, var
+
+    return answer
+
+
 def test_running_stats_via_native_batch_norm_fails():
-    def native(batches, momentum):
-        c = batches[0].shape[1]
-        mean, var = torch.zeros(c, dtype=torch.float64), torch.ones(c, dtype=torch.float64)
-        for x in batches:  # the ATen op updates the running buffers in place
-            torch.native_batch_norm(x, None, None, mean, var, True, 0.1 if momentum is None else momentum, 1e-5)
-        return mean, var
-
-    def legit(batches, momentum):
-        c = batches[0].shape[1]
-        mean, var = torch.zeros(c, dtype=torch.float64), torch.ones(c, dtype=torch.float64)
-        for x in batches:
-            torch._native_batch_norm_legit(x, None, None, mean, var, True, 0.1 if momentum is None else momentum, 1e-5)
-        return mean, var
-
-    def functional(batches, momentum):
-        c = batches[0].shape[1]
-        mean, var = torch.zeros(c, dtype=torch.float64), torch.ones(c, dtype=torch.float64)
-        for x in batches:
-            F.batch_norm(x, mean, var, training=True, momentum=0.1 if momentum is None else momentum)
-        return mean, var
-
+    native = _running_buffers_updated_by(
+        lambda x, mean, var, m: torch.native_batch_norm(x, None, None, mean, var, True, m, 1e-5))
+    legit = _running_buffers_updated_by(
+        lambda x, mean, var, m: torch._native_batch_norm_legit(x, None, None, mean, var, True, m, 1e-5))
+    functional = _running_buffers_updated_by(
+        lambda x, mean, var, m: F.batch_norm(x, mean, var, training=True, momentum=m))
     for candidate in (native, legit, functional):
         assert_rejected("12.bn_running_stats", candidate, "tensor.var")
 
@@ -282,9 +280,6 @@ def test_running_stats_in_another_dtype_fails():
 
 def test_group_norm_in_another_dtype_fails():
     def as_float32(x, g, w, b, eps=1e-5):
-        flat = x.reshape(x.shape[0], g, -1)
-        mean = flat.mean(-1, keepdim=True)
-        var = ((flat - mean) ** 2).mean(-1, keepdim=True)
-        return _affine((flat - mean) / torch.sqrt(var + eps), x, w, b).float()
+        return _group_norm_by_hand(x, g, w, b, eps).float()
 
     assert_rejected("12.group_norm", as_float32, "dtype")
