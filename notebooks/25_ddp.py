@@ -35,8 +35,12 @@
 #   `reduce_scatter` and `barrier`, rank by rank;
 # - DDP over 2 processes with batch B each takes **the same step** as one
 #   process with batch 2B, and the three ways to break that;
+# - gradient accumulation with `no_sync()`, with the all-reduces counted;
+#   the learning rate for a larger global batch (the linear scaling rule);
 # - `DistributedSampler` and why `set_epoch` matters; DDP on real MNIST;
-# - DataParallel vs DDP; the multi-node `torchrun` command;
+#   downloading a dataset once (rank 0 first, then a barrier);
+# - DataParallel vs DDP; the multi-node `torchrun` command; why an
+#   `mp.spawn` script under `torchrun` starts N x N processes;
 # - surviving a crashed worker: elastic restarts plus checkpoints, with
 #   nothing lost; and what a failing rank looks like from the notebook.
 #
@@ -50,6 +54,7 @@ NPROC = 2  # processes (ranks) per job
 LAUNCH_TIMEOUT = 300  # seconds before a job is stopped (every rank killed) and an error raised
 EQUIV_STEPS = 5  # SGD steps of the equivalence check
 EQUIV_BATCH = 16  # batch size per rank in the equivalence check (one process gets NPROC times this)
+ACCUMULATE = 4  # micro-batches per optimizer step in the gradient-accumulation check (>= 2)
 TRAIN_EPOCHS = 2  # epochs of DDP training on MNIST (>= 2 to see set_epoch at work)
 TRAIN_IMAGES = 20_000  # the first N MNIST training images (60,000 max)
 BATCH_PER_RANK = 64  # MNIST batch size per rank
@@ -185,8 +190,9 @@ _ = report.record("seconds for one 2-rank launch (collectives)", round(first_job
 # Each rank is its own process (different pids) with its own Python
 # interpreter, its own copy of the model and its own memory. They share
 # nothing but what they send each other. Starting one costs an interpreter
-# start and `import torch`, a few seconds: that is most of the time above,
-# which is why this chapter starts only a handful of jobs.
+# start and `import torch` in every rank, and this job does almost no other
+# work, so the seconds above are mostly start-up; that is why this chapter
+# starts only a handful of jobs.
 #
 # `MASTER_ADDR` and `MASTER_PORT` are what the ranks' process group connects
 # to; torchrun's c10d rendezvous (on the port we chose) hands them out. The
@@ -317,7 +323,8 @@ print(f"all {len(expected) + 1} collectives gave the expected result on all {NPR
 # %%
 eq_dir = os.path.join(RUN_DIR, "equivalence")
 result = torchrun("helpers.distributed.ddp_equivalence", "--out", eq_dir, "--steps", str(EQUIV_STEPS),
-                  "--batch", str(EQUIV_BATCH), "--seed", str(SEED), nproc=NPROC, timeout=LAUNCH_TIMEOUT)
+                  "--batch", str(EQUIV_BATCH), "--accumulate", str(ACCUMULATE), "--seed", str(SEED),
+                  nproc=NPROC, timeout=LAUNCH_TIMEOUT)
 launch_seconds["ddp_equivalence"] = result.seconds
 show(result)
 equivalence = json.load(open(os.path.join(eq_dir, "equivalence.json")))
@@ -365,10 +372,152 @@ else:
 #   A last batch of 6 samples on one rank and 2 on the other weighs those 2
 #   samples three times as much as one process would (exercise 2).
 #
-# Learning rate: with W ranks of batch B, the optimizer sees batch WB. When
-# you go from one process with batch B to W ranks, a common starting point
-# is to scale the learning rate by W (the *linear scaling rule*, with a
-# warm-up), since each step now averages W times as many samples.
+# ### Gradient accumulation and `no_sync()`
+#
+# When the batch you want does not fit in memory, you accumulate: K
+# backward passes over K micro-batches add their gradients into `.grad`,
+# then one optimizer step (each loss divided by K, so the sum is the mean).
+# Under DDP every backward pass all-reduces the gradients, K times per step,
+# where once would do: all-reduce is linear, so averaging K times and adding
+# gives the same sum as adding and averaging once. `ddp.no_sync()` is a
+# context manager that skips the all-reduce: backward passes inside it only
+# add to the local `.grad`, and the next backward pass outside it all-reduces
+# the accumulated sum.
+#
+# ```python
+# for j, (x, y) in enumerate(micro_batches):          # K of them
+#     last = j == K - 1
+#     with contextlib.nullcontext() if last else ddp.no_sync():
+#         (loss_fn(ddp(x), y) / K).backward()
+# optimizer.step(); optimizer.zero_grad()
+# ```
+#
+# To count the all-reduces, the job registered a **communication hook**
+# (`ddp.register_comm_hook(state, hook)`): DDP calls `hook(state, bucket)`
+# for each gradient bucket instead of its own all-reduce, and ours counts
+# the call, then runs DDP's default (`default_hooks.allreduce_hook`, an
+# all-reduce and a division by the world size). The model (804 parameters)
+# fills one bucket, so one call is one all-reduce. It compared the
+# accumulated gradients with those of one backward pass over all K micro-batches
+# at once (the large-batch step), in float64:
+
+# %%
+acc = equivalence["accumulation"]
+for name in ("no_sync", "sync_every_step"):
+    a = acc[name]
+    print(f"{name:<16} all-reduces per micro-batch {a['hook_calls_per_micro_batch']}, "
+          f"max |grad - large-batch grad| = {a['max_abs_diff_vs_large_batch']:.2g}, "
+          f"ranks' grads apart before the last micro-batch: {a['rank_spread_before_last']:.2g}, after: {a['rank_spread_after_last']:.2g}")
+with_no_sync, every_step = acc["no_sync"], acc["sync_every_step"]
+assert with_no_sync["hook_calls_per_micro_batch"] == [0] * (ACCUMULATE - 1) + [1], "no_sync: one all-reduce, on the last micro-batch only"
+assert every_step["hook_calls_per_micro_batch"] == [1] * ACCUMULATE, "without no_sync every backward pass all-reduces"
+assert with_no_sync["max_abs_diff_vs_large_batch"] < 1e-12, "accumulated gradients should equal the large-batch gradients"
+assert every_step["max_abs_diff_vs_large_batch"] < 1e-12, "all-reduce is linear: syncing every time gives the same sum"
+assert with_no_sync["rank_spread_before_last"] > 1e-3, "inside no_sync each rank holds only its own, local gradients"
+assert with_no_sync["rank_spread_after_last"] == 0.0, "after the last backward every rank holds the same averaged gradient"
+_ = report.record(f"all-reduces per {ACCUMULATE}-micro-batch step, with / without no_sync",
+                  f"{sum(with_no_sync['hook_calls_per_micro_batch'])} / {sum(every_step['hook_calls_per_micro_batch'])}")
+
+# %% [markdown]
+# With `no_sync` the job all-reduced once per optimizer step instead of
+# `ACCUMULATE` times, and the gradients are those of the large batch to
+# float64 rounding, as they are without it: `no_sync` saves communication,
+# it does not change the result. In between, the ranks' gradients differ
+# (each holds only its own sum), so never step the optimizer inside
+# `no_sync`. Lightning's `accumulate_grad_batches` (chapter 24) uses
+# `no_sync` for you under its DDP strategy.
+#
+# ### The learning rate and the global batch
+#
+# With W ranks of batch B, the optimizer takes one step per W·B samples.
+# Moving a run from one process with batch B to W ranks therefore cuts the
+# number of steps per epoch by W. The **linear scaling rule** (Goyal et al.,
+# *Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour*, 2017): when
+# the batch is multiplied by k, multiply the learning rate by k. The
+# argument: k SGD steps of rate η on batches $B_1..B_k$ move the weights by
+# $-\eta \sum_j g_{B_j}(w_{t+j})$; one step of rate kη on their union moves
+# them by $-k\eta \, g_{B_1 \cup .. \cup B_k}(w_t) = -\eta \sum_j g_{B_j}(w_t)$.
+# The two agree as long as the gradient barely changes over k small steps,
+# that is, while the steps are small. We can measure that in this process
+# (DDP's step is the large-batch step, as shown above): plain SGD on a small
+# classifier, k = 4 (think of 4 ranks), 10 large steps, compared with the
+# 40 small steps they replace, for several base rates η:
+
+# %%
+K_SCALE, SMALL_BATCH, LARGE_STEPS = 4, 16, 10
+base_rates = [0.01, 0.03, 0.1, 0.3, 1.0]
+gen = torch.Generator().manual_seed(SEED)
+x_lr = torch.randn(LARGE_STEPS * K_SCALE * SMALL_BATCH, 20, generator=gen, dtype=torch.float64)
+y_lr = (x_lr @ torch.randn(20, 4, generator=gen, dtype=torch.float64)).argmax(1)  # labels from a random linear teacher
+
+
+def sgd_weights(lr, batch):
+    """Plain SGD over x_lr in consecutive batches; returns the final weights as one vector."""
+    torch.manual_seed(SEED)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4)).double()
+    start = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for i in range(0, len(x_lr), batch):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x_lr[i:i + batch]), y_lr[i:i + batch]).backward()
+        opt.step()
+    return start, torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+scaled_dev, unscaled_dev = [], []
+for lr in base_rates:
+    start, small = sgd_weights(lr, SMALL_BATCH)
+    moved = (small - start).norm()
+    scaled_dev.append(((sgd_weights(K_SCALE * lr, K_SCALE * SMALL_BATCH)[1] - small).norm() / moved).item())
+    unscaled_dev.append(((sgd_weights(lr, K_SCALE * SMALL_BATCH)[1] - small).norm() / moved).item())
+print(f"distance from {K_SCALE * LARGE_STEPS} steps of batch {SMALL_BATCH}, as a share of how far those steps moved the weights:")
+print(f"{'base lr':>8s} {'batch x4, lr x4':>16s} {'batch x4, same lr':>18s}")
+for lr, d_s, d_u in zip(base_rates, scaled_dev, unscaled_dev):
+    print(f"{lr:8g} {d_s:16.3f} {d_u:18.3f}")
+assert scaled_dev[0] < 0.1 * unscaled_dev[0], "with small steps, scaling the rate with the batch should track the small-batch run"
+assert scaled_dev[-1] > 10 * scaled_dev[0], "with large steps the linear rule should stop tracking the small-batch run"
+
+fig, ax = plt.subplots(figsize=(9, 3))
+ax.plot(base_rates, scaled_dev, "o-", label=f"batch x{K_SCALE}, lr x{K_SCALE} (linear scaling rule)")
+ax.plot(base_rates, unscaled_dev, "s-", label=f"batch x{K_SCALE}, same lr")
+ax.set_xscale("log")
+ax.set_xlabel("base learning rate (batch 16)")
+ax.set_ylabel("relative distance")
+ax.set_title(f"Final weights vs {K_SCALE * LARGE_STEPS} small-batch SGD steps")
+ax.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+_ = report.record(f"linear scaling rule, relative distance at lr {base_rates[0]} (scaled / unscaled)",
+                  f"{scaled_dev[0]:.3f} / {unscaled_dev[0]:.3f}")
+
+# %% [markdown]
+# Keeping the rate while growing the batch takes k times fewer steps at the
+# same rate, and ends far from the small-batch run (the last column).
+# Scaling the rate tracks the small-batch run closely while the steps are
+# small, and stops tracking it when kη is large (the last rows): the
+# gradient changes within what would have been k small steps. That is the
+# rule's limit. Goyal et al. found it fails early in training, when the
+# network changes fastest, and add a **warm-up**: start at the small-batch
+# rate η and raise it linearly to kη over the first epochs (5 in the
+# paper), then follow the usual schedule.
+# In the paper this held, for ResNet-50 on ImageNet with momentum SGD, up to
+# a global batch of 8192 (k = 32 over their 256); larger batches lost
+# accuracy. The rule comes from SGD's update; adaptive optimizers such as
+# Adam rescale the gradient themselves, and the argument does not carry
+# over. With W ranks in PyTorch, a warm-up is one scheduler:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+W, base_lr, warmup_steps = NPROC, 0.05, 5
+opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=W * base_lr)  # the target rate: W x base_lr
+warmup = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1 / W, total_iters=warmup_steps)
+rates = []
+for _ in range(warmup_steps + 2):
+    rates.append(round(opt.param_groups[0]["lr"], 6))
+    opt.step()
+    warmup.step()
+print(f"{W} ranks, base lr {base_lr}: lr per step {rates}")
+assert rates[0] == base_lr and rates[warmup_steps:] == [W * base_lr] * 2, "warm-up should go from base_lr to W x base_lr"
 
 # %% [markdown]
 # ## 4. `DistributedSampler` and `set_epoch`
@@ -434,6 +583,50 @@ print(f"replicas identical after training: max difference {trained['replica_max_
 print(f"test accuracy {trained['accuracy']:.4f}")
 _ = report.record("DDP MNIST test accuracy", round(100 * trained["accuracy"], 2), "%")
 
+# %% [markdown]
+# ### Download once: rank 0 first, then a barrier
+#
+# Every rank runs the same script, so every rank runs its "download the
+# dataset unless it is there" line, at about the same time. The first rank
+# to get there finds no file and starts writing it; a rank arriving a moment
+# later finds the file *present* but half-written, and loads a truncated
+# dataset (or two ranks both download and write the same file at once). The
+# fix is to let rank 0 go first while the others wait at a barrier:
+#
+# ```python
+# if rank != 0:
+#     dist.barrier()          # wait until rank 0 has the data
+# dataset = get_dataset()     # rank 0 downloads; the others find it complete
+# if rank == 0:
+#     dist.barrier()          # let the others go
+# ```
+#
+# `ddp_train` wraps this in a context manager, `rank_zero_first(ctx)`,
+# and loads MNIST inside it. Before training, the same job tried both
+# patterns on a fake "download": 8 chunks of 64 KiB written straight into
+# the file, 0.06 s apart, with rank 1 starting 0.2 s after rank 0 (ranks of
+# a real job never start at exactly the same moment). Each rank then
+# checked whether the file it would load was complete:
+
+# %%
+race = trained["download_race"]
+for name, outcome in race.items():
+    print(f"{name:<16} downloaded by ranks {outcome['downloaded_by']}, incomplete file read by ranks {outcome['incomplete_on']}")
+naive, guarded = race["naive"], race["rank_zero_first"]
+assert len(naive["downloaded_by"]) > 1 or naive["incomplete_on"], "the naive pattern should go wrong: a second download or a torn read"
+assert guarded["downloaded_by"] == [0], "with rank_zero_first only rank 0 should download"
+assert guarded["incomplete_on"] == [], "with rank_zero_first every rank should read the complete file"
+
+# %% [markdown]
+# Which way the naive pattern fails depends on timing (here: the line
+# above); that it can fail is the point. With the barrier, rank 0 alone
+# downloaded and every rank read the whole file. Write the file atomically
+# as well (to a temporary name, then `os.replace`, as
+# `helpers.checkpoint.save_checkpoint` does), so that a crash mid-download
+# never leaves a partial file that looks complete. On several machines, the
+# barrier guards a *shared* folder; with a local disk per machine, let local
+# rank 0 of each machine download instead.
+
 # %%
 fig, ax = plt.subplots(figsize=(9, 3))
 names = list(launch_seconds)
@@ -445,9 +638,10 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# On a CPU, two ranks share the same cores, so DDP here is not faster than
-# one process: it is the *mechanics* we are checking. With one GPU per rank
-# the ranks compute in parallel and only the gradient all-reduce is extra.
+# On this CPU the two ranks share the same 2 cores, and we did not time
+# DDP against one process: it is the *mechanics* we are checking. With one
+# GPU per rank the ranks compute in parallel and the gradient all-reduce is
+# the extra work.
 # The bars also show the fixed cost of a job: `collectives` does almost no
 # work, yet takes seconds to start.
 
@@ -651,7 +845,42 @@ assert child.returncode == 0, child.stderr.decode()
 print("unpickled in a new process:", child.stdout.decode().split(" at ")[0].strip() + ">")
 
 # %% [markdown]
-# ### 3. Forgetting `set_epoch`
+# ### 3. An `mp.spawn` script under `torchrun`
+#
+# Many tutorials start their ranks themselves: `mp.spawn(main, args=(W,),
+# nprocs=W)` starts W processes, each calling `main(rank, W)`. `torchrun`
+# *also* starts the processes: it runs W copies of the script. Run such a
+# script under `torchrun --nproc-per-node W`, and each of the W copies
+# spawns W more: W x W workers, whose ranks (0..W-1 from `mp.spawn`'s
+# index) repeat once per copy, all meeting at the `MASTER_PORT` torchrun
+# exported. The `ddp_train` job of section 4 did exactly that before it
+# started (each rank launched 2 children with
+# `torch.multiprocessing.start_processes`, the function `mp.spawn` calls,
+# with the cheaper `"fork"` start method); each child recorded its process
+# id, its parent and the `RANK` it inherited:
+
+# %%
+spawned = trained["spawned"]
+children, parents = spawned["children"], spawned["torchrun_ranks"]
+for c in sorted(children, key=lambda c: (c["inherited_RANK"], c["index"])):
+    port = "the ranks' own" if c["inherited_MASTER_PORT"] == spawned["master_port"] else "another"
+    print(f"spawned child: parent is torchrun's rank {parents.index(c['parent'])}, inherited RANK={c['inherited_RANK']}, "
+          f"MASTER_PORT {port}, mp.spawn index {c['index']}")
+print(f"torchrun started {len(parents)} processes; they started {len(children)} more, "
+      f"with {len({c['pid'] for c in children})} distinct process ids")
+assert len({c["pid"] for c in children}) == NPROC * NPROC, f"expected {NPROC} x {NPROC} spawned processes"
+assert {c["parent"] for c in children} == set(parents), "every torchrun rank should have spawned its own children"
+assert all(c["inherited_RANK"] == str(parents.index(c["parent"])) for c in children), "each child inherits its parent's RANK"
+assert sorted(c["index"] for c in children) == sorted(list(range(NPROC)) * NPROC), "each copy reuses the indices 0..W-1"
+assert {c["inherited_MASTER_PORT"] for c in children} == {spawned["master_port"]}, "all children inherit torchrun's MASTER_PORT"
+_ = report.record(f"processes spawned by an mp.spawn-style script under torchrun ({NPROC} ranks)", len(children))
+
+# %% [markdown]
+# So a script is written for one launcher or the other: under `torchrun`,
+# read `RANK`, `LOCAL_RANK` and `WORLD_SIZE` from the environment and do
+# not spawn; with `mp.spawn`, run it with plain `python`.
+#
+# ### 4. Forgetting `set_epoch`
 #
 # Shown in section 4: nothing fails, but each rank replays the same order
 # every epoch. And two smaller ones:
@@ -712,8 +941,18 @@ result = check("25.ddp_gradient", ddp_gradient)
 #   backward, so W ranks with batch B take the step of one process with
 #   batch WB (checked: the parameters agree to float32 rounding). Summed losses,
 #   per-rank BatchNorm and dropout break the equality.
+# - Gradient accumulation under DDP: `no_sync()` on all but the last
+#   micro-batch cut the all-reduces from K to 1 per step (counted with a
+#   comm hook), with the large-batch gradients either way.
+# - The linear scaling rule (Goyal et al. 2017): batch x k, learning rate
+#   x k, with a warm-up; it tracked k small SGD steps while the steps were
+#   small, and stopped tracking them when they were large.
 # - `DistributedSampler` gives each rank its own part of the data; call
-#   `set_epoch(epoch)` or every epoch repeats the same order.
+#   `set_epoch(epoch)` or every epoch repeats the same order. Rank 0
+#   downloads first while the others wait at a barrier; without that, the
+#   ranks downloaded twice or read a half-written file.
+# - An `mp.spawn` script under `torchrun` started N x N processes: use one
+#   launcher, not both.
 # - With `max_restarts` and checkpoints a job survives a crashed worker and
 #   ends with the parameters of a run that never crashed. A failing job
 #   without restarts raises `DistributedRunError` naming the first rank that

@@ -155,3 +155,36 @@ def test_prune_log_dirs_keeps_the_newest(tmp_path):
     removed = prune_log_dirs(tmp_path, keep=3, min_age_s=3600)
     assert sorted(p.name for p in removed) == ["job0", "job1", "job2"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job3", "job4", "running"]
+
+
+def test_no_sync_accumulation_counts_one_allreduce_per_step():
+    """ddp_equivalence.accumulate in a 1-rank gloo group (no launch): no_sync skips all but the last all-reduce."""
+    import torch
+    import torch.distributed as dist
+
+    from helpers.distributed.common import Context
+    from helpers.distributed.ddp_equivalence import accumulate
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        ctx = Context(0, 1, 0, 1, "gloo", torch.device("cpu"), 0)
+        quiet = accumulate(ctx, 3, 4, 0, use_no_sync=True)
+        loud = accumulate(ctx, 3, 4, 0, use_no_sync=False)
+    finally:
+        dist.destroy_process_group()
+    assert quiet["hook_calls_per_micro_batch"] == [0, 0, 1]
+    assert loud["hook_calls_per_micro_batch"] == [1, 1, 1]
+    assert quiet["max_abs_diff_vs_large_batch"] < 1e-12 and loud["max_abs_diff_vs_large_batch"] < 1e-12
+
+
+def test_fake_download_and_get_file(tmp_path):
+    from helpers.distributed.ddp_train import fake_download, get_file, is_complete
+
+    path = tmp_path / "data.bin"
+    assert get_file(path) is True and is_complete(path)
+    assert get_file(path) is False, "a present file is not downloaded again"
+    with open(path, "r+b") as f:
+        f.truncate(1000)  # what a reader sees in the middle of a download
+    assert not is_complete(path)
+    fake_download(path)
+    assert is_complete(path)

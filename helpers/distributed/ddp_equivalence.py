@@ -15,18 +15,32 @@ compares the parameters. This is done for:
 - ``syncbatchnorm``: ``nn.SyncBatchNorm`` computes the statistics over all
   ranks (on GPU only; on CPU the error it raises is recorded).
 
+It then checks gradient accumulation over ``--accumulate`` K micro-batches of B
+per rank (float64), counting the gradient all-reduces with a DDP communication
+hook (one hook call per gradient bucket and backward pass):
+
+- ``no_sync``: the first K-1 backward passes inside ``ddp.no_sync()``, the last
+  one outside; hook calls per micro-batch, and the largest difference between
+  the accumulated gradients and those of one DDP backward pass over the K*B
+  samples per rank (the large-batch step);
+- ``sync_every_step``: the same accumulation without ``no_sync``;
+- ``local_spread``: how far the ranks' gradients are apart after the K-1
+  ``no_sync`` passes (local sums, not yet averaged) and after the last one.
+
 Rank 0 writes ``<out>/equivalence.json``: ``{"cases": {name: {"max_abs_diff": ...,
-"dtype": ...} or {"error": ...}}, "world_size", "batch_per_rank", "steps"}``.
+"dtype": ...} or {"error": ...}}, "accumulation": {...}, "world_size", "batch_per_rank", "steps"}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -85,6 +99,54 @@ def run_case(ctx: Context, *, dtype: torch.dtype, reduction: str, norm: str, arg
     return {"max_abs_diff": diff, "dtype": str(dtype).removeprefix("torch.")}
 
 
+def flat_grad(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.grad.detach().reshape(-1) for p in model.parameters()])
+
+
+def rank_spread(flat: torch.Tensor) -> float:
+    """Largest difference of ``flat`` between any rank and rank 0 (0.0: identical on every rank)."""
+    copies = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(copies, flat)
+    return max((c - copies[0]).abs().max().item() for c in copies)
+
+
+def accumulate(ctx: Context, k: int, b: int, seed: int, use_no_sync: bool) -> dict:
+    """K micro-batches of B per rank, gradients accumulated, all-reduces counted by a comm hook (float64)."""
+    world = ctx.world_size
+    xs, ys = make_data(1, k * world * b, seed + 1)  # one global batch of K*W*B samples
+    x, y = xs[0].to(ctx.device), ys[0].to(ctx.device)
+    mine = [slice((j * world + ctx.rank) * b, (j * world + ctx.rank + 1) * b) for j in range(k)]  # micro-batch j, this rank
+    loss_fn = nn.CrossEntropyLoss()
+    calls: list[int] = []
+
+    def counting_hook(state, bucket):
+        calls.append(bucket.index())
+        return default_hooks.allreduce_hook(state, bucket)  # the all-reduce (and division by W) DDP does by default
+
+    ddp = DDP(make_model("none", seed).to(torch.float64).to(ctx.device))
+    ddp.register_comm_hook(None, counting_hook)  # state None: the default process group
+    per_micro_batch, spread_before_last = [], None
+    for j in range(k):
+        last = j == k - 1
+        with ddp.no_sync() if use_no_sync and not last else contextlib.nullcontext():
+            before = len(calls)
+            (loss_fn(ddp(x[mine[j]]), y[mine[j]]) / k).backward()  # each loss / K: the sum is the mean over K*B
+            per_micro_batch.append(len(calls) - before)
+        if j == k - 2:
+            spread_before_last = rank_spread(flat_grad(ddp.module))
+    accumulated = flat_grad(ddp.module)
+
+    big = DDP(make_model("none", seed).to(torch.float64).to(ctx.device))  # the large-batch step: K*B per rank at once
+    rows = torch.cat([torch.arange(s.start, s.stop) for s in mine]).to(ctx.device)
+    loss_fn(big(x[rows]), y[rows]).backward()
+    return {
+        "hook_calls_per_micro_batch": per_micro_batch,
+        "max_abs_diff_vs_large_batch": (accumulated - flat_grad(big.module)).abs().max().item(),
+        "rank_spread_before_last": spread_before_last,
+        "rank_spread_after_last": rank_spread(accumulated),
+    }
+
+
 @record
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
@@ -93,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--accumulate", type=int, default=4, help="micro-batches per optimizer step (K >= 2)")
     args = parser.parse_args(argv)
     cases = {
         "float32": dict(dtype=torch.float32, reduction="mean", norm="none"),
@@ -112,9 +175,19 @@ def main(argv: list[str] | None = None) -> None:
             shown = results[name].get("max_abs_diff", results[name].get("error"))
             if ctx.is_main:
                 print(f"{name:<14} DDP vs one process: {shown if isinstance(shown, str) else f'max |diff| = {shown:.3g}'}", flush=True)
+        accumulation = {
+            "no_sync": accumulate(ctx, args.accumulate, args.batch, args.seed, use_no_sync=True),
+            "sync_every_step": accumulate(ctx, args.accumulate, args.batch, args.seed, use_no_sync=False),
+            "accumulate": args.accumulate,
+        }
+        if ctx.is_main:
+            for name in ("no_sync", "sync_every_step"):
+                a = accumulation[name]
+                print(f"{name:<16} all-reduce hook calls per micro-batch {a['hook_calls_per_micro_batch']}, "
+                      f"max |grad diff| vs large batch = {a['max_abs_diff_vs_large_batch']:.3g}", flush=True)
         write_json(
             args.out / "equivalence.json",
-            {"cases": results, "world_size": ctx.world_size, "batch_per_rank": args.batch, "steps": args.steps, "backend": ctx.backend},
+            {"cases": results, "accumulation": accumulation, "world_size": ctx.world_size, "batch_per_rank": args.batch, "steps": args.steps, "backend": ctx.backend},
             ctx,
         )
 

@@ -11,17 +11,31 @@ on the 10,000 test images at the end. Rank 0 writes ``<out>/ddp_train.json``:
 - ``first_indices_without_set_epoch``: the same for a sampler whose ``set_epoch`` is never called;
 - ``overlap``: how many indices two ranks share in epoch 0 (0: each sample goes to one rank);
 - ``replica_max_diff``: the largest difference of any parameter between rank 0 and the others (0: in sync);
-- ``samples_per_rank``, ``steps_per_epoch``, ``world_size``, ``seconds``.
+- ``samples_per_rank``, ``steps_per_epoch``, ``world_size``, ``seconds``;
+- ``download_race``: a fake, slow, non-atomic "download" of one file into ``<out>/download``,
+  done twice: ``naive`` (every rank: "if the file is missing, download it"; rank r starts
+  ``r * --stagger`` seconds late, as ranks of a real job start at slightly different times)
+  and ``rank_zero_first`` (rank 0 downloads, the others wait at a barrier). For each:
+  ``{"downloaded_by": [ranks that downloaded], "incomplete_on": [ranks that then read an
+  incomplete file]}``;
+- ``spawned``: before joining the process group, each rank launches ``--spawn`` children with
+  ``torch.multiprocessing.start_processes`` (what an ``mp.spawn`` script does); each child writes
+  its pid, parent pid, spawn index and the ``RANK`` and ``MASTER_PORT`` it inherited. ``{"children": [...],
+  "torchrun_ranks": [pids], "master_port": the ranks' MASTER_PORT}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -30,9 +44,75 @@ from torch.utils.data.distributed import DistributedSampler
 
 from ..data import mnist
 from ..models import MLP
-from .common import process_group, run_main, write_json
+from .common import Context, gather_object, process_group, run_main, write_json
 
 MEAN, STD = 0.1307, 0.3081  # MNIST pixel statistics
+CHUNKS, CHUNK_BYTES, CHUNK_PAUSE = 8, 1 << 16, 0.06  # the fake download: 8 x 64 KiB, 0.06 s apart (about 0.5 s)
+
+
+@contextlib.contextmanager
+def rank_zero_first(ctx: Context):
+    """Run the ``with`` block on rank 0 first; the other ranks wait at a barrier, then run it.
+
+    The pattern for anything that writes a shared file once (a dataset download, a
+    cache): rank 0 does the work, and the others find it complete. Every rank must
+    enter the block (a barrier is a collective).
+    """
+    if not ctx.is_main:
+        dist.barrier()  # wait until rank 0 has run the block
+    yield
+    if ctx.is_main:
+        dist.barrier()  # release the others
+
+
+def fake_download(path: Path) -> None:
+    """A slow download that writes straight into ``path`` (not atomically), chunk by chunk."""
+    with open(path, "wb") as f:
+        for i in range(CHUNKS):
+            f.write(bytes([i]) * CHUNK_BYTES)
+            f.flush()
+            time.sleep(CHUNK_PAUSE)
+
+
+def is_complete(path: Path) -> bool:
+    return path.read_bytes() == b"".join(bytes([i]) * CHUNK_BYTES for i in range(CHUNKS))
+
+
+def get_file(path: Path) -> bool:
+    """The usual "download unless it is there"; True if this call downloaded."""
+    if path.exists():
+        return False
+    fake_download(path)
+    return True
+
+
+def download_race(ctx: Context, folder: Path, stagger: float) -> dict:
+    """The naive pattern and rank_zero_first, each on a fresh file; what every rank did and read."""
+    folder.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for name in ("naive", "rank_zero_first"):
+        path = folder / f"{name}.bin"
+        dist.barrier()  # the ranks start together ...
+        time.sleep(ctx.rank * stagger)  # ... and arrive a little apart, as in a real job
+        if name == "naive":
+            downloaded = get_file(path)
+        else:
+            with rank_zero_first(ctx):
+                downloaded = get_file(path)
+        complete = is_complete(path)  # what this rank would now load
+        seen = gather_object((downloaded, complete))
+        results[name] = {
+            "downloaded_by": [r for r, (d, _) in enumerate(seen) if d],
+            "incomplete_on": [r for r, (_, c) in enumerate(seen) if not c],
+        }
+    return results
+
+
+def spawned_child(index: int, folder: str) -> None:
+    """What each process started by ``mp.spawn``/``start_processes`` records about itself."""
+    me = {"pid": os.getpid(), "parent": os.getppid(), "index": index, "inherited_RANK": os.environ.get("RANK"),
+          "inherited_MASTER_PORT": os.environ.get("MASTER_PORT")}
+    Path(folder, f"child_{os.getpid()}.json").write_text(json.dumps(me))
 
 
 def as_tensors(train: bool, limit: int | None = None) -> TensorDataset:
@@ -62,15 +142,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stagger", type=float, default=0.2, help="seconds between the ranks' arrivals (download race)")
+    parser.add_argument("--spawn", type=int, default=2, help="children each rank starts like an mp.spawn script (0: none)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    spawn_dir = args.out / "spawned"
+    if args.spawn:
+        # an mp.spawn script run under torchrun: every rank starts --spawn more processes. mp.spawn itself
+        # uses start_method="spawn" (a fresh interpreter each); "fork" gives the same count without the imports.
+        spawn_dir.mkdir(parents=True, exist_ok=True)
+        mp.start_processes(spawned_child, args=(str(spawn_dir),), nprocs=args.spawn, start_method="fork")
     with process_group() as ctx:
-        if not ctx.is_main:
-            dist.barrier()  # let rank 0 copy MNIST from the mirror first, if it has to
-        train_ds = as_tensors(True, args.train_size)
-        if ctx.is_main:
-            test_ds = as_tensors(False)
-            dist.barrier()
+        race = download_race(ctx, args.out / "download", args.stagger)
+        torchrun_pids = gather_object(os.getpid())
+        with rank_zero_first(ctx):  # rank 0 copies MNIST from the mirror (or downloads it) first, if it has to
+            train_ds = as_tensors(True, args.train_size)
+            test_ds = as_tensors(False) if ctx.is_main else None
 
         sampler = DistributedSampler(train_ds, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=args.seed)
         loader = DataLoader(train_ds, batch_size=args.batch, sampler=sampler)  # no shuffle=: the sampler shuffles
@@ -133,6 +220,12 @@ def main(argv: list[str] | None = None) -> None:
                     "world_size": ctx.world_size,
                     "batch_per_rank": args.batch,
                     "seconds": time.perf_counter() - start,
+                    "download_race": race,
+                    "spawned": {
+                        "children": [json.loads(p.read_text()) for p in sorted(spawn_dir.glob("child_*.json"))],
+                        "torchrun_ranks": torchrun_pids,
+                        "master_port": os.environ.get("MASTER_PORT"),
+                    },
                 },
                 ctx,
             )
