@@ -27,34 +27,43 @@
 #
 # Both are built on one abstraction, the **DTensor**: a tensor together
 # with a description of how it is laid out over a grid of processes (a
-# **device mesh**). We look at DTensor first, then FSDP2, TP, both at once on
-# a 2-D mesh, and finally **distributed checkpoints** (DCP), which save a
-# sharded model at one world size and load it at another.
+# **device mesh**). We look at DTensor first, then FSDP2, TP, **pipeline
+# parallelism** (the model cut by layers), FSDP and TP at once on a 2-D
+# mesh, and finally **distributed checkpoints** (DCP), which save a sharded
+# model at one world size and load it at another.
 #
 # **What you will learn**
 # - `init_device_mesh` and DTensor placements (`Shard(0)`, `Shard(1)`,
 #   `Replicate()`), drawn rank by rank, and `full_tensor()`;
-# - FSDP2's `fully_shard` with a `MixedPrecisionPolicy`, and how many bytes a
-#   rank holds compared with DDP;
+# - FSDP2's `fully_shard` with a `MixedPrecisionPolicy`; checking it against
+#   one process with SGD, and negative controls that the check must fail;
+# - how many bytes of full-size weights a rank really holds during forward
+#   (measured), and what `reshard_after_forward` changes;
 # - tensor parallelism with `ColwiseParallel` and `RowwiseParallel` for an
 #   MLP and a transformer block, and why column-then-row needs one all-reduce;
+# - pipeline parallelism with `torch.distributed.pipelining` (GPipe and 1F1B
+#   schedules on 2 stages);
 # - a 2-D mesh: tensor parallelism inside, FSDP across;
-# - `torch.distributed.checkpoint`: save sharded at 2 processes, load in 1;
-# - the legacy forms (FSDP1, `torch.distributed._tensor`) and what replaces them.
+# - `torch.distributed.checkpoint`: save sharded at 2 processes, load in 1
+#   and in 4;
+# - the legacy forms (FSDP1, `torch.distributed._tensor`): the FSDP1 → FSDP2
+#   mapping of options and what 2.14 warns about.
 #
 # **Prerequisites:** chapter 25 (process groups, `torchrun`, DDP, the
 # course launcher `helpers.distributed.launch.torchrun`), chapter 09
 # (transformer blocks) and chapter 14 (state dicts).
 #
-# **Estimated time:** 75 minutes.
+# **Estimated time:** 90 minutes.
 
 # %% tags=["parameters"]
 BATCH = 256  # MNIST images in the FSDP batch, split evenly over the ranks
-FSDP_STEPS = 3  # AdamW steps of each FSDP / DDP run
+FSDP_STEPS = 3  # optimizer steps of each FSDP / DDP run (the AdamW runs and the SGD runs)
+SGD_LR = 0.1  # learning rate of the plain-SGD runs that check equality (SGD shows a wrong gradient scale; Adam hides it)
 HIDDEN = (256, 128)  # hidden widths of the MLP that FSDP shards
 MATRIX_SHAPE = (5, 4)  # the small matrix whose placements we draw (5 rows: an uneven split on 2 ranks)
 TP_D_MODEL = 32  # width of the tensor-parallel transformer block (its 4 heads split over the ranks)
-RUN_2D = True  # run the 4-process FSDP x TP job (the slowest launch of the chapter)
+PIPELINE_MICROBATCHES = 4  # microbatches of the 2-stage pipeline (its batch is 16)
+RUN_2D = True  # run the 4-process job: FSDP x TP, and the checkpoint loaded at world size 4 (the slowest launch)
 MESH_2D_STEPS = 2  # SGD steps on the 2-D mesh
 PARALLEL_TOL = 1e-5  # largest |difference| allowed between a float32 parallel run and one process
 BF16_LOSS_TOL = 0.05  # largest |loss difference| allowed between the bfloat16 FSDP run and float32
@@ -67,7 +76,7 @@ SEED = 0
 #
 # Every distributed program in this chapter is a small module in
 # `helpers/distributed/` (`mesh_placements`, `fsdp_memory`, `tp_check`,
-# `mesh_2d`): other processes cannot import a function defined in a
+# `pipeline_check`, `mesh_2d`): other processes cannot import a function defined in a
 # notebook. `torchrun(...)` from chapter 25 starts it on 2 (or 4) local
 # processes with the gloo backend (NCCL where there is one GPU per rank),
 # waits for it and returns what it printed; each job writes the values the
@@ -75,8 +84,9 @@ SEED = 0
 # modules next to this notebook: the code that matters is short.
 
 # %%
+import importlib
+import inspect
 import json
-import math
 import shutil
 import time
 import warnings
@@ -85,11 +95,13 @@ import matplotlib.pyplot as plt
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+import torch.distributed.fsdp as fsdp_api
 from matplotlib.patches import Rectangle
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from torch.distributed.fsdp import wrap as fsdp1_wrap
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
 from helpers.data import mnist
 from helpers.device import pick_device, seed_everything
@@ -204,9 +216,12 @@ assert rows_per_rank == [len(c) for c in torch.arange(MATRIX_SHAPE[0]).chunk(2)]
 # DDP replicates everything. For training with AdamW in float32 each
 # parameter element costs 16 bytes on **every** rank: 4 for the weight, 4
 # for its gradient, 8 for AdamW's two moment buffers (`exp_avg`,
-# `exp_avg_sq`). **FSDP** (Zhao et al. 2023, after ZeRO by Rajbhandari et
-# al. 2020) shards all of them: each rank keeps 1/world of every tensor and
-# only ever holds a full layer for a moment.
+# `exp_avg_sq`). (DDP also keeps its gradient buckets for the all-reduce,
+# another 4 bytes per element unless `gradient_as_bucket_view=True`; the
+# counts below include only the four tensors.) **FSDP** (Zhao et al. 2023,
+# after ZeRO by Rajbhandari et al. 2020) shards all of them: each rank keeps
+# 1/world of every tensor and, wrapped layer by layer, holds a full layer
+# only while it runs (measured below).
 #
 # `torch.distributed.fsdp.fully_shard(module)` (FSDP2) does this in place:
 # it replaces each parameter of `module` with a DTensor sharded `Shard(0)`
@@ -238,9 +253,21 @@ assert rows_per_rank == [len(c) for c in torch.arange(MATRIX_SHAPE[0]).chunk(2)]
 # 15) it casts at module boundaries, not per operation.
 #
 # The job `fsdp_memory` trains the chapter-05 MLP on the same batch of real
-# MNIST images four ways: one process on the whole batch (the reference),
-# DDP, FSDP in float32, and FSDP with the bfloat16 policy, each rank on half
-# of the batch. The notebook picks the batch and hands it over as a file.
+# MNIST images, each distributed run with every rank on half of the batch:
+#
+# - with **AdamW** (what large models are trained with): one process on the
+#   whole batch (the reference), DDP, FSDP in float32 and FSDP with the
+#   bfloat16 policy. These runs give the bytes each rank stores, the
+#   bfloat16 comparison and the checkpoint of the DCP section;
+# - with **plain SGD** (no momentum), for the equality checks. SGD's update
+#   is `lr * gradient`, so a gradient that is wrong by any factor moves the
+#   weights by that factor. Adam's update `m / (sqrt(v) + eps)` divides a
+#   constant factor out: with AdamW, a gradient summed over the ranks instead
+#   of averaged (twice too large on 2 ranks) would barely show. The SGD runs
+#   also measure how many bytes of full-size weights each rank holds during
+#   the forward pass.
+#
+# The notebook picks the batch and hands it over as a file.
 
 # %%
 train_set = mnist(train=True)
@@ -252,9 +279,10 @@ checkpoint_dir = OUT / "checkpoint_world2"
 shutil.rmtree(checkpoint_dir, ignore_errors=True)  # a re-run starts from an empty folder (DCP would overwrite with a warning)
 result = launch(
     "fsdp_memory", "--data", str(fsdp_dir / "batch.pt"), "--out", str(fsdp_dir), "--steps", str(FSDP_STEPS),
-    "--hidden", *map(str, HIDDEN), "--checkpoint", str(checkpoint_dir),
+    "--hidden", *map(str, HIDDEN), "--checkpoint", str(checkpoint_dir), "--sgd-lr", str(SGD_LR), "--tol", str(PARALLEL_TOL),
 )
 fsdp = json.loads((fsdp_dir / "fsdp.json").read_text())
+sgd_runs = fsdp["sgd"]
 print(f"\nlaunch took {result.seconds:.1f} s")
 
 # %% [markdown]
@@ -270,10 +298,94 @@ for name, (placements, shape, local) in fsdp["fsdp_fp32"]["placements"].items():
 print("sharded parameters under the bfloat16 policy are stored as", fsdp["fsdp_bf16"]["param_dtype"])
 
 # %% [markdown]
-# ### Bytes per rank
+# ### Equal to one process, and two bugs the same check catches
 #
-# Each rank summed the bytes of the tensors it actually stores (the local
-# shard of each parameter, gradient and AdamW buffer):
+# Each SGD run compares, after its first `backward()`, every parameter's
+# full gradient (FSDP: gathered from the shards with `full_tensor()`) with
+# the one-process gradient of the whole batch, and after `FSDP_STEPS` steps
+# every full parameter. Two runs are wrong on purpose (**negative
+# controls**): if the comparison passed them, it would prove nothing.
+#
+# - `fsdp_sum`: FSDP with `set_force_sum_reduction_for_comms(True)` and
+#   `set_gradient_divide_factor(1.0)` on every unit, so the reduce-scatter
+#   sums the ranks' gradients and divides by 1 instead of by the world size;
+# - `no_allreduce`: each rank trains a plain copy on its half of the batch
+#   and never communicates.
+#
+# `grad scale` is the least-squares factor `s` in `grad ≈ s · reference grad`
+# over all elements: 1 for a correct run, the world size for a sum.
+
+# %%
+print(f"SGD (lr {fsdp['sgd_lr']}), {fsdp['steps']} steps; tolerance {PARALLEL_TOL:.0e}")
+print(f"{'run':15}{'max |grad diff|':>17}{'grad scale':>12}{'max |param diff|':>18}{'params off by > tol':>21}")
+for name in ("ddp", "fsdp", "fsdp_keep", "fsdp_root_only", "fsdp_sum", "no_allreduce"):
+    r = sgd_runs[name]
+    print(f"{name:15}{r['grad_diff']:>17.1e}{r['grad_scale']:>12.3f}{r['max_diff']:>18.1e}{r['fraction_over_tol']:>20.1%}")
+adamw_sum = fsdp["fsdp_sum_adamw"]
+adamw_sum_loss_gap = max(abs(a - b) for a, b in zip(adamw_sum["losses"], fsdp["reference"]["losses"]))
+print(f"\nthe same sum under AdamW: max |param diff| {adamw_sum['max_diff']:.1e}, params off by > tol "
+      f"{adamw_sum['fraction_over_tol']:.2%}, max |loss diff| {adamw_sum_loss_gap:.1e}; "
+      f"a max-|param diff| check at the tolerance would catch it: {adamw_sum['max_diff'] > PARALLEL_TOL}")
+bf16_gap = max(abs(a - b) for a, b in zip(fsdp["fsdp_bf16"]["losses"], fsdp["reference"]["losses"]))
+print(f"AdamW runs: DDP max |param diff| {fsdp['ddp']['max_diff']:.1e}, FSDP float32 {fsdp['fsdp_fp32']['max_diff']:.1e}, "
+      f"FSDP bfloat16 max |loss diff| {bf16_gap:.1e}")
+
+# %%
+for name in ("ddp", "fsdp", "fsdp_keep", "fsdp_root_only"):
+    r = sgd_runs[name]
+    assert r["grad_diff"] < PARALLEL_TOL, f"{name}: the first gradients differ from one process by {r['grad_diff']:.1e}"
+    assert r["max_diff"] < PARALLEL_TOL, f"{name}: the parameters after SGD differ from one process by {r['max_diff']:.1e}"
+    assert abs(r["grad_scale"] - 1) < 1e-4, f"{name}: the gradients are {r['grad_scale']:.4f} x the reference's, not 1 x"
+for name in ("fsdp_sum", "no_allreduce"):  # the negative controls: the same comparison must fail them
+    r = sgd_runs[name]
+    assert r["grad_diff"] > 100 * PARALLEL_TOL, f"{name}: a wrong reduction passed the gradient check ({r['grad_diff']:.1e})"
+    assert r["max_diff"] > 100 * PARALLEL_TOL, f"{name}: a wrong reduction passed the parameter check ({r['max_diff']:.1e})"
+assert abs(sgd_runs["fsdp_sum"]["grad_scale"] - fsdp["world"]) < 1e-3, "summing over the ranks should scale the gradient by the world size"
+assert sgd_runs["fsdp_sum"]["fraction_over_tol"] > 0.5, "under SGD a doubled gradient should move most parameters"
+assert adamw_sum["fraction_over_tol"] < 0.05, "AdamW was expected to hide a constant gradient factor in almost every parameter"
+assert adamw_sum_loss_gap < 10 * PARALLEL_TOL, f"the AdamW sum run's losses differ by {adamw_sum_loss_gap:.1e}: a loss check would catch it"
+for name in ("ddp", "fsdp_fp32"):  # the AdamW runs of the same job
+    assert fsdp[name]["max_diff"] < PARALLEL_TOL, f"{name} (AdamW) differs from one process by {fsdp[name]['max_diff']:.2e}"
+assert bf16_gap < BF16_LOSS_TOL, f"the bfloat16 run's losses are {bf16_gap:.3f} away from float32's"
+_ = report.record("FSDP SGD max |grad diff| vs 1 process", float(f"{sgd_runs['fsdp']['grad_diff']:.2g}"), digits=12)
+_ = report.record("FSDP sum-not-mean max |grad diff| (negative control)", float(f"{sgd_runs['fsdp_sum']['grad_diff']:.2g}"), digits=12)
+_ = report.record("FSDP bf16 max |loss diff| vs fp32", float(f"{bf16_gap:.2g}"), digits=12)
+
+# %% [markdown]
+# How to read the table:
+#
+# - **Correct runs.** DDP and the three FSDP variants agree with one
+#   process to float rounding (about 1e-9, far below the 1e-5 tolerance),
+#   in the gradients and in the weights after the SGD steps: each rank's
+#   gradient of its half-batch mean loss, averaged over the ranks, is the
+#   gradient of the whole batch's mean loss. Where the weights are gathered
+#   (the three FSDP variants differ only in that) changes nothing.
+# - **The negative controls fail.** The sum doubles every gradient (grad
+#   scale 2.000 on 2 ranks) and SGD turns that into weights off by orders of
+#   magnitude more than the tolerance; without the all-reduce each rank
+#   follows its own half-batch gradient.
+# - **Why not AdamW.** The same sum under AdamW changes the losses by less
+#   than the loss tolerance and leaves almost every weight within 1e-5 (see
+#   the AdamW line printed): `m / sqrt(v)` is unchanged when the gradient is
+#   doubled, except for the `eps` (1e-8) in the denominator, which matters
+#   only where the gradients are tiny. Only those weights move. Whether a max-|diff| check notices depends on those few
+#   weights alone (the same line says whether it would have here): a check
+#   that relies on them is one `eps` away from passing a wrong reduction.
+# - **bfloat16.** With the mixed-precision policy the losses agree only to
+#   about 2-3 digits (the last line printed): bfloat16 keeps
+#   8 significant bits, so forward and backward are rounded, even though the
+#   parameters and the gradient reduction stay float32. On a GPU bfloat16 is
+#   the usual setting (it halves the all-gather traffic and uses the tensor
+#   cores); on a CPU it is here only to show the API.
+
+# %% [markdown]
+# ### What each rank stores, and what it holds during forward
+#
+# First the layout: the bytes of the local pieces each rank keeps between
+# steps (parameter shards, gradient shards, AdamW's two moment buffers),
+# added up from the tensors' sizes in the AdamW runs. That FSDP's sum is
+# 1/world of DDP's follows from the placements above; the second exercise
+# derives it.
 
 # %%
 kinds = ("params", "grads", "optim_state")
@@ -286,70 +398,161 @@ for name in ("ddp", "fsdp_fp32"):
         print(f"{name.split('_')[0].upper():5} rank {rank}: " + "".join(f"{r[k] / 1e6:>10.3f} MB" for k in kinds)
               + f"{sum(r[k] for k in kinds) / 1e6:>10.3f} MB")
 fsdp_ratio = max(fsdp_bytes) / max(ddp_bytes)
-print(f"FSDP / DDP bytes per rank: {fsdp_ratio:.4f} (1 / world = {1 / fsdp['world']:.4f})")
-_ = report.record("DDP bytes per rank", max(ddp_bytes), "B")
-_ = report.record("FSDP bytes per rank", max(fsdp_bytes), "B")
-_ = report.record("FSDP / DDP bytes per rank", fsdp_ratio, "x")
+print(f"FSDP / DDP bytes kept per rank: {fsdp_ratio:.4f} (1 / world = {1 / fsdp['world']:.4f})")
+_ = report.record("DDP bytes kept per rank", max(ddp_bytes), "B")
+_ = report.record("FSDP bytes kept per rank", max(fsdp_bytes), "B")
+
+# %% [markdown]
+# A sum of shard sizes cannot show what FSDP costs in memory *while it
+# runs*: to compute a layer, a rank needs that layer's full weights. So the
+# SGD runs **measure** it. Hooks on every `Linear`, registered after
+# `fully_shard` so that they run after FSDP's own, look at the storages of
+# the full-size (non-DTensor) parameter tensors: before a layer's forward,
+# after it, between the forward and the backward, and after the backward.
+# FSDP frees an unsharded parameter by resizing its storage to 0 bytes, so
+# the count is what is really allocated (`UnshardedBytes` in
+# `helpers/distributed/fsdp_memory.py`). On GPUs the usual measurement is
+# `torch.cuda.max_memory_allocated()` on each rank, which also counts
+# activations and communication buffers; this count isolates the weights.
+# Three FSDP variants:
+#
+# - `fsdp`: `fully_shard` on each `Linear` and on the root, with the default
+#   `reshard_after_forward=None`, which means `True` for every unit except
+#   the root: a layer is freed right after its forward and gathered again
+#   for its backward (FSDP1's `FULL_SHARD`, ZeRO-3);
+# - `fsdp_keep`: the same with `reshard_after_forward=False`: the gathered
+#   weights stay until the backward has used them, which saves the second
+#   all-gather and costs memory (FSDP1's `SHARD_GRAD_OP`, ZeRO-2);
+# - `fsdp_root_only`: `fully_shard` on the root only: one unit, the whole
+#   model gathered at once.
 
 # %%
-fig, (ax_mem, ax_loss) = plt.subplots(1, 2, figsize=(9, 3))
-bottom = torch.zeros(2 * fsdp["world"])
-labels = [f"{n} r{r}" for n in ("DDP", "FSDP") for r in range(fsdp["world"])]
-for kind, colour in zip(kinds, ("tab:blue", "tab:orange", "tab:green")):
-    values = torch.tensor([r[kind] / 1e6 for n in ("ddp", "fsdp_fp32") for r in fsdp[n]["bytes"]])
-    ax_mem.bar(labels, values, bottom=bottom, color=colour, label=kind)
-    bottom += values
-ax_mem.set(ylabel="MB per rank", title="What each rank stores")
-ax_mem.legend(fontsize=8)
-steps = range(1, fsdp["steps"] + 1)
-for name, style in (("reference", "k-"), ("ddp", "C0--"), ("fsdp_fp32", "C1:"), ("fsdp_bf16", "C2-.")):
-    ax_loss.plot(steps, fsdp[name]["losses"], style, marker="o", label=name)
-ax_loss.set(xlabel="step", ylabel="loss", title="Same batch, four ways", xticks=list(steps))
-ax_loss.legend(fontsize=8)
+param_bytes, layer_bytes = fsdp["param_bytes"], fsdp["layer_bytes"]
+timeline = {name: sgd_runs[name]["unsharded"] for name in ("ddp", "fsdp", "fsdp_keep", "fsdp_root_only")}
+labels = [label.replace("module.", "") for label, _ in timeline["fsdp"]]
+print(f"full-size parameter bytes alive on rank 0 (the whole model: {param_bytes:,} B; the layers: {layer_bytes})")
+print(f"{'when':30}" + "".join(f"{name:>16}" for name in timeline))
+for i, label in enumerate(labels):
+    print(f"{label:30}" + "".join(f"{samples[i][1]:>16,}" for samples in timeline.values()))
+forward = {name: max(v for label, v in samples if label.startswith(("pre ", "post "))) for name, samples in timeline.items()}
+between = {name: dict((label, v) for label, v in samples)["between forward and backward"] for name, samples in timeline.items()}
+sharded = sgd_runs["fsdp"]["sharded_bytes"]
+fsdp_peak_total = sharded + forward["fsdp"]
+print(f"\nthe largest layer holds {max(layer_bytes.values()) / param_bytes:.0%} of the weights")
+print(f"FSDP shards kept on rank 0: {sharded:,} B; peak during forward: shards + {forward['fsdp']:,} B gathered "
+      f"= {fsdp_peak_total:,} B; DDP {param_bytes:,} B")
+_ = report.record("FSDP peak unsharded bytes in forward (measured)", forward["fsdp"], "B")
+_ = report.record("FSDP peak parameter bytes in forward / DDP (measured)", round(fsdp_peak_total / param_bytes, 3), "x")
+
+# %%
+fig, (ax_tl, ax_check) = plt.subplots(1, 2, figsize=(9, 3.2))
+for (name, samples), style in zip(timeline.items(), ("k-", "C0-", "C1--", "C2:")):
+    ax_tl.step(range(len(samples)), [v / 1e6 for _, v in samples], style, where="mid", marker="o", ms=3, label=name)
+ax_tl.set_xticks(range(len(labels)), [lb.replace("between forward and backward", "fwd|bwd") for lb in labels], rotation=60, fontsize=7)
+ax_tl.set(xlabel="moment in the first SGD step", ylabel="MB of full-size weights", title="Unsharded parameters alive (rank 0)")
+ax_tl.legend(fontsize=7)
+checked = ("ddp", "fsdp", "fsdp_keep", "fsdp_root_only", "fsdp_sum", "no_allreduce")
+ax_check.bar(range(len(checked)), [sgd_runs[n]["grad_diff"] for n in checked],
+             color=["tab:blue"] * 4 + ["tab:red"] * 2)
+ax_check.axhline(PARALLEL_TOL, color="k", ls="--", lw=1, label=f"tolerance {PARALLEL_TOL:.0e}")
+ax_check.set_xticks(range(len(checked)), checked, rotation=30, fontsize=7)
+ax_check.set(yscale="log", ylabel="max |grad - one process|", title="Gradient check (red: bugs on purpose)")
+ax_check.legend(fontsize=7)
 plt.tight_layout()
 plt.show()
 
 # %%
-world = fsdp["world"]
-largest_shard = sum(math.ceil(s[0] / world) * math.prod(s[1:]) for _, s, _ in fsdp["fsdp_fp32"]["placements"].values())
-assert max(fsdp_bytes) <= 16 * largest_shard + 64, "FSDP should hold no more than a 1/world shard (with padding) per rank"
-assert abs(fsdp_ratio - 1 / world) < 0.01, f"FSDP's bytes per rank should be about 1/{world} of DDP's, got {fsdp_ratio:.4f}"
-for name in ("ddp", "fsdp_fp32"):
-    assert fsdp[name]["max_diff"] < PARALLEL_TOL, f"{name}'s parameters differ from one process by {fsdp[name]['max_diff']:.2e}"
-    assert max(abs(a - b) for a, b in zip(fsdp[name]["losses"], fsdp["reference"]["losses"])) < PARALLEL_TOL * 10, f"{name}'s losses differ from one process"
-bf16_gap = max(abs(a - b) for a, b in zip(fsdp["fsdp_bf16"]["losses"], fsdp["reference"]["losses"]))
-assert bf16_gap < BF16_LOSS_TOL, f"the bfloat16 run's losses are {bf16_gap:.3f} away from float32's"
-_ = report.record("FSDP fp32 max |param diff| vs 1 process", float(f"{fsdp['fsdp_fp32']['max_diff']:.2g}"), digits=12)
-_ = report.record("FSDP bf16 max |loss diff| vs fp32", float(f"{bf16_gap:.2g}"), digits=12)
+largest = max(layer_bytes.values())
+assert all(v == param_bytes for _, v in timeline["ddp"]), "DDP should hold the full-size weights at every moment"
+assert forward["fsdp"] == largest, f"FSDP should gather one layer at a time: peak {forward['fsdp']:,} B, largest layer {largest:,} B"
+assert forward["fsdp"] < param_bytes, "FSDP's forward should never hold the whole model unsharded"
+assert between["fsdp"] == 0, f"with reshard_after_forward=True nothing should stay gathered after forward, found {between['fsdp']:,} B"
+assert between["fsdp_keep"] == param_bytes, "with reshard_after_forward=False every layer should stay gathered until backward"
+assert forward["fsdp_root_only"] == param_bytes, "one FSDP unit (the root only) gathers the whole model at once"
+assert all(dict((lb, v) for lb, v in timeline[n])["after backward"] == 0 for n in ("fsdp", "fsdp_keep", "fsdp_root_only")), \
+    "after the backward FSDP should have freed every gathered weight"
+assert sharded == fsdp["fsdp_fp32"]["bytes"][0]["params"], "the shards measured should be the layout's parameter bytes"
+assert fsdp_peak_total > param_bytes, "with one dominant layer on 2 ranks FSDP's forward peak was expected above DDP's"
 
 # %% [markdown]
-# Three things to read from this:
+# What the measurement shows:
 #
-# - **Memory.** FSDP's bytes per rank are half of DDP's on 2 ranks, and
-#   would be 1/N on N ranks (plus padding when a dimension does not divide
-#   evenly, plus AdamW's tiny `step` counters, which are not sharded).
-#   What FSDP pays instead is communication: an all-gather per layer in
-#   forward and in backward, a reduce-scatter per layer for the gradients.
-# - **Correctness in float32.** DDP and FSDP end within float rounding of one
-#   process trained on the whole batch (the `max_diff` recorded above): each rank's
-#   gradient of its half-batch mean loss, averaged over 2 ranks, is the
-#   gradient of the whole batch's mean loss.
-# - **bfloat16.** With the mixed-precision policy the losses agree only to
-#   about 2-3 digits: bfloat16 keeps 8 significant bits, so the forward and
-#   backward are rounded, even though the parameters and the gradient
-#   reduction stay float32. That is why the equality check uses a float32
-#   policy and the bfloat16 run gets its own, looser tolerance. On a GPU
-#   bfloat16 is the usual setting (it halves the all-gather traffic and uses
-#   the tensor cores); on a CPU it is here only to show the API.
+# - **One layer at a time.** With a unit per `Linear`, the full-size weights
+#   alive during forward peak at exactly the largest layer (`net.1`, 784 →
+#   256) and drop to 0 after each layer: FSDP frees what it gathered.
+#   Between forward and backward nothing is left (the root holds no
+#   parameters of its own), so the backward gathers every layer again.
+# - **`reshard_after_forward=False`** keeps every layer until its backward:
+#   the whole model is alive between forward and backward, as in DDP, in
+#   exchange for one all-gather per layer instead of two. That is a
+#   memory-for-communication trade, usually made for the root (the default)
+#   or for the last layers, which backward needs first.
+# - **Wrapping matters.** With `fully_shard` on the root only, the whole
+#   model is gathered for the whole forward: the per-layer calls are what
+#   make the peak small.
+# - **FSDP is not always smaller.** The peak is the shards plus the largest
+#   gathered unit. Here one layer holds most of the weights (the share is
+#   printed above), so on 2 ranks FSDP's peak parameter memory is *above*
+#   DDP's (the last printed line). FSDP pays off with many units of similar size and more ranks:
+#   with U equal units and N ranks the peak is about `P/N + P/U` instead of
+#   `P`. Gradients and AdamW's state (12 of the 16 bytes per parameter) stay
+#   sharded all the time, which is where most of the saving is.
 #
-# **Legacy forms.** Before `fully_shard` there was
-# `torch.distributed.fsdp.FullyShardedDataParallel` (FSDP1), a wrapper
-# module that flattens each unit's parameters into one `FlatParameter`. It
-# still imports, but new code should use `fully_shard` (FSDP2): parameters
-# stay separate DTensors with their original names, so optimizers, state
-# dicts and tensor parallelism work on them directly. In the same way, the
-# private `torch.distributed._tensor` was where DTensor lived before it
-# became the public `torch.distributed.tensor`; import from the public path.
+# What FSDP pays instead of memory is communication: an all-gather per unit
+# in forward and in backward, and a reduce-scatter per unit for the
+# gradients.
+
+# %% [markdown]
+# ### From FSDP1 to FSDP2
+#
+# Before `fully_shard` there was `torch.distributed.fsdp.FullyShardedDataParallel`
+# (FSDP1), a wrapper module that flattens each unit's parameters into one
+# `FlatParameter`. Its documentation now points new code to `fully_shard`:
+# parameters stay separate DTensors with their original names, so
+# optimizers, state dicts and tensor parallelism work on them directly
+# (the Pitfalls show what 2.14 prints when you use FSDP1). Most FSDP1
+# arguments have an FSDP2 form:
+#
+# | FSDP1 (`FullyShardedDataParallel(...)`) | FSDP2 (`fully_shard(...)`) |
+# |---|---|
+# | `auto_wrap_policy=ModuleWrapPolicy({Block})` | call `fully_shard(block)` on each block yourself, then on the root |
+# | `sharding_strategy=ShardingStrategy.FULL_SHARD` | `reshard_after_forward=True` (the default for non-root units) |
+# | `sharding_strategy=ShardingStrategy.SHARD_GRAD_OP` | `reshard_after_forward=False` |
+# | `sharding_strategy=ShardingStrategy.HYBRID_SHARD` | `mesh=init_device_mesh(..., (replicas, shards))`: a 2-D mesh, replicate over dim 0, shard over dim 1 |
+# | `backward_prefetch=BackwardPrefetch.BACKWARD_PRE` | always on (implicit prefetch); explicit: `module.set_modules_to_backward_prefetch([...])` |
+# | `forward_prefetch=True` | `module.set_modules_to_forward_prefetch([...])` |
+# | `mixed_precision=MixedPrecision(param_dtype, reduce_dtype, buffer_dtype)` | `mp_policy=MixedPrecisionPolicy(param_dtype, reduce_dtype, output_dtype, cast_forward_inputs)` (buffers are not cast) |
+# | `cpu_offload=CPUOffload(offload_params=True)` | `offload_policy=CPUOffloadPolicy()` |
+# | `with model.no_sync():` | `model.set_requires_gradient_sync(False)` |
+# | `FSDP.state_dict_type(...)` | `torch.distributed.checkpoint.state_dict.get_state_dict` / `set_state_dict` |
+#
+# The cell checks that every FSDP2 name in the table exists in the
+# installed PyTorch, and every FSDP1 name too.
+
+# %%
+fully_shard_args = set(inspect.signature(fsdp_api.fully_shard).parameters)
+fsdp2_names = {
+    "fully_shard arguments": ({"mesh", "reshard_after_forward", "mp_policy", "offload_policy"}, fully_shard_args),
+    "FSDPModule methods": ({"set_modules_to_backward_prefetch", "set_modules_to_forward_prefetch", "set_requires_gradient_sync",
+                            "set_reshard_after_forward", "unshard", "reshard"}, set(dir(fsdp_api.FSDPModule))),
+    "MixedPrecisionPolicy fields": ({"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"},
+                                    set(inspect.signature(fsdp_api.MixedPrecisionPolicy).parameters)),
+    "torch.distributed.fsdp": ({"fully_shard", "FSDPModule", "MixedPrecisionPolicy", "CPUOffloadPolicy"}, set(dir(fsdp_api))),
+}
+fsdp1_names = {
+    "FullyShardedDataParallel arguments": ({"auto_wrap_policy", "sharding_strategy", "backward_prefetch", "forward_prefetch",
+                                            "mixed_precision", "cpu_offload"},
+                                           set(inspect.signature(fsdp_api.FullyShardedDataParallel).parameters)),
+    "ShardingStrategy": ({"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD"}, set(fsdp_api.ShardingStrategy.__members__)),
+    "BackwardPrefetch": ({"BACKWARD_PRE", "BACKWARD_POST"}, set(fsdp_api.BackwardPrefetch.__members__)),
+    "MixedPrecision fields": ({"param_dtype", "reduce_dtype", "buffer_dtype"}, set(inspect.signature(fsdp_api.MixedPrecision).parameters)),
+    "wrap policies": ({"ModuleWrapPolicy", "transformer_auto_wrap_policy"}, set(dir(fsdp1_wrap))),
+}
+for title, names in (("FSDP2", fsdp2_names), ("FSDP1", fsdp1_names)):
+    for where, (wanted, present) in names.items():
+        missing = wanted - present
+        assert not missing, f"{title}: {where} lacks {sorted(missing)} in torch {torch.__version__}"
+        print(f"{title} {where:36} all present: {', '.join(sorted(wanted))}")
 
 # %% [markdown]
 # ## Tensor parallelism
@@ -370,8 +573,9 @@ _ = report.record("FSDP bf16 max |loss diff| vs fp32", float(f"{bf16_gap:.2g}"),
 #   (placement `Partial()`); the true output is the sum over ranks: **one
 #   all-reduce**.
 #
-# So column then row costs one all-reduce per MLP in forward (and one in
-# backward, for the gradient of `x`). In the other order, row-wise first
+# So column then row costs one all-reduce per MLP in forward (and, by the
+# same argument, one in backward for the gradient of `x`; the job below
+# counts the forward only). In the other order, row-wise first
 # would leave a partial sum *before* the ReLU, and relu(a + b) is not
 # relu(a) + relu(b): a second all-reduce would be needed in the middle.
 #
@@ -394,8 +598,10 @@ _ = report.record("FSDP bf16 max |loss diff| vs fp32", float(f"{bf16_gap:.2g}"),
 
 # %%
 tp_dir = OUT / "tp"
-result = launch("tp_check", "--out", str(tp_dir), "--d-model", str(TP_D_MODEL))
+result = launch("tp_check", "--out", str(tp_dir), "--d-model", str(TP_D_MODEL),
+                "--pipeline", "--microbatches", str(PIPELINE_MICROBATCHES))  # the pipeline section below reads this job too
 tp = json.loads((tp_dir / "tp.json").read_text())
+pipe = json.loads((tp_dir / "pipeline.json").read_text())
 print(f"\nlaunch took {result.seconds:.1f} s")
 
 # %%
@@ -427,9 +633,81 @@ _ = report.record("TP block max |grad diff|", float(f"{tp['block']['grad_diff']:
 # also split the LayerNorm's activations along the sequence dimension.
 
 # %% [markdown]
+# ## Pipeline parallelism
+#
+# The third way to split a model cuts it **by layers**: rank 0 holds the
+# first layers (stage 0), rank 1 the rest (stage 1), and the activations
+# travel from one to the next with point-to-point `send`/`recv`, the
+# gradients of those activations back. Run naively, one stage always waits
+# for the other. A pipeline **schedule** splits the batch into
+# **microbatches** so that both stages can work at once, on different
+# microbatches (Huang et al. 2019, GPipe; Narayanan et al. 2019, 1F1B):
+#
+# - `ScheduleGPipe`: all microbatches forward, then all backward; every
+#   stage keeps the activations of all microbatches until its backward;
+# - `Schedule1F1B`: after a short warm-up each stage alternates one forward
+#   and one backward, so by design it holds the activations of at most
+#   about `num_stages` microbatches at a time (not measured here).
+#
+# `torch.distributed.pipelining` provides both. Each rank wraps its part of
+# the model in a `PipelineStage`, the schedule gets the stage, the number of
+# microbatches and a loss function, and `schedule.step(...)` runs one
+# training step (the first stage passes the input, the last the targets):
+#
+# ```python
+# stage = PipelineStage(my_layers, stage_index=rank, num_stages=2, device=device)
+# schedule = ScheduleGPipe(stage, n_microbatches=4, loss_fn=F.cross_entropy)
+# if rank == 0:
+#     schedule.step(x)
+# else:
+#     losses = []
+#     output = schedule.step(target=y, losses=losses)   # one loss per microbatch
+# ```
+#
+# The gradients accumulate over the microbatches and are divided by their
+# number (`scale_grads=True`, the default), matching a loss that averages.
+# The TP job above ran this too (`pipeline_check.compare_schedules`, the
+# same 2 processes, gloo on CPU): a 5-layer MLP cut after its first ReLU,
+# one step of each schedule, compared with the unsplit model in one process
+# on the whole batch of 16. A third run sets `scale_grads=False`.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for name, r in pipe.items():
+    print(f"{name:33} stages hold {r['stage_params'][0]} | {r['stage_params'][1]}")
+
+# %%
+for name, r in pipe.items():
+    print(f"{name:33} max |output diff| {r['output_diff']:.1e}, mean microbatch loss {r['loss']:.6f} "
+          f"(one process {r['reference_loss']:.6f}), max |grad diff| {r['grad_diff']:.1e}, grad scale {r['grad_scale']:.3f}")
+for name in ("ScheduleGPipe", "Schedule1F1B"):
+    r = pipe[name]
+    assert r["microbatch_losses"] == PIPELINE_MICROBATCHES, f"{name}: expected one loss per microbatch, got {r['microbatch_losses']}"
+    assert r["output_diff"] < PARALLEL_TOL, f"{name}: the pipeline's output differs from one process by {r['output_diff']:.1e}"
+    assert abs(r["loss"] - r["reference_loss"]) < PARALLEL_TOL, f"{name}: the mean microbatch loss differs from the batch loss"
+    assert r["grad_diff"] < PARALLEL_TOL, f"{name}: the pipeline's gradients differ from one process by {r['grad_diff']:.1e}"
+unscaled = pipe["ScheduleGPipe, scale_grads=False"]
+assert unscaled["grad_diff"] > 100 * PARALLEL_TOL, "without scale_grads the gradients should not match a mean loss"
+assert abs(unscaled["grad_scale"] - PIPELINE_MICROBATCHES) < 1e-3, \
+    f"scale_grads=False should leave the sum over {PIPELINE_MICROBATCHES} microbatches, got {unscaled['grad_scale']:.3f} x"
+_ = report.record("pipeline (GPipe, 1F1B) max |grad diff| vs 1 process",
+                  float(f"{max(pipe[n]['grad_diff'] for n in ('ScheduleGPipe', 'Schedule1F1B')):.2g}"), digits=12)
+
+# %% [markdown]
+# Both schedules give the single-process output and gradients on CPU with
+# gloo: the schedule changes *when* each microbatch runs, not what is
+# computed. Without the division the gradients are exactly the number of
+# microbatches times too large (grad scale 4.000 with 4 microbatches):
+# `scale_grads=False` is for a loss that sums over the batch. What the
+# schedule buys is time, and it needs real parallel devices to show: with
+# S stages and M microbatches each stage idles for about (S - 1) of the
+# M + S - 1 slots (the "bubble"), so more microbatches mean less idling. On
+# 2 shared CPU cores this chapter does not time it.
+
+# %% [markdown]
 # ## A 2-D mesh: TP inside, FSDP across
 #
-# Large jobs combine the two. With 4 ranks in a 2×2 mesh named
+# Large jobs combine FSDP and TP. With 4 ranks in a 2×2 mesh named
 # `("dp", "tp")`, ranks `[[0, 1], [2, 3]]`: each row (0 and 1; 2 and 3) is a
 # tensor-parallel group that shares one half of the batch and splits every
 # matrix multiply; each column (0 and 2; 1 and 3) is a data-parallel group
@@ -447,12 +725,15 @@ _ = report.record("TP block max |grad diff|", float(f"{tp['block']['grad_diff']:
 #
 # Each parameter then has two placements, one per mesh dimension. The job
 # trains `TPBlock` for a few SGD steps and compares every full parameter
-# with one process trained on the whole batch.
+# with one process trained on the whole batch. The same 4 processes then
+# load the FSDP job's checkpoint at world size 4, for the DCP section
+# below (one launch instead of two).
 
 # %%
 if RUN_2D:
     mesh_dir = OUT / "mesh_2d"
-    result = launch("mesh_2d", "--out", str(mesh_dir), "--steps", str(MESH_2D_STEPS), nproc=4)
+    result = launch("mesh_2d", "--out", str(mesh_dir), "--steps", str(MESH_2D_STEPS), "--checkpoint", str(checkpoint_dir),
+                    "--full-state", str(fsdp_dir / "full_state.pt"), "--hidden", *map(str, HIDDEN), nproc=4)
     mesh2d = json.loads((mesh_dir / "mesh_2d.json").read_text())
     print(f"\nlaunch took {result.seconds:.1f} s; mesh {mesh2d['mesh']} with dimensions {mesh2d['dim_names']}")
     for name in ("attn.q.weight", "attn.o.weight", "attn.o.bias", "ln1.weight"):
@@ -463,7 +744,7 @@ if RUN_2D:
     assert mesh2d["max_diff"] < PARALLEL_TOL, f"the 2-D mesh's parameters differ from one process by {mesh2d['max_diff']:.1e}"
     _ = report.record("2-D mesh max |param diff|", float(f"{mesh2d['max_diff']:.2g}"), digits=12)
 else:
-    print("RUN_2D is False: skipping the 4-process FSDP x TP job")
+    print("RUN_2D is False: skipping the 4-process job (FSDP x TP, and the checkpoint at world size 4)")
 
 # %% [markdown]
 # How to read the placements: `attn.o.weight` is `(Shard(dim=0), Shard(dim=1))`:
@@ -546,10 +827,35 @@ assert torch.isfinite(logits).all(), "the reloaded model should run"
 _ = report.record("DCP world 2 -> 1 round trip equal", "yes" if weights_equal and moments_equal else "no")
 
 # %% [markdown]
-# The same call loads into a model sharded over 4 ranks: each rank asks for
-# its own pieces and DCP reads the overlapping parts of the saved shards.
+# The same calls load into a model sharded over **4** ranks: the 4-process
+# job of the 2-D section built the MLP with different initial weights,
+# sharded it with `fully_shard` over all 4 ranks and a fresh AdamW, and
+# loaded the checkpoint saved at world size 2. Each rank asks for its own
+# pieces, which now cut the saved shards at other places (`net.5.weight`
+# has 10 rows: 5 + 5 when saved, 3 + 3 + 3 + 1 now), and DCP reads the
+# overlapping parts. Every rank then gathered each parameter and AdamW
+# moment with `full_tensor()` and compared it with the full tensors that
+# were saved.
+
+# %%
+if RUN_2D:
+    world4 = mesh2d["dcp_world4"]
+    for rank, shapes in enumerate(world4["local_shapes"]):
+        print(f"world size {world4['world']}, rank {rank}: net.5.weight {tuple(shapes['net.5.weight'])}, net.1.weight {tuple(shapes['net.1.weight'])}")
+    print(f"fresh weights differed before the load: {world4['differed_before_load']}; after it: weights equal "
+          f"{world4['weights_equal']}, AdamW moments equal {world4['moments_equal']} ({world4['n_tensors']} tensors)")
+    assert world4["differed_before_load"], "the fresh model already had the saved weights: the load would prove nothing"
+    assert world4["weights_equal"], "the weights loaded at world size 4 differ from the ones saved at world size 2"
+    assert world4["moments_equal"], "AdamW's moments loaded at world size 4 differ from the ones saved at world size 2"
+    rows = [s["net.5.weight"][0] for s in world4["local_shapes"]]
+    assert rows == [len(c) for c in torch.arange(10).chunk(world4["world"])], f"net.5.weight's rows at world size 4: {rows}"
+    _ = report.record("DCP world 2 -> 4 round trip equal", "yes" if world4["weights_equal"] and world4["moments_equal"] else "no")
+else:
+    print("RUN_2D is False: the checkpoint was not loaded at world size 4")
+
+# %% [markdown]
 # This is what makes **resharding** (resuming a job on a different number of
-# GPUs) a non-event, and why DCP rather than `torch.save` is the format for
+# GPUs) routine, and why DCP rather than `torch.save` is the format for
 # sharded training.
 
 # %% [markdown]
@@ -631,12 +937,61 @@ right_sd = right.state_dict()
 dcp.load({"model": right_sd}, checkpoint_id=checkpoint_dir)  # only the model: a subset of what was saved is fine
 print("fixed: loaded", len(right_sd), "tensors")
 
+# %% [markdown]
+# **4. The legacy APIs, and what PyTorch 2.14 says about them.** Neither
+# legacy form stops working, and neither says much. Importing the private
+# `torch.distributed._tensor` emits no warning in 2.14 (its source has a
+# "TODO: throw warnings when this module imported") and gives back the very
+# same classes as `torch.distributed.tensor`. Constructing
+# `FullyShardedDataParallel` emits no deprecation warning either; on a
+# world of one it only says it falls back to `NO_SHARD`. The deprecation
+# appears when you use FSDP1's state-dict API, `FSDP.state_dict_type(...)`,
+# as a `FutureWarning` that names the replacement. The cell captures every
+# warning of each step (on this in-process world of one) and prints it once.
+
+# %%
+def show_warnings(title, caught):
+    """Print each distinct warning captured by warnings.catch_warnings(record=True), once."""
+    distinct = dict.fromkeys(f"{w.category.__name__}: {w.message}" for w in caught)
+    print(f"{title}: {len(distinct)} distinct warning(s)")
+    for line in distinct:
+        print("   ", line)
+    return [w.category for w in caught]
+
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch.distributed._tensor as legacy_tensor  # the old, private path (DCP may have imported it already,
+    legacy_tensor = importlib.reload(legacy_tensor)  # so run its module code again, where a warning would be raised)
+import_categories = show_warnings("import torch.distributed._tensor", caught)
+print("    torch.distributed._tensor.DTensor is torch.distributed.tensor.DTensor:", legacy_tensor.DTensor is DTensor)
+
+FSDP1 = fsdp_api.FullyShardedDataParallel
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    legacy = FSDP1(torch.nn.Linear(4, 4), device_id=torch.device("cpu"))
+    legacy(torch.randn(2, 4)).sum().backward()
+construct_categories = show_warnings("FullyShardedDataParallel(...), forward and backward", caught)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with FSDP1.state_dict_type(legacy, fsdp_api.StateDictType.FULL_STATE_DICT):
+        legacy_sd = legacy.state_dict()
+state_dict_categories = show_warnings("FSDP.state_dict_type(...) and state_dict()", caught)
+
+# %%
+assert legacy_tensor.DTensor is DTensor, "torch.distributed._tensor should re-export the public DTensor"
+assert FutureWarning in state_dict_categories, "FSDP.state_dict_type() was expected to warn that it is being deprecated"
+assert FutureWarning not in construct_categories and DeprecationWarning not in construct_categories, \
+    "constructing FSDP1 now emits a deprecation warning: update the prose above"
+assert not import_categories, "importing torch.distributed._tensor now warns: update the prose above"
+del legacy, legacy_sd
+
 # %%
 dist.destroy_process_group()
 print("in-process group destroyed:", not dist.is_initialized())
 
 # %% [markdown]
-# (With the process group in place, `dcp.load` in the last cell ran as a
+# (With the process group in place, `dcp.load` in pitfall 3 ran as a
 # world of one; without it, as in the DCP section, it falls back to a
 # single process by itself.)
 #
@@ -686,7 +1041,7 @@ def per_rank_bytes(shapes, world_size, strategy):
 result = check("26.per_rank_bytes", per_rank_bytes)
 
 # %% [markdown]
-# Again the formula meets the measurement (the measured figure also
+# Again the formula meets the job's count of the local pieces (which also
 # contains AdamW's 4-byte `step` counters, one per parameter tensor):
 
 # %%
@@ -704,24 +1059,36 @@ for strategy, measured in (("ddp", ddp_bytes[0]), ("fsdp", fsdp_bytes[0])):
 #   tensor plus one placement per mesh dimension (`Shard(d)`, `Replicate()`,
 #   `Partial()`). `Shard` splits like `torch.chunk`; `full_tensor()` gathers.
 # - **FSDP2** (`fully_shard`) shards parameters, gradients and optimizer
-#   state, so each rank holds about 1/N of DDP's bytes, at the price of an
-#   all-gather per layer in forward and backward and a reduce-scatter of the
-#   gradients. In float32 it matches one process to rounding; a
+#   state, so between layers each rank keeps 1/N of DDP's bytes, at the
+#   price of an all-gather per unit in forward and backward and a
+#   reduce-scatter of the gradients. During forward it also holds one
+#   gathered unit (measured: exactly the largest layer), and all of them
+#   with `reshard_after_forward=False`, so the wrapping decides the peak.
+# - Checked with SGD, FSDP and DDP match one process to float rounding, and
+#   the same check fails a sum-instead-of-mean reduction and a missing
+#   all-reduce; AdamW would have hidden the sum in almost every weight. A
 #   `MixedPrecisionPolicy` computes in bfloat16 and reduces in float32.
 # - **Tensor parallelism** splits the matrix multiplies: `ColwiseParallel`
 #   then `RowwiseParallel` needs one all-reduce per MLP, two per transformer
 #   block, and the results equal the single-process model.
-# - A **2-D mesh** combines them: TP inside (`mesh["tp"]`), FSDP across
-#   (`mesh["dp"]`).
+# - **Pipeline parallelism** (`PipelineStage` + `ScheduleGPipe` /
+#   `Schedule1F1B`) cuts the model by layers; on 2 gloo processes its output
+#   and gradients equal one process, with the gradients divided by the
+#   number of microbatches (`scale_grads`).
+# - A **2-D mesh** combines FSDP and TP: TP inside (`mesh["tp"]`), FSDP
+#   across (`mesh["dp"]`).
 # - **DCP** saves each rank's shards in parallel and loads them into any
-#   other layout: saved on 2 processes, loaded on 1 here.
+#   other layout: saved on 2 processes, loaded on 1 and on 4 here, equal
+#   tensor for tensor.
 # - FSDP1 (`FullyShardedDataParallel`) and `torch.distributed._tensor` are
-#   the legacy forms of `fully_shard` and `torch.distributed.tensor`.
+#   the legacy forms of `fully_shard` and `torch.distributed.tensor`; most
+#   FSDP1 options map to an FSDP2 argument or method (the table), and 2.14
+#   warns only about FSDP1's state-dict API.
 #
 # This is the last chapter of the course, and the start of large-scale
-# training. Where to go from here: pipeline parallelism
-# (`torch.distributed.pipelining`), which splits the model by layers across
-# ranks; the same code on GPUs with NCCL, where overlapping the all-gathers
+# training. Where to go from here: pipeline schedules with several stages
+# per rank (`ScheduleInterleaved1F1B`) and their timing on real devices; the
+# same code on GPUs with NCCL, where overlapping the all-gathers
 # with computation is what makes FSDP fast; and PyTorch's torchtitan
 # project, which combines FSDP2, tensor, pipeline and context parallelism
 # with DCP checkpoints for training large language models.

@@ -1,4 +1,4 @@
-"""Chapter 26's entry points under the real launcher: one 2-process gloo job (DTensor placements).
+"""Chapter 26's entry points under the real launcher (one 2-process gloo job: DTensor placements), and fsdp_memory's measuring helpers.
 
 This is the suite's one real successful multi-process job (tests/test_distributed.py runs the
 failing one), so it also checks the per-rank output and that no process is left behind.
@@ -37,3 +37,54 @@ def test_mesh_placements_two_ranks(tmp_path, monkeypatch):
     assert [r["shape"] for r in data["placements"]["Shard(1)"]["ranks"]] == [[5, 2], [5, 1]]
     assert any(line.startswith("Shard(0): local shape (2, 3)") for line in result.rank_lines(1)), "rank_lines mixed the ranks"
     assert any(line.startswith("Shard(0): local shape (3, 3)") for line in result.rank_lines(0)), "rank_lines mixed the ranks"
+
+
+# ---- the measuring helpers of fsdp_memory, in this process (no process group, no launch) ----------
+
+
+def test_unsharded_bytes_counts_a_plain_model_in_full_at_every_hook():
+    from torch import nn
+
+    from helpers.distributed.fsdp_memory import UnshardedBytes
+
+    model = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 2))
+    full = sum(p.nbytes for p in model.parameters())
+    tracker = UnshardedBytes(model)
+    assert tracker.sharded_bytes == 0, "a plain model has no DTensor shards"
+    model(torch.randn(3, 8))
+    assert tracker.sample("between forward and backward") == full
+    assert [label for label, _ in tracker.samples] == ["pre 0", "post 0", "pre 2", "post 2", "between forward and backward"]
+    assert all(value == full for _, value in tracker.samples)
+    tracker.remove()
+    model(torch.randn(3, 8))
+    assert len(tracker.samples) == 5, "remove() should take the hooks away"
+
+
+def test_unsharded_bytes_sees_a_freed_storage_as_zero():
+    from torch import nn
+
+    from helpers.distributed.fsdp_memory import UnshardedBytes
+
+    model = nn.Linear(16, 16, bias=False)
+    tracker = UnshardedBytes(model)
+    assert tracker.live() == 16 * 16 * 4
+    model.weight.data.untyped_storage().resize_(0)  # what FSDP does to an unsharded parameter when it reshards
+    assert tracker.live() == 0
+
+
+def test_grad_scale_and_fraction_over():
+    from torch import nn
+
+    from helpers.distributed.fsdp_memory import _first_step, fraction_over, grad_scale
+
+    grads = [torch.randn(4, 3), torch.randn(3)]
+    assert abs(grad_scale([2 * g for g in grads], grads) - 2) < 1e-6
+    assert abs(grad_scale(grads, grads) - 1) < 1e-6
+    a, b = nn.Linear(3, 2), nn.Linear(3, 2)
+    b.load_state_dict(a.state_dict())
+    assert fraction_over(a, b, 1e-6) == 0
+    with torch.no_grad():
+        b.bias += 1  # 2 of the 8 elements differ
+    assert fraction_over(a, b, 1e-6) == 2 / 8
+    samples = [("pre 0", 1), ("between forward and backward", 0), ("after backward", 0), ("pre 0", 5)]
+    assert [s[0] for s in _first_step(samples)] == ["pre 0", "between forward and backward", "after backward"]

@@ -11,19 +11,32 @@ of N / world rows, so the mean of the ranks' mean losses is the whole batch's
 mean loss.
 
 Every rank builds the same ``helpers.models.MLP(784, (256, 128), 10,
-dropout=0)`` (same seed) and trains copies of it with AdamW for ``--steps``
-steps, four ways:
+dropout=0)`` (same seed) and trains copies of it for ``--steps`` steps.
+
+With AdamW (``--lr``), four ways:
 
 - ``reference``: one process, the whole batch (what the others must match);
 - ``ddp``: ``DistributedDataParallel``, a full replica per rank;
 - ``fsdp_fp32``: ``fully_shard`` on each ``Linear`` and on the root, float32;
 - ``fsdp_bf16``: the same with ``MixedPrecisionPolicy(param_dtype=bfloat16,
-  reduce_dtype=float32)``.
+  reduce_dtype=float32)``;
+- ``fsdp_sum_adamw``: ``fsdp_fp32`` with gradients summed over the ranks
+  instead of averaged (a deliberate bug that Adam mostly hides).
 
-Rank 0 writes ``fsdp.json``: per-rank bytes of parameters, gradients and
-AdamW state (local shards only), the losses of every step, each run's largest
-parameter difference from the reference, and the placements of the sharded
-parameters. With ``--checkpoint DIR`` the float32 FSDP model and its
+With plain SGD (``--sgd-lr``, no momentum; under ``"sgd"``): ``reference``,
+``ddp``, ``fsdp``, ``fsdp_keep`` (``reshard_after_forward=False``),
+``fsdp_root_only`` (``fully_shard`` on the root only) and two negative
+controls, ``fsdp_sum`` (sum instead of mean) and ``no_allreduce`` (each rank
+alone). Each records the largest difference of its first gradients and final
+parameters from the reference, the gradient scale, the fraction of parameter
+elements off by more than ``--tol``, and the unsharded parameter bytes
+measured by :class:`UnshardedBytes` during the first step.
+
+Rank 0 writes ``fsdp.json``: for the AdamW runs, per-rank bytes of
+parameters, gradients and AdamW state (the local shards added up), the
+losses of every step, each run's largest parameter difference from the
+reference and the placements of the sharded parameters; the SGD runs as
+above. With ``--checkpoint DIR`` the float32 FSDP model and its
 optimizer are saved with ``torch.distributed.checkpoint.save`` (sharded: each
 rank writes its own shards), and rank 0 also writes the full tensors to
 ``full_state.pt`` (``{"model": {...}, "optim": {...}}``) to compare a reload with.
@@ -33,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import weakref
 from pathlib import Path
 
 import torch
@@ -42,7 +56,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 from torch.distributed.elastic.multiprocessing.errors import record
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
@@ -70,7 +84,11 @@ def _nbytes(tensors) -> int:
 
 
 def memory_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
-    """Bytes this rank holds for parameters, gradients and optimizer state (local shards only)."""
+    """Bytes this rank holds for parameters, gradients and optimizer state (local shards only).
+
+    This adds up ``numel * element_size`` of the local pieces: it is the layout
+    FSDP promises, not a measurement of memory. :class:`UnshardedBytes` measures.
+    """
     params = list(model.parameters())
     state = [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
     return {
@@ -80,14 +98,102 @@ def memory_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str
     }
 
 
-def train(model, batch_x, batch_y, steps, lr, reduce_losses: bool) -> list[float]:
-    """AdamW steps on one batch: (the loss of each step, averaged over the ranks when ``reduce_losses``; the optimizer)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    losses = []
-    for _ in range(steps):
+class UnshardedBytes:
+    """Measure how many bytes of full-size (unsharded) parameter storage are alive on this rank.
+
+    A forward pre-hook and a forward hook go on every module that owns
+    parameters, registered *after* ``fully_shard`` so that they run after
+    FSDP's own hooks: in a pre-hook the unit about to run has been
+    all-gathered, in a post-hook FSDP has already resharded it (or not).
+    While a unit is gathered FSDP registers plain full-size tensors as its
+    parameters, and DTensor shards otherwise. Each hook scans all of the
+    model's parameters, remembers (by weak reference) every plain one it has
+    seen, and records the sum of ``untyped_storage().nbytes()`` over the
+    distinct storages still alive. FSDP frees an unsharded parameter by
+    resizing its storage to 0 bytes, so freed memory counts 0; the sharded
+    DTensors are not counted. For a plain model (one process, DDP) every
+    parameter is full-size, always. Activations and gradients are not counted.
+
+    ``samples`` is a list of ``(label, unsharded bytes)``: ``"pre <module>"``,
+    ``"post <module>"`` during forward, and whatever :meth:`sample` is called
+    with. ``sharded_bytes`` is measured once, when the tracker is made (before
+    any forward, so every FSDP parameter is a DTensor then): the distinct
+    storages behind the local pieces, FSDP's (padded) shards, which stay
+    allocated for the whole run.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.refs: list[weakref.ref] = []
+        self.samples: list[tuple[str, int]] = []
+        self.handles = []
+        self.sharded_bytes = self.sharded()
+        for name, module in model.named_modules():
+            if next(module.parameters(recurse=False), None) is not None:
+                self.handles.append(module.register_forward_pre_hook(self._hook(f"pre {name}")))
+                self.handles.append(module.register_forward_hook(self._hook(f"post {name}")))
+
+    def _hook(self, label: str):
+        def hook(*_):
+            self.sample(label)
+        return hook
+
+    def live(self) -> int:
+        """Bytes of distinct, non-empty storages behind the unsharded parameters seen so far."""
+        for p in self.model.parameters():
+            if not isinstance(p, DTensor) and not any(r() is p for r in self.refs):
+                self.refs.append(weakref.ref(p))
+        storages = {}
+        for ref in self.refs:
+            t = ref()
+            if t is not None and t.untyped_storage().nbytes() > 0:
+                storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return sum(storages.values())
+
+    def sharded(self) -> int:
+        """Bytes of distinct storages behind the local pieces of the model's DTensor parameters."""
+        storages = {}
+        for p in self.model.parameters():
+            if isinstance(p, DTensor):
+                storage = p.to_local().untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+        return sum(storages.values())
+
+    def sample(self, label: str) -> int:
+        """Record ``(label, live())`` and return the unsharded bytes."""
+        value = self.live()
+        self.samples.append((label, value))
+        return value
+
+    def remove(self) -> None:
+        """Remove the hooks."""
+        for h in self.handles:
+            h.remove()
+
+
+def train(model, batch_x, batch_y, steps, make_optimizer, reduce_losses: bool, tracker: UnshardedBytes | None = None):
+    """Optimizer steps on one batch.
+
+    Returns ``(losses, optimizer, first_grads)``: the loss of each step
+    (averaged over the ranks when ``reduce_losses``), the optimizer, and the
+    full gradient of every parameter after the first ``backward()`` (gathered
+    from the shards for FSDP), taken before the first optimizer step. With a
+    ``tracker``, the unsharded bytes are also sampled between the first
+    forward and its backward (``"between forward and backward"``) and after that backward.
+    """
+    optimizer = make_optimizer(model.parameters())
+    losses, first_grads = [], None
+    for step in range(steps):
         optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(batch_x).float(), batch_y)
+        out = model(batch_x)
+        if tracker is not None and step == 0:
+            tracker.sample("between forward and backward")
+        loss = F.cross_entropy(out.float(), batch_y)
         loss.backward()
+        if tracker is not None and step == 0:
+            tracker.sample("after backward")
+        if step == 0:
+            first_grads = [_full(p.grad).detach().float().clone() for p in model.parameters()]
         optimizer.step()
         value = loss.detach().clone()
         if reduce_losses:
@@ -95,13 +201,42 @@ def train(model, batch_x, batch_y, steps, lr, reduce_losses: bool) -> list[float
             if dist.get_backend() != "nccl":
                 value /= dist.get_world_size()
         losses.append(round(value.item(), 6))
-    return losses, optimizer
+    return losses, optimizer, first_grads
 
 
 def max_diff(model: nn.Module, reference: nn.Module) -> float:
     """Largest absolute difference between ``model``'s full parameters and the reference's."""
     return max((_full(p).detach().float() - q.detach()).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
 
+
+def grad_diff(grads: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
+    """Largest absolute difference between two lists of full gradients."""
+    return max((g - r).abs().max().item() for g, r in zip(grads, reference))
+
+
+def fraction_over(model: nn.Module, reference: nn.Module, tol: float) -> float:
+    """The fraction of all parameter elements whose full value differs from the reference's by more than ``tol``."""
+    over = total = 0
+    for p, q in zip(model.parameters(), reference.parameters()):
+        d = (_full(p).detach().float() - q.detach()).abs()
+        over, total = over + int((d > tol).sum()), total + d.numel()
+    return over / total
+
+
+def grad_scale(grads: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
+    """The least-squares factor s in ``grads ~ s * reference`` over all elements: 1 when equal, world size for a sum."""
+    dot = sum((g * r).sum() for g, r in zip(grads, reference))
+    return (dot / sum((r * r).sum() for r in reference)).item()
+
+
+def shard_mlp(model: nn.Module, per_layer: bool = True, **kwargs) -> nn.Module:
+    """``fully_shard`` each ``Linear`` (when ``per_layer``), then the root, with the same keyword arguments."""
+    if per_layer:
+        for layer in model.modules():
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, **kwargs)  # each Linear: one all-gather unit
+    fully_shard(model, **kwargs)  # the root: whatever is left, and the last reduce
+    return model
 
 
 @record
@@ -110,7 +245,9 @@ def main() -> None:
     parser.add_argument("--data", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=1e-3, help="AdamW's learning rate")
+    parser.add_argument("--sgd-lr", type=float, default=0.1, help="plain SGD's learning rate (the equality checks)")
+    parser.add_argument("--tol", type=float, default=1e-5, help="|difference| counted as 'differs' in fraction_over_tol")
     parser.add_argument("--hidden", type=int, nargs="+", default=[256, 128])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint", default=None, help="folder for a DCP checkpoint of the float32 FSDP run")
@@ -124,28 +261,34 @@ def main() -> None:
         per_rank = len(x) // world
         local_x, local_y = x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
 
+        def adamw(params):
+            return torch.optim.AdamW(params, lr=args.lr)
+
+        def sgd(params):
+            return torch.optim.SGD(params, lr=args.sgd_lr)  # no momentum: the update is lr * gradient
+
         torch.manual_seed(args.seed)  # the same initial weights on every rank
         base = MLP(784, tuple(args.hidden), 10, dropout=0.0).to(device_type)
-        results: dict = {"world": world, "steps": args.steps, "batch": len(x), "n_params": sum(p.numel() for p in base.parameters())}
+        results: dict = {"world": world, "steps": args.steps, "batch": len(x), "n_params": sum(p.numel() for p in base.parameters()),
+                         "param_bytes": sum(p.nbytes for p in base.parameters()),
+                         "layer_bytes": {n: sum(p.nbytes for p in m.parameters()) for n, m in base.named_modules()
+                                         if isinstance(m, nn.Linear)}}
 
+        # ---- AdamW: the layout in bytes, bfloat16, and the checkpoint --------------------------------
         reference = copy.deepcopy(base)
-        ref_losses, _ = train(reference, x, y, args.steps, args.lr, reduce_losses=False)
+        ref_losses, _, _ = train(reference, x, y, args.steps, adamw, reduce_losses=False)
         results["reference"] = {"losses": ref_losses}
 
         ddp = DistributedDataParallel(copy.deepcopy(base))
-        losses, opt = train(ddp, local_x, local_y, args.steps, args.lr, reduce_losses=True)
+        losses, opt, _ = train(ddp, local_x, local_y, args.steps, adamw, reduce_losses=True)
         results["ddp"] = {"losses": losses, "bytes": gather_object(memory_bytes(ddp, opt)),
                           "max_diff": max_diff(ddp.module, reference)}
         del ddp, opt
 
         for name, policy in (("fsdp_fp32", MixedPrecisionPolicy()),
                              ("fsdp_bf16", MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))):
-            model = copy.deepcopy(base)
-            for layer in model.modules():
-                if isinstance(layer, nn.Linear):
-                    fully_shard(layer, mp_policy=policy)  # each Linear: one all-gather unit
-            fully_shard(model, mp_policy=policy)  # the root: whatever is left, and the last reduce
-            losses, opt = train(model, local_x, local_y, args.steps, args.lr, reduce_losses=True)
+            model = shard_mlp(copy.deepcopy(base), mp_policy=policy)
+            losses, opt, _ = train(model, local_x, local_y, args.steps, adamw, reduce_losses=True)
             first = next(model.parameters())
             results[name] = {
                 "losses": losses,
@@ -165,8 +308,64 @@ def main() -> None:
                     save_rank0(Path(args.out) / "full_state.pt", {"model": full_model, "optim": full_optim})
                 results["checkpoint_keys"] = sorted(model_sd)
             del model, opt
+        # A wrong reduction under AdamW: summed instead of averaged gradients are a constant factor (the world
+        # size) too large, and Adam's m / sqrt(v) update does not see a constant factor (up to its eps).
+        model = _sum_instead_of_mean(shard_mlp(copy.deepcopy(base)))
+        losses, _, _ = train(model, local_x, local_y, args.steps, adamw, reduce_losses=True)
+        results["fsdp_sum_adamw"] = {"losses": losses, "max_diff": max_diff(model, reference), "fraction_over_tol": fraction_over(model, reference, args.tol)}
+        del model
+
+        # ---- plain SGD: equality of gradients and parameters, negative controls, measured memory -------
+        reference = copy.deepcopy(base)
+        tracker = UnshardedBytes(reference)
+        sgd_ref_losses, _, ref_grads = train(reference, x, y, args.steps, sgd, reduce_losses=False, tracker=tracker)
+        tracker.remove()
+        runs = {"reference": {"losses": sgd_ref_losses, "unsharded": _first_step(tracker.samples)}}
+        variants = {
+            "ddp": lambda m: DistributedDataParallel(m),
+            "fsdp": lambda m: shard_mlp(m),  # reshard_after_forward defaults: True per layer, False for the root
+            "fsdp_keep": lambda m: shard_mlp(m, reshard_after_forward=False),  # keep every layer gathered until backward
+            "fsdp_root_only": lambda m: shard_mlp(m, per_layer=False),  # one unit: the whole model gathered at once
+            "fsdp_sum": lambda m: _sum_instead_of_mean(shard_mlp(m)),  # negative control: a wrong reduction
+            "no_allreduce": lambda m: m,  # negative control: each rank trains on its half alone, no communication
+        }
+        for name, wrap in variants.items():
+            model = wrap(copy.deepcopy(base))
+            tracker = UnshardedBytes(model)
+            losses, _, grads = train(model, local_x, local_y, args.steps, sgd, reduce_losses=True, tracker=tracker)
+            tracker.remove()
+            plain = model.module if isinstance(model, DistributedDataParallel) else model
+            runs[name] = {"losses": losses, "grad_diff": grad_diff(grads, ref_grads), "max_diff": max_diff(plain, reference),
+                          "grad_scale": grad_scale(grads, ref_grads), "fraction_over_tol": fraction_over(plain, reference, args.tol),
+                          "unsharded": _first_step(tracker.samples), "sharded_bytes": tracker.sharded_bytes}
+            print(f"SGD {name}: max |grad - reference| {runs[name]['grad_diff']:.1e}, "
+                  f"max |param - reference| {runs[name]['max_diff']:.1e}")
+            del model
+        results["sgd"] = runs
+        results["sgd_lr"] = args.sgd_lr
         if rank == 0:
             write_json(Path(args.out) / "fsdp.json", results)
+
+
+def _sum_instead_of_mean(model: nn.Module) -> nn.Module:
+    """Make every FSDP unit of ``model`` sum the ranks' gradients instead of averaging them (a deliberate bug).
+
+    ``set_gradient_divide_factor`` acts on one unit's own parameters only, so it is set on each unit;
+    ``set_force_sum_reduction_for_comms`` makes the reduce-scatter a plain SUM followed by a division
+    (by 1 here), which gloo supports (a factor alone asks for NCCL's ``PREMUL_SUM``).
+    """
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_force_sum_reduction_for_comms(True)  # a SUM reduce-scatter (gloo has no PREMUL_SUM)
+            module.set_gradient_divide_factor(1.0)  # ... divided by 1 instead of by the world size
+    return model
+
+
+def _first_step(samples: list) -> list:
+    """The samples of the first step: up to and including "after backward"."""
+    labels = [sample[0] for sample in samples]
+    end = labels.index("after backward") + 1
+    return [list(sample) for sample in samples[:end]]
 
 
 if __name__ == "__main__":

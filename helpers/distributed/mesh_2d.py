@@ -14,6 +14,13 @@ batch). The model is ``helpers.distributed.tp_check.TPBlock``: first
 tensor is compared with the same block trained in one process on the whole
 batch. Rank 0 writes ``mesh_2d.json`` (placements, local shapes, per-rank
 parameter bytes, losses, largest difference).
+
+With ``--checkpoint DIR --full-state FILE`` the same 4-process job also loads
+the DCP checkpoint that ``helpers.distributed.fsdp_memory`` saved at world
+size 2 into the chapter's MLP (``--hidden``) sharded with ``fully_shard`` over
+all 4 ranks, with a fresh AdamW, and compares every full parameter and AdamW
+moment with the full tensors in ``FILE``; the result goes to ``mesh_2d.json``
+under ``"dcp_world4"``.
 """
 
 from __future__ import annotations
@@ -26,7 +33,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.fsdp import fully_shard
@@ -34,6 +44,37 @@ from torch.distributed.tensor.parallel import parallelize_module
 
 from helpers.distributed.common import gather_object, process_group, run_main, write_json
 from helpers.distributed.tp_check import BLOCK_PLAN, TPBlock
+from helpers.models import MLP
+
+
+def load_resharded(checkpoint: str, full_state: str, hidden: tuple[int, ...], device_type: str, seed: int) -> dict:
+    """Load a DCP checkpoint of the chapter's MLP + AdamW into a ``fully_shard`` model over every rank of this job.
+
+    Returns (on every rank) whether the freshly initialised weights differed
+    from the saved ones before the load, whether every full parameter and
+    every AdamW ``exp_avg`` / ``exp_avg_sq`` equals the saved full tensors
+    (``torch.equal``) after it, and each rank's local shapes.
+    """
+    world = dist.get_world_size()
+    mesh = init_device_mesh(device_type, (world,))
+    torch.manual_seed(seed + 1)  # different initial weights: the load must overwrite them
+    model = MLP(784, hidden, 10, dropout=0.0).to(device_type)
+    for layer in model.modules():
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    saved = torch.load(full_state, weights_only=True)
+    differed = any(not torch.equal(p.full_tensor().cpu(), saved["model"][n]) for n, p in model.named_parameters())
+    model_sd, optim_sd = get_state_dict(model, optimizer)  # creates AdamW's (sharded) state for DCP to fill
+    dcp.load({"model": model_sd, "optim": optim_sd}, checkpoint_id=checkpoint)  # each rank reads the pieces it needs
+    set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd)
+    weights = all(torch.equal(p.full_tensor().cpu(), saved["model"][n]) for n, p in model.named_parameters())
+    moments = all(torch.equal(optimizer.state[p][b].full_tensor().cpu(), saved["optim"]["state"][n][b])
+                  for n, p in model.named_parameters() for b in ("exp_avg", "exp_avg_sq"))
+    local = gather_object({n: list(p.to_local().shape) for n, p in model.named_parameters()})
+    return {"world": world, "differed_before_load": differed, "weights_equal": weights, "moments_equal": moments,
+            "local_shapes": local, "n_tensors": len(model_sd)}
 
 
 @record
@@ -44,6 +85,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoint", default=None, help="a DCP checkpoint of the chapter's MLP to load at this world size")
+    parser.add_argument("--full-state", default=None, help="torch.save'd full tensors to compare the load with")
+    parser.add_argument("--hidden", type=int, nargs="+", default=[256, 128], help="the MLP's hidden widths (of the checkpoint)")
     args = parser.parse_args()
     # Two messages that this script does not need: FSDP warns that a module returned a view (we never
     # change it in place), and DTensor logs that gathering a 2-D sharded tensor takes two all-gathers.
@@ -91,8 +135,14 @@ def main() -> None:
         everyone = gather_object(mine)
         print(f"mesh coordinate (dp, tp) = {tuple(mine['coordinate'])}: attn.q.weight local shape "
               f"{params['attn.q.weight']['local_shape']}, max |param - reference| {diff:.1e}")
+        resharded = None
+        if args.checkpoint:
+            resharded = load_resharded(args.checkpoint, args.full_state, tuple(args.hidden), device_type, args.seed)
+            print(f"DCP checkpoint saved at world size 2 loaded at world size {world}: weights equal "
+                  f"{resharded['weights_equal']}, AdamW moments equal {resharded['moments_equal']}")
         if rank == 0:
             write_json(Path(args.out) / "mesh_2d.json", {
+                "dcp_world4": resharded,
                 "world": world, "mesh": mesh.mesh.tolist(), "dim_names": list(mesh.mesh_dim_names),
                 "losses": losses, "reference_losses": [round(v.item(), 6) for v in ref_losses],
                 "max_diff": diff, "params": params, "ranks": everyone,

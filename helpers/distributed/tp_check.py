@@ -19,6 +19,11 @@ weights:
 For each, the forward output and, after ``backward()``, every parameter's
 full gradient are compared with the single-process model; ``CommDebugMode``
 counts the collectives of one forward. Rank 0 writes ``tp.json``.
+
+With ``--pipeline`` the same job (2 ranks) then runs
+:func:`helpers.distributed.pipeline_check.compare_schedules` (a 2-stage
+pipeline, ``ScheduleGPipe`` and ``Schedule1F1B``) and rank 0 writes
+``pipeline.json`` next to ``tp.json``: one launch for both chapters' sections.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from helpers.distributed.common import process_group, run_main, write_json
+from helpers.distributed.pipeline_check import compare_schedules
 
 
 class TPBlock(nn.Module):
@@ -115,6 +121,8 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=32)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pipeline", action="store_true", help="also run the 2-stage pipeline check (pipeline.json)")
+    parser.add_argument("--microbatches", type=int, default=4, help="microbatches of the pipeline check")
     args = parser.parse_args()
     with process_group() as ctx:
         rank, world, device_type = ctx.rank, ctx.world_size, ctx.device.type
@@ -132,6 +140,11 @@ def main() -> None:
                   f"forward collectives {r['forward_collectives']}")
         if rank == 0:
             write_json(Path(args.out) / "tp.json", results)
+        if args.pipeline:
+            pipeline = compare_schedules(ctx.device, microbatches=args.microbatches, seed=args.seed)
+            for name, r in pipeline.items():
+                print(f"pipeline {name}: max |output diff| {r['output_diff']:.1e}, max |grad diff| {r['grad_diff']:.1e}")
+            write_json(Path(args.out) / "pipeline.json", pipeline, ctx)
 
 
 if __name__ == "__main__":
