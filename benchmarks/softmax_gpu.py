@@ -11,9 +11,11 @@ Usage, from the course root::
     .venv/bin/python benchmarks/softmax_gpu.py OUT_DIR      # or set $OUT
     .venv/bin/python benchmarks/softmax_gpu.py --dry-run    # no GPU needed: checks the script and the CPU op
 
-Exit status: 0 when every check passes (and, on a GPU, the fast kernel
-reaches --min-ratio of torch.softmax on 4096 x 4096 and beats the naive
-one), 1 otherwise.
+Exit status: 0 when every check passes (on a GPU: both kernels pass the
+correctness suite and refuse bad input, and the fast kernel beats the naive
+one on 4096 x 4096; its ratio to torch.softmax is recorded, not required),
+1 otherwise. The dry run also runs the suite on the deliberately broken
+kernels of ``suite.BROKEN_KERNELS`` and requires it to fail each of them.
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", nargs="?", default=os.environ.get("OUT"), help="output folder (default: $OUT, else build/softmax_gpu)")
     p.add_argument("--dry-run", action="store_true", help="no GPU: check the CPU op on the same cases and write a stub report")
-    p.add_argument("--min-ratio", type=float, default=0.9, help="fast kernel's required fraction of torch.softmax's speed on 4096x4096")
     p.add_argument("--min-run-time", type=float, default=0.3, help="seconds of timed runs per measurement")
     args = p.parse_args(argv)
     if args.out is None:
@@ -80,10 +81,14 @@ def main(argv=None) -> int:
         rejections = suite.check_rejections(ops.softmax_cpu, "cpu")
         result["correctness"] = {"softmax_cpu": checks}
         result["rejections"] = {"softmax_cpu": rejections}
-        md += ["", "## Correctness: softmax_cpu (dry run)", "", _table(checks, ["case", "shape", "max_abs_diff", "nan_match", "ok"])]
+        md += ["", "## Correctness: softmax_cpu (dry run)", "", _table(checks, ["case", "shape", "max_rel_diff", "worst_row_sum_err", "tol_used", "ok"])]
         md += ["", "## Rejected inputs: softmax_cpu", "", _table(rejections, ["input", "message", "ok"])]
+        caught = {name: [r["case"] for r in suite.correctness(fn, "cpu") if not r["ok"]] for name, fn in suite.BROKEN_KERNELS.items()}
+        result["negative_controls"] = caught
+        md += ["", "## Negative controls (the suite must fail each)", ""]
+        md += [f"- {name}: {len(cases)} failing cases{' (NOT CAUGHT)' if not cases else ''}" for name, cases in caught.items()]
         md += ["", f"Benchmark shapes (not run): {', '.join(f'{r}x{c}' for r, c in suite.BENCH_SHAPES)}"]
-        ok = all(r["ok"] for r in checks + rejections)
+        ok = all(r["ok"] for r in checks + rejections) and all(caught.values())
     else:
         if not torch.cuda.is_available():
             print("no CUDA device: run on a machine with a GPU, or use --dry-run", file=sys.stderr)
@@ -95,7 +100,7 @@ def main(argv=None) -> int:
             checks = suite.correctness(fn, "cuda", max_cols=suite.NAIVE_MAX_COLS if name == "softmax_naive" else None)
             rejections = suite.check_rejections(fn, "cuda")
             result["correctness"][name], result["rejections"][name] = checks, rejections
-            md += ["", f"## Correctness: {name}", "", _table(checks, ["case", "shape", "max_abs_diff", "nan_match", "ok"])]
+            md += ["", f"## Correctness: {name}", "", _table(checks, ["case", "shape", "max_rel_diff", "worst_row_sum_err", "tol_used", "ok"])]
             md += ["", f"## Rejected inputs: {name}", "", _table(rejections, ["input", "message", "ok"])]
             ok = ok and all(r["ok"] for r in checks + rejections)
         bench = suite.benchmark(
@@ -109,9 +114,9 @@ def main(argv=None) -> int:
         vs_naive = head["fast"]["gbps"] / head["naive"]["gbps"]
         result["headline"] = {"shape": list(HEADLINE), "fast_over_torch": ratio, "fast_over_naive": vs_naive,
                               "fast_gbps": head["fast"]["gbps"], "copy_gbps": head["copy (y.copy_(x))"]["gbps"]}
-        md += ["", f"On {HEADLINE[0]}x{HEADLINE[1]}: fast = {ratio:.2f}x torch.softmax's speed, {vs_naive:.1f}x the naive kernel's,"
-               f" {head['fast']['of_copy']:.0%} of copy bandwidth (required: >= {args.min_ratio}x torch, faster than naive)."]
-        ok = ok and ratio >= args.min_ratio and vs_naive > 1
+        md += ["", f"On {HEADLINE[0]}x{HEADLINE[1]}: fast = {ratio:.2f}x torch.softmax's speed (recorded), {vs_naive:.1f}x the naive"
+               f" kernel's (required: > 1), {head['fast']['of_copy']:.0%} of copy bandwidth."]
+        ok = ok and vs_naive > 1
 
     result["ok"] = ok
     (out / "softmax_gpu.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -866,8 +866,9 @@ assert value_diff <= 1e-4 * abs(eager_value.item()) and grad_diff < 1e-4, (
 # our registration, and Inductor generated the code around it. That is the
 # general recipe for any kernel that PyTorch cannot see into: wrap it in a
 # `custom_op`, give it a fake kernel and (if it needs gradients) an
-# autograd formula, and check all three with `opcheck`. Chapter 20 wraps
-# its C++ and CUDA kernels the same way.
+# autograd formula, and check all three with `opcheck`. Chapter 20
+# registers its C++ and CUDA kernels the same way, with the schema declared
+# in C++ (`TORCH_LIBRARY`) in place of `custom_op`.
 #
 # `custom_op` or `autograd.Function`? A Function is quicker to write and
 # enough for eager code; under `torch.compile`, Dynamo traces *into* its

@@ -26,8 +26,15 @@
 # **What you will learn**
 # - compiling and loading C++ with `torch.utils.cpp_extension.load_inline`;
 #   input checks with `TORCH_CHECK`; splitting rows over threads with
-#   `at::parallel_for`; timing the result against a Python loop and
-#   `torch.softmax`;
+#   `at::parallel_for` (which needs `-fopenmp`);
+# - making the CPU kernel fast one measured step at a time, from the scalar
+#   loop to SIMD with `at::vec::Vectorized<float>` and its vectorised `exp`,
+#   against a Python loop and `torch.softmax`;
+# - making a kernel a real PyTorch operator: a schema with `TORCH_LIBRARY`,
+#   a kernel per backend with `TORCH_LIBRARY_IMPL`, a fake kernel and an
+#   autograd formula registered from Python, all checked by
+#   `torch.library.opcheck`; and what a function bound with pybind11 alone
+#   cannot do (gradients, `torch.compile`, `torch.export`);
 # - the online softmax (Milakov and Gimelshein, 2018): the maximum and the
 #   sum in one pass, derived, then checked in plain PyTorch;
 # - how a CUDA kernel is organised (threads, warps, blocks), why one thread
@@ -38,7 +45,8 @@
 #   a GPU is there: a correctness suite and a bandwidth benchmark;
 # - building the same sources as an installable package with `setuptools`;
 # - where builds are cached, what the `lock` file is, and the errors you will
-#   meet: wrong dtype, a non-contiguous tensor, a missing compiler.
+#   meet: wrong dtype, a non-contiguous tensor, a missing compiler, and two
+#   `load_inline` mistakes common in published examples.
 #
 # **Prerequisites:** chapters 01 (tensors, strides, `.contiguous()`), 16
 # (`torch.compile`) and 17 (profiling), and `helpers.bench` for timing.
@@ -49,20 +57,25 @@
 
 # %% tags=["parameters"]
 CPU_ROWS = 4096  # rows of the CPU benchmark input
-CPU_COLS = 512  # columns (the softmax is over each row)
+CPU_COLS = 4096  # columns (the softmax is over each row)
 LOOP_ROWS = 256  # rows for the Python-loop baseline (one Python iteration per row: slow)
 BENCH_TIME = 0.3  # seconds of timed runs per measurement (helpers.bench.measure)
 ONLINE_CHUNK = 64  # chunk length for the online softmax written in PyTorch
+VEC_MIN_SPEEDUP = 3.0  # on one thread, the at::vec kernel must be at least this many times faster than the scalar loop
+ONLINE_SLOWER = True  # assert that on one thread the online kernel (two exps per element) is slower than three passes
+EXP_MIN_SHARE = 0.15  # exp must take at least this fraction of the threaded scalar loop's time
+BUILD_MISTAKES = True  # compile the two broken load_inline examples of the Pitfalls (a few seconds each, every run)
 BUILD_CUDA = True  # compile the CUDA sources when nvcc is present (1-3 min the first time, then cached)
 BUILD_PACKAGE = True  # build extensions/course_kernels with setuptools (about a minute the first time, then cached)
 GPU_SHAPES = ((4096, 4096), (65536, 128), (16384, 1024), (1024, 32768), (8, 1_000_000))  # (rows, cols) benchmarked on a GPU
-FAST_MIN_RATIO = 0.9  # on a GPU the fast kernel must reach this fraction of torch.softmax's speed on 4096 x 4096
 SEED = 0
 
 # %% [markdown]
 # ## Setup
 
 # %%
+import ctypes
+import inspect
 import math
 import os
 import re
@@ -70,6 +83,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -122,12 +136,16 @@ print(f"CUDA GPU visible: {has_gpu}")
 #
 # ## A C++ op, loaded inline
 #
-# Here is the whole CPU op (the input checks are in `softmax_common.h`, shown
-# further down). `at::parallel_for(begin, end, grain, fn)` splits the rows
-# into ranges and runs `fn` on PyTorch's intra-op thread pool, the same pool
+# Here is the first version of the CPU kernel, the textbook loop (the input
+# checks are in `softmax_common.h`, shown further down): per row, one loop
+# for the maximum, one for `exp(x - max)` and its sum, one to divide.
+# `at::parallel_for(begin, end, grain, fn)` splits the rows into ranges and
+# runs `fn` on PyTorch's intra-op thread pool, the same pool
 # `torch.set_num_threads` controls; `grain` is the smallest range worth
-# giving a thread. `AT_DISPATCH_FLOATING_TYPES` instantiates the template for
-# float32 and float64 and picks one from the tensor's dtype at run time.
+# giving a thread. The template is compiled for float32 and float64
+# (`scalar_t`); `acc_t` is the type the sum is accumulated in (double
+# here). Ignore the `kExp` and `kParallel` switches for now: they serve the
+# measurements below.
 
 
 # %%
@@ -144,17 +162,21 @@ def show_source(filename, start=None, stop=None, max_lines=60):
         print(f"// ... {len(shown) - max_lines} more lines")
 
 
-show_source("softmax_cpu.cpp", start="namespace {")
+show_source("softmax_cpu.cpp", start="// --------------------------------------------------------------- scalar",
+            stop="// ------------------------------------------------------------ vectorised")
 
 # %% [markdown]
-# `helpers.kernels.load_cpu_ops()` hands this file, the bindings file and
-# the flags to `torch.utils.cpp_extension.load_inline`, which writes the
-# sources into a build folder, generates a `build.ninja` file, runs the
-# compiler through `ninja`, and imports the resulting shared library as a
-# Python module. The first build takes a while (PyTorch's headers are large);
-# after that, ninja sees nothing changed and the import is nearly instant.
-# Before building, the loader checks that a C++ compiler and ninja exist, so
-# a missing tool gives one clear error (see *Pitfalls*).
+# `helpers.kernels.load_cpu_ops()` hands this file, `ops.cpp` and
+# `bindings.cpp` (both shown below) and the flags to
+# `torch.utils.cpp_extension.load_inline`, which writes the sources into a
+# build folder, generates a `build.ninja` file, runs the compiler through
+# `ninja`, and imports the resulting shared library as a Python module. The
+# first build takes a while (PyTorch's headers are large); after that, ninja
+# sees nothing changed and the import is nearly instant. Before building,
+# the loader checks that a C++ compiler and ninja exist, so a missing tool
+# gives one clear error (see *Pitfalls*). The flags are `-O3`, `-fopenmp` and
+# the SIMD flags for this CPU; why the last two matter is measured in
+# *Is it fast?*.
 
 # %%
 start = time.perf_counter()
@@ -164,6 +186,19 @@ print(f"loaded {cpu_ops.__name__} in {load_s:.1f} s (a long time means it was co
 print("build folder:", rel(kernels.extension_dir(kernels.CPU_EXTENSION)))
 print("functions:", [name for name in dir(cpu_ops) if not name.startswith("_")])
 print(cpu_ops.softmax_cpu.__doc__.splitlines()[0])
+print("compiled with flags:", " ".join(kernels.CFLAGS + kernels.cpu_vec_flags()))
+print("build info:", cpu_ops.cpu_build_info())
+# Is Sleef, at::vec's vectorised exp, really there? Its header ships with torch's headers,
+# its code inside libtorch_cpu: ask the loader for the symbol the build info names.
+torch_lib = Path(torch.__file__).parent
+sleef_symbol = {"AVX512": "Sleef_expf16_u10", "AVX2": "Sleef_expf8_u10"}.get(torch.backends.cpu.get_cpu_capability())
+if sleef_symbol is None:
+    print("no AVX2/AVX-512 here: at::vec falls back to std::exp, Sleef is not used")
+else:
+    libtorch_cpu = ctypes.CDLL(str(next((torch_lib / "lib").glob("libtorch_cpu.*"))))
+    sleef_ok = (torch_lib / "include" / "sleef.h").is_file() and hasattr(libtorch_cpu, sleef_symbol)
+    print(f"Sleef: include/sleef.h present and libtorch_cpu exports {sleef_symbol}: {sleef_ok}")
+    assert sleef_ok and sleef_symbol in cpu_ops.cpu_build_info(), f"Sleef's {sleef_symbol} is not available in this build"
 assert kernels.load_cpu_ops() is cpu_ops, "a second load in the same process should return the cached module"
 
 # %% [markdown]
@@ -179,11 +214,11 @@ assert kernels.load_cpu_ops() is cpu_ops, "a second load in the same process sho
 # %%
 # NBVAL_CHECK_OUTPUT
 x_check = torch.randn(CPU_ROWS, CPU_COLS, generator=generator)
-diff32 = (cpu_ops.softmax_cpu(x_check) - torch.softmax(x_check, -1)).abs().max().item()
-diff64 = (cpu_ops.softmax_cpu(x_check.double()) - torch.softmax(x_check.double(), -1)).abs().max().item()
+diff32 = (kernels.softmax_cpu(x_check) - torch.softmax(x_check, -1)).abs().max().item()
+diff64 = (kernels.softmax_cpu(x_check.double()) - torch.softmax(x_check.double(), -1)).abs().max().item()
 print(f"float32 input {tuple(x_check.shape)}: max |difference| below 1e-6: {diff32 < 1e-6}")
 print(f"float64 input: max |difference| below 1e-12: {diff64 < 1e-12}")
-edge = suite.correctness(cpu_ops.softmax_cpu, "cpu")
+edge = suite.correctness(kernels.softmax_cpu, "cpu")
 for row in edge:
     print(f"  {row['case']:<40} {'ok' if row['ok'] else 'MISMATCH'}")
 report.record("C++ softmax: max |diff| vs torch.softmax (float32)", f"{diff32:.1e}")
@@ -198,13 +233,12 @@ assert all(row["ok"] for row in edge), f"edge cases failed: {[row['case'] for ro
 # `torch.softmax`; the tests in `tests/test_kernels.py` pin that down.
 
 # %% [markdown]
-# ### Is it fast?
+# ### Is it fast? From the scalar loop to SIMD, one measured step at a time
 #
-# Three ways to compute the same thing, timed with `helpers.bench.measure`
-# (warm-up, repeats, median). The Python loop does one row per iteration
-# with PyTorch calls, the way you might first write a custom per-row op; it
-# runs on fewer rows (`LOOP_ROWS`) because it is slow, so the table compares
-# it per row.
+# First the baseline every compiled kernel should beat: a Python loop that
+# does one row per iteration with PyTorch calls, the way you might first
+# write a custom per-row op. It runs on fewer rows (`LOOP_ROWS`) because it
+# is slow, so it is compared per row.
 
 
 # %%
@@ -217,44 +251,385 @@ def softmax_python_loop(x):
     return out
 
 
+variant = torch.ops.course.softmax_cpu_variant  # one of the kernels of softmax_cpu.cpp, by name (float32)
 x_loop = x_check[:LOOP_ROWS].contiguous()
 assert torch.allclose(softmax_python_loop(x_loop), torch.softmax(x_loop, -1), atol=1e-6)
 t_loop = measure(lambda: softmax_python_loop(x_loop), label=f"Python loop, {LOOP_ROWS} rows", min_run_time=BENCH_TIME)
-t_cpp_small = measure(lambda: cpu_ops.softmax_cpu(x_loop), label=f"C++ op, {LOOP_ROWS} rows", min_run_time=BENCH_TIME)
-t_cpp = measure(lambda: cpu_ops.softmax_cpu(x_check), label=f"C++ op, {CPU_ROWS} rows", min_run_time=BENCH_TIME)
-t_torch = measure(lambda: torch.softmax(x_check, -1), label=f"torch.softmax, {CPU_ROWS} rows", min_run_time=BENCH_TIME)
-print(f"input: rows x {CPU_COLS} float32, {torch.get_num_threads()} threads")
-print(timing_table([t_loop, t_cpp_small, t_cpp, t_torch]))
-per_row = {t.label.split(",")[0]: t.median_s / rows * 1e6 for t, rows in [(t_loop, LOOP_ROWS), (t_cpp, CPU_ROWS), (t_torch, CPU_ROWS)]}
-print("microseconds per row:", {k: round(v, 2) for k, v in per_row.items()})
-cpp_vs_loop = t_loop.median_s / t_cpp_small.median_s
-cpp_vs_torch = t_torch.median_s / t_cpp.median_s
-_ = report.record("C++ op speed-up over the Python row loop", round(cpp_vs_loop, 1), "x")
-_ = report.record("C++ op speed relative to torch.softmax (CPU)", round(cpp_vs_torch, 2), "x")
+t_loop_cpp = measure(lambda: variant(x_loop, "scalar_serial"), label=f"C++ scalar loop, {LOOP_ROWS} rows", min_run_time=BENCH_TIME)
+t_loop_op = measure(lambda: kernels.softmax_cpu(x_loop), label=f"C++ op (at::vec), {LOOP_ROWS} rows", min_run_time=BENCH_TIME)
+print(f"input: {LOOP_ROWS} x {CPU_COLS} float32, {torch.get_num_threads()} threads")
+print(timing_table([t_loop, t_loop_cpp, t_loop_op]))
+op_vs_loop = t_loop.median_s / t_loop_op.median_s
+_ = report.record("C++ op speed-up over the Python row loop", round(op_vs_loop, 1), "x")
+assert op_vs_loop > 2, f"the compiled op should beat a Python loop over rows clearly; it is only {op_vs_loop:.1f}x faster"
+
+# %% [markdown]
+# Each of the loop's four PyTorch calls is itself a compiled, vectorised
+# kernel over a whole row, so with rows of `CPU_COLS` floats the
+# interpreter's cost per row is spread over many elements. Compare the first
+# two rows of the table: a C++ loop that calls the scalar `std::exp` per
+# element does not automatically beat it. The op, vectorised too, does (the
+# cell asserts more than 2x). A Python loop loses most clearly when rows are
+# short and its fixed cost per row dominates.
+
+# %% [markdown]
+# Now against `torch.softmax` on the full input. The first version of this
+# kernel ran at a small fraction of `torch.softmax`'s speed. Before changing
+# code, find out why. Three suspects: the threads (is `at::parallel_for`
+# really splitting the rows? is the grain wrong?), `exp` (`std::exp` is
+# called one float at a time), and the sum in double (a conversion per
+# element). `softmax_cpu.cpp` keeps each suspect as a variant of the same
+# kernel, and two **probes** that are not softmaxes: the loop with `exp`
+# left out (it times everything except `exp`), and a bare
+# `torch.empty_like(x).fill_(0)`, which times allocating and first touching
+# the output, the floor for any op that returns a new tensor.
+#
+# The threads first. Code compiled without `-fopenmp` has no `_OPENMP`
+# macro, and PyTorch's header then compiles `at::parallel_for` into a plain
+# call on the calling thread: no error, no warning, one core. Here are the
+# lines of the installed torch that decide it:
 
 # %%
-fig, ax = plt.subplots(figsize=(9, 2.6))
-ax.barh(list(per_row), list(per_row.values()), color=["tab:gray", "tab:blue", "tab:green"])
+parallel_header = Path(torch.__file__).parent / "include" / "ATen" / "Parallel-inl.h"
+header_lines = parallel_header.read_text().splitlines()
+first = next(i for i, line in enumerate(header_lines) if "#ifdef INTRA_OP_PARALLEL" in line)
+print(f"// torch/include/ATen/Parallel-inl.h, lines {first + 1}-{first + 12} (INTRA_OP_PARALLEL is defined only under _OPENMP)")
+print("\n".join(header_lines[first : first + 12]))
+threads_used = cpu_ops.parallel_threads_used(CPU_ROWS, CPU_COLS)
+grain = max(1, 32768 // CPU_COLS)
+print(f"\nthis build: at::parallel_for hands {CPU_ROWS} rows (grain {grain} rows) to {threads_used} thread(s); torch.get_num_threads() = {torch.get_num_threads()}")
+expected_threads = 1 if CPU_ROWS <= grain else min(torch.get_num_threads(), math.ceil(CPU_ROWS / grain))
+assert threads_used == expected_threads, f"at::parallel_for used {threads_used} threads, expected {expected_threads}: is -fopenmp missing?"
+
+# %% [markdown]
+# The first build of this chapter had no `-fopenmp`, so it ran every row on
+# one thread whatever `torch.set_num_threads` said; the variant
+# `scalar_serial` runs the same loop the same way (it calls the body for all
+# rows directly, which is what `at::parallel_for` compiles to without
+# OpenMP). The grain is not the problem: with `grain` rows as the smallest
+# piece there are far more pieces than threads. Now the timings
+# (`helpers.bench.measure`: warm-up, then the median over `blocks` timed
+# blocks of `calls` calls in all):
+
+# %%
+x_bench = x_check  # (CPU_ROWS, CPU_COLS) float32
+steps = [
+    ("1. scalar loop, one thread (the first build)", lambda: variant(x_bench, "scalar_serial")),
+    ("2. + threads (built with -fopenmp)", lambda: variant(x_bench, "scalar")),
+    ("   probe: 2 with the sum in float", lambda: variant(x_bench, "scalar_float_sum")),
+    ("   probe: 2 without exp (not a softmax)", lambda: variant(x_bench, "scalar_no_exp")),
+    ("3. + at::vec SIMD and Sleef exp (the op)", lambda: variant(x_bench, "vec")),
+    ("4. at::vec, online max and sum", lambda: variant(x_bench, "vec_online")),
+    ("torch.softmax", lambda: torch.softmax(x_bench, -1)),
+    ("   probe: empty_like(x).fill_(0) only", lambda: torch.empty_like(x_bench).fill_(0.0)),
+]
+for name in ("scalar_serial", "scalar", "scalar_float_sum", "vec", "vec_online"):
+    torch.testing.assert_close(variant(x_bench, name), torch.softmax(x_bench, -1), atol=1e-6, rtol=1e-5)
+timings = {label: measure(fn, label=label, min_run_time=BENCH_TIME) for label, fn in steps}
+t = list(timings.values())
+t_serial, t_scalar, t_float_sum, t_no_exp, t_vec, t_online, t_torch, t_alloc = t
+print(f"input: {CPU_ROWS} x {CPU_COLS} float32, {torch.get_num_threads()} threads, {cpu_ops.cpu_build_info().split(';')[0]}")
+print(timing_table(t, baseline=t_serial))
+exp_share = 1 - t_no_exp.median_s / t_scalar.median_s
+vec_vs_serial = t_serial.median_s / t_vec.median_s
+vec_vs_torch = t_torch.median_s / t_vec.median_s
+print(f"threads: step 2 is {t_serial.median_s / t_scalar.median_s:.2f}x step 1 on {torch.get_num_threads()} thread(s)")
+print(f"exp's share of step 2's time: {exp_share:.0%}; float sum instead of double: {t_scalar.median_s / t_float_sum.median_s:.2f}x")
+print(f"at::vec: {vec_vs_serial:.1f}x the first build; {vec_vs_torch:.2f}x torch.softmax's speed")
+print(f"online (4) against three passes (3): {t_vec.median_s / t_online.median_s:.2f}x the speed")
+print(f"allocation and first touch of the output alone: {t_alloc.median_s / t_torch.median_s:.0%} of torch.softmax's time")
+_ = report.record("CPU softmax 4096x4096: first scalar build relative to torch.softmax", round(t_torch.median_s / t_serial.median_s, 2), "x")
+_ = report.record("CPU softmax 4096x4096: at::vec op relative to torch.softmax", round(vec_vs_torch, 2), "x")
+_ = report.record("CPU softmax 4096x4096: at::vec op speed-up over the first scalar build", round(vec_vs_serial, 1), "x")
+assert exp_share >= EXP_MIN_SHARE, f"without exp the scalar loop is only {exp_share:.0%} faster (need {EXP_MIN_SHARE:.0%}): exp is not its main cost here"
+assert t_scalar.median_s / t_float_sum.median_s < 2, "a float sum made the loop twice as fast: the double sum is a real cost here"
+
+# %%
+fig, ax = plt.subplots(figsize=(9, 3.4))
+labels = [label.strip() for label in timings][::-1]
+values = [timing.median_s * 1e3 for timing in timings.values()][::-1]
+colours = ["tab:gray" if "probe" in label else ("tab:green" if label == "torch.softmax" else "tab:blue") for label in labels]
+ax.barh(labels, values, color=colours)
 ax.set_xscale("log")
-ax.set_xlabel("microseconds per row (log scale; lower is faster)")
-ax.set_title(f"Softmax over rows of {CPU_COLS} float32 values, CPU")
-for i, v in enumerate(per_row.values()):
-    ax.text(v, i, f" {v:.2g}", va="center")
+ax.set(xlabel="milliseconds per call (log scale; lower is faster)", title=f"CPU softmax of a {CPU_ROWS} x {CPU_COLS} float32 tensor, step by step")
+ax.tick_params(axis="y", labelsize=8)
+for i, v in enumerate(values):
+    ax.text(v, i, f" {v:.3g}", va="center", fontsize=8)
 fig.tight_layout()
 plt.show()
 
+# %% [markdown]
+# That table runs on all threads, and threads share the machine with
+# whatever else runs on it: on a busy machine a parallel kernel waits for
+# its slowest thread, and the 64 MB output of every call is freshly mapped
+# memory (see the last probe). To compare the kernels' own work, here they
+# are on one thread, on the first eighth of the rows (an 8 MB output, small
+# enough for the allocator to keep and reuse between calls):
+
 # %%
-assert cpp_vs_loop > 2, f"the compiled op should beat a Python loop over rows clearly; it is only {cpp_vs_loop:.1f}x faster"
+x_block = x_bench[: max(1, CPU_ROWS // 8)]
+one_thread = {
+    name: measure(lambda name=name: variant(x_block, name), label=f"{name}, 1 thread, {x_block.shape[0]} x {CPU_COLS}",
+                  min_run_time=BENCH_TIME, num_threads=1)
+    for name in ("scalar_serial", "vec", "vec_online")
+}
+print(timing_table(list(one_thread.values()), baseline=one_thread["scalar_serial"]))
+vec_speedup_1 = one_thread["scalar_serial"].median_s / one_thread["vec"].median_s
+online_vs_vec_1 = one_thread["vec_online"].median_s / one_thread["vec"].median_s
+print(f"one thread: at::vec is {vec_speedup_1:.1f}x the scalar loop; the online kernel takes {online_vs_vec_1:.2f}x the three-pass kernel's time")
+_ = report.record("CPU softmax, one thread: at::vec speed-up over the scalar loop", round(vec_speedup_1, 1), "x")
+assert vec_speedup_1 >= VEC_MIN_SPEEDUP, f"on one thread the at::vec kernel is only {vec_speedup_1:.1f}x the scalar loop (need {VEC_MIN_SPEEDUP})"
+if ONLINE_SLOWER:
+    assert online_vs_vec_1 > 1, f"the online kernel was not slower than three passes on one thread ({online_vs_vec_1:.2f}x): revisit the prose"
 
 # %% [markdown]
-# What the numbers say (they were measured in this run, so read your own):
-# the compiled op is far faster than the Python loop, which pays the
-# interpreter and four small PyTorch calls for every row. Against
-# `torch.softmax` it usually **loses** on the CPU: PyTorch's kernel uses SIMD
-# instructions (AVX2/AVX-512, 8 or 16 floats per instruction) and a fast
-# vectorised `exp`, while ours calls the scalar `std::exp` once per element.
-# Writing a kernel is not automatically a speed-up; measuring is how you
-# find out.
+# Read the two tables and the lines under them (your run's numbers):
+#
+# - **Step 1 → 2, threads.** The same loop, now really split over the
+#   threads: the line "threads: step 2 is ..." gives the gain, which can
+#   approach the thread count only on an otherwise idle machine (with one
+#   thread, as in CI, the two rows do the same work).
+# - **Where step 2's time goes.** The probe without `exp` shows `exp`'s
+#   share of the loop (the line "exp's share"). The double sum is not the
+#   cost: summing in float changes the time by little (the line "float sum
+#   instead of double"; the cell asserts it is under 2x). The double sum
+#   is therefore kept in the scalar loop, which now serves float64, where it
+#   costs nothing extra.
+# - **Step 3, SIMD.** The one-thread table shows what SIMD buys for the same
+#   work (the cell asserts at least `VEC_MIN_SPEEDUP` times), and the line
+#   "at::vec: ... torch.softmax's speed" how close the op comes to PyTorch's
+#   own kernel on the full input. `at::vec::Vectorized<float>` is PyTorch's portable
+#   SIMD type: a register of 16 floats with AVX-512 (8 with AVX2), with
+#   `loadu`, `store`, `maximum`, arithmetic and `exp()`, which calls
+#   **Sleef**'s vectorised `exp` (`Sleef_expf16_u10`, accurate to 1 ULP).
+#   Sleef ships inside torch's `libtorch_cpu` and its header with torch's
+#   includes, and the build info line above names the one compiled in. The
+#   header picks the SIMD implementation from a macro, `CPU_CAPABILITY_AVX512`
+#   or `CPU_CAPABILITY_AVX2`; without one (and the matching `-mavx512f` or
+#   `-mavx2` flags) `Vectorized<float>` is a plain array and `exp()` calls
+#   `std::exp` per element, so `helpers.kernels.cpu_vec_flags()` passes the
+#   level torch itself uses on this CPU (`torch.backends.cpu.get_cpu_capability()`).
+#   The sum is added up in float within each lane for 64 vectors at a
+#   time, then moved into a double total: each float partial sum holds at
+#   most 64 terms and the rest of the adding happens in double, at the cost
+#   of one store every 64 vectors (a float-only sum would round across the
+#   whole row).
+# - **Step 4, online.** The online softmax (derived in the next section)
+#   finds the maximum and the sum in one pass, but on the CPU it must
+#   compute `exp` twice per element (once for the sum, again to write `y`)
+#   where three passes compute it once. A 4096-float row (16 KB) stays in
+#   the core's cache between passes, so re-reading it is cheap and the
+#   extra `exp` is not: on one thread the online kernel is the slower one
+#   (the one-thread table; the cell asserts it). It pays where reading
+#   memory costs more than arithmetic, as on a GPU (below). The op uses the
+#   three-pass kernel.
+# - **The floor.** glibc's allocator hands blocks above 32 MB back to the
+#   system when they are freed, so a 64 MB output is fresh memory that the
+#   operating system must map and zero on every call. The probe
+#   `empty_like(x).fill_(0)` does only that; the line "allocation and first
+#   touch" gives its share of `torch.softmax`'s time. Both ops pay it, and
+#   no kernel that returns a new tensor can go below that row.
+#
+# `softmax_cpu` (the op) runs step 3 for float32 and the scalar loop for
+# float64:
+
+# %%
+show_source("softmax_cpu.cpp", start="// Three passes, like the scalar loop", stop="// Online softmax: one pass")
+
+# %% [markdown]
+# ## From a pybind11 function to a PyTorch operator
+#
+# `cpu_ops.softmax_cpu` is a C++ function bound to Python with **pybind11**
+# alone (`bindings.cpp`, `PYBIND11_MODULE`). That is how most extension
+# tutorials and many published repositories still do it, and it is the
+# older way: to Python it is an opaque built-in function. PyTorch's
+# **dispatcher**, the layer every `torch.*` operator goes through (autograd,
+# then the kernel for the tensor's device), never sees it. Three
+# consequences, measured:
+
+# %%
+x_small = torch.randn(4, 8, generator=generator, requires_grad=True)
+y_old = cpu_ops.softmax_cpu(x_small)
+print(f"1. gradients: the output of a requires_grad input has requires_grad={y_old.requires_grad}, grad_fn={y_old.grad_fn}")
+try:
+    y_old.sum().backward()
+except RuntimeError as err:
+    print(f"   backward(): {type(err).__name__}: {err}")
+
+
+def pybind_way(x):
+    return cpu_ops.softmax_cpu(x * 2.0) + 1.0
+
+
+def operator_way(x):
+    return torch.ops.course.softmax(x * 2.0) + 1.0
+
+
+torch._dynamo.reset()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    explained_old = torch._dynamo.explain(pybind_way)(torch.randn(4, 8))
+    torch._dynamo.reset()  # forget explain's compiled frames, so that fullgraph=True traces again
+    try:
+        torch.compile(pybind_way, fullgraph=True, backend="eager")(torch.randn(4, 8))
+        fullgraph_error = None
+    except torch._dynamo.exc.Unsupported as err:
+        fullgraph_error = err
+print(f"2. torch.compile: {explained_old.graph_count} graphs, {explained_old.graph_break_count} graph break(s); with fullgraph=True:")
+print("   " + "\n   ".join(f"{type(fullgraph_error).__name__}: {fullgraph_error}".splitlines()[:2])[:400])
+print(f"   (Dynamo also warned {len(caught)} time(s): {str(caught[0].message).splitlines()[0][:60]}...)" if caught else "")
+
+
+class PybindModel(torch.nn.Module):
+    def forward(self, x):
+        return pybind_way(x)
+
+
+try:
+    torch.export.export(PybindModel(), (torch.randn(4, 8),))
+    export_error = None
+except RuntimeError as err:
+    export_error = err
+print(f"3. torch.export: {type(export_error).__name__}: {str(export_error).splitlines()[0]}")
+print("   " + str(export_error).splitlines()[1][:160])
+assert y_old.grad_fn is None and not y_old.requires_grad, "the pybind11 function was expected to lose the autograd graph"
+assert explained_old.graph_break_count >= 1 and fullgraph_error is not None, "the pybind11 call was expected to break the graph"
+assert export_error is not None, "torch.export was expected to fail on the pybind11 call"
+
+# %% [markdown]
+# The gradient is not wrong, it is **silently absent**: a model that used
+# this function in its forward pass would train every parameter before it
+# with a gradient of zero (none at all reaches them), and nothing would
+# complain until `backward()` found no graph. Under `torch.compile`, Dynamo
+# cannot trace into compiled code, so it stops the graph before the call and
+# starts a new one after it (a *graph break*); `fullgraph=True` turns that
+# into the error above. `torch.export`, which traces with fake tensors (no
+# data), even runs the kernel on one and fails on the missing data.
+#
+# **The operator way.** `ops.cpp` registers the same kernels with the
+# dispatcher. `TORCH_LIBRARY(course, m)` declares each operator's
+# **schema**, its name and signature in PyTorch's schema language
+# (`softmax(Tensor x) -> Tensor`: one tensor in, a new tensor out, nothing
+# mutated); `TORCH_LIBRARY_IMPL(course, CPU, m)` registers the CPU kernel
+# for it, and the CUDA build adds `TORCH_LIBRARY_IMPL(course, CUDA, m)`. The
+# operator is then `torch.ops.course.softmax`, and the dispatcher picks the
+# kernel from the tensor's device. A namespace may be *defined* by only one
+# `TORCH_LIBRARY` block among all the libraries a process loads, which is
+# why the CUDA build carries only its `TORCH_LIBRARY_IMPL` block (compiled
+# with `-DCOURSE_CUDA_ONLY`) and the installable package uses its own
+# namespace. A second definition fails at load time; Python's
+# `torch.library.Library("course", "DEF")` is the same registration as a
+# `TORCH_LIBRARY` block, so it shows the message without a compile:
+
+# %%
+show_source("ops.cpp", start="#ifndef COURSE_CUDA_ONLY", max_lines=30)
+try:
+    torch.library.Library(kernels.NAMESPACE, "DEF")
+    second_definition = None
+except RuntimeError as err:
+    second_definition = err
+print(f"\n{type(second_definition).__name__}: {str(second_definition).split('  Previous registration')[0]}")
+assert second_definition is not None and "Only a single TORCH_LIBRARY" in str(second_definition), "a second definition should fail"
+
+# %% [markdown]
+# Two parts are registered from Python, in `helpers.kernels.register_python_parts`:
+#
+# - a **fake kernel** (`torch.library.register_fake`): given tensors that
+#   have a shape, dtype and device but no data, it returns an output with
+#   the right metadata. `torch.compile` and `torch.export` trace with such
+#   tensors (chapter 19). Ours checks what the real kernel checks that
+#   depends only on metadata, then returns `torch.empty_like(x)`.
+# - an **autograd formula** (`torch.library.register_autograd`). With
+#   $y = \mathrm{softmax}(x)$ over a row, $\partial y_i / \partial x_j =
+#   y_i(\delta_{ij} - y_j)$, so for an upstream gradient $g$,
+#   $\partial L / \partial x_j = \sum_i g_i y_i (\delta_{ij} - y_j) =
+#   y_j \,(g_j - \sum_i g_i y_i)$: in PyTorch,
+#   `y * (g - (g * y).sum(-1, keepdim=True))`. It needs only the output
+#   $y$, which `setup_context` saves.
+#
+# A notebook cell or a module can run twice. In torch 2.14 a second
+# registration does not fail, it stacks one more on the dispatcher that
+# replaces the first (earlier releases refused a second fake kernel with an
+# error), so the function first asks the dispatcher whether the op already
+# has a `Meta` kernel (which `register_fake` adds) and an `Autograd`
+# kernel, and registers only what is missing:
+
+# %%
+print(inspect.getsource(kernels.register_python_parts).split('"""')[2].strip())
+print()
+print(inspect.getsource(kernels._softmax_backward).strip())
+print("registered by a second call:", kernels.register_python_parts())
+
+# %% [markdown]
+# Now the same three checks through the operator, plus
+# `torch.library.opcheck`, which tests the registration itself: the schema
+# against what the kernel does (no hidden mutation or aliasing), the fake
+# kernel against the real one, the autograd registration, and a trace
+# through AOTAutograd with dynamic shapes. Gradients are compared with
+# `torch.softmax`'s, and `torch.autograd.gradcheck` compares the formula
+# with finite differences in float64.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+y_new = torch.ops.course.softmax(x_small)
+upstream = torch.randn(4, 8, generator=generator)
+(grad_op,) = torch.autograd.grad(y_new, x_small, upstream)
+(grad_ref,) = torch.autograd.grad(torch.softmax(x_small, -1), x_small, upstream)
+grad_diff = (grad_op - grad_ref).abs().max().item()
+x64 = torch.randn(6, 10, dtype=torch.float64, generator=generator, requires_grad=True)
+grad_ok = torch.autograd.gradcheck(torch.ops.course.softmax, (x64,))
+print(f"1. gradients: grad_fn={type(y_new.grad_fn).__name__}; max |grad - torch.softmax's grad| below 1e-6: {grad_diff < 1e-6}")
+print(f"   gradcheck (float64, finite differences): {grad_ok}")
+checks = torch.library.opcheck(torch.ops.course.softmax, (torch.randn(5, 33, generator=generator, requires_grad=True),))
+print("   opcheck:", checks)
+
+graphs = []
+
+
+def counting_backend(gm, example_inputs):
+    """A torch.compile backend that keeps each FX graph it receives and runs it as it is."""
+    graphs.append(gm)
+    return gm.forward
+
+
+torch._dynamo.reset()
+explained_new = torch._dynamo.explain(operator_way)(torch.randn(4, 8))
+compiled = torch.compile(operator_way, fullgraph=True, backend=counting_backend)
+x_in = torch.randn(4, 8, generator=generator)
+same = torch.equal(compiled(x_in), operator_way(x_in))
+calls = [str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"]
+print(f"2. torch.compile: {explained_new.graph_count} graph, {explained_new.graph_break_count} graph breaks;"
+      f" fullgraph=True compiled {len(graphs)} graph calling {calls}; result equal to eager: {same}")
+x_grad = torch.randn(4, 8, generator=generator, requires_grad=True)
+(grad_compiled,) = torch.autograd.grad(torch.compile(operator_way, fullgraph=True, backend="aot_eager")(x_grad), x_grad, upstream)
+(grad_eager,) = torch.autograd.grad(torch.softmax(x_grad * 2.0, -1) + 1.0, x_grad, upstream)
+compiled_grad_diff = (grad_compiled - grad_eager).abs().max().item()
+print(f"   backward through the compiled graph (aot_eager backend) matches torch.softmax's: {compiled_grad_diff < 1e-5}")
+
+
+class OperatorModel(torch.nn.Module):
+    def forward(self, x):
+        return operator_way(x)
+
+
+exported = torch.export.export(OperatorModel(), (torch.randn(4, 8),))
+print("3. torch.export:", [str(node.target) for node in exported.graph.nodes if node.op == "call_function"])
+assert y_new.grad_fn is not None and grad_diff < 1e-6, f"the operator's gradient differs from torch.softmax's by {grad_diff:.2e}"
+assert grad_ok, "gradcheck failed: the autograd formula disagrees with finite differences"
+assert all(v == "SUCCESS" for v in checks.values()), f"opcheck failed: {checks}"
+assert explained_new.graph_break_count == 0 and len(graphs) == 1 and same, "the operator should compile into one graph with no break"
+assert compiled_grad_diff < 1e-5, f"the compiled backward differs from torch.softmax's by {compiled_grad_diff:.2e}"
+assert "course.softmax.default" in [str(node.target) for node in exported.graph.nodes], "the exported graph should call course.softmax"
+
+# %% [markdown]
+# The graph Dynamo captured calls `course.softmax` as one node between the
+# multiply and the add; the exported program does too (`.default` is the
+# op's only overload). The backend used here, a counting function and then
+# `aot_eager`, runs the graph without generating code, which keeps the cell
+# fast on a CPU; with `inductor`, the default, the op stays an opaque call
+# and Inductor fuses the code around it. From here on, `kernels.softmax_cpu`
+# goes through the operator, and `kernels.softmax` is the operator for any
+# device that has a kernel.
 #
 # ## The online softmax
 #
@@ -355,13 +730,22 @@ show_source("softmax_cuda.cu", start="// ---------------------------------------
 # %% [markdown]
 # It is correct, and slow, for two reasons:
 #
-# 1. **Uncoalesced loads.** At loop step `j`, the 32 threads of a warp read
-#    `x[i * cols + j]` for 32 consecutive rows `i`: addresses `cols * 4`
-#    bytes apart. Each float costs its own 32-byte transaction, so 8 times
-#    more bytes cross the memory bus than are used.
-# 2. **Too little parallelism.** A (64, 4096) input launches 64 threads on a
-#    GPU that keeps more than 100,000 in flight. Most of the chip idles, and
-#    each thread walks 4096 elements three times in a row.
+# 1. **Uncoalesced access.** Neighbouring threads of a warp handle
+#    neighbouring rows, so at loop step `j` the 32 threads read
+#    `x[i * cols + j]` for 32 consecutive `i`: addresses a whole row
+#    (`cols * 4` bytes) apart. A warp-wide load then touches 32 different
+#    128-byte cache lines, where a coalesced load of 32 consecutive floats
+#    touches one. The memory system serves the warp line by line: 32 requests
+#    for 128 useful bytes. (How many *bytes* finally come from DRAM depends on
+#    whether those lines are still in cache at the next steps `j + 1, j + 2,
+#    ...`; the number of requests per load does not.)
+# 2. **Too few threads.** There is one thread per row: a (4096, 4096) input
+#    launches only 4096 threads (16 blocks of 256, the launch in
+#    `softmax_naive`), and each walks its 4096 elements three times in a
+#    loop. An H200 has 132 streaming multiprocessors (SMs), each able to hold
+#    2048 threads at once (270,336 in all): 16 blocks keep at most 16 SMs
+#    busy, and 128 warps are far too few to keep enough loads in flight to
+#    hide the several hundred cycles a DRAM access takes.
 #
 # The picture below shows which addresses one warp touches in its first
 # load, for an input of 32 rows of 64 floats, under the two schemes (the
@@ -380,9 +764,17 @@ for ax, touch, title in [(axes[0], naive_touch, "naive: a warp's 32 loads\n(one 
     ax.set(title=title, xlabel="column", ylabel="row")
 fig.tight_layout()
 plt.show()
-naive_transactions = 32  # 32 addresses in 32 different 32-byte segments
-fast_transactions = 32 * 16 // 32  # 32 lanes x 16 bytes = 512 bytes = 16 segments
-print(f"bytes fetched per useful byte: naive {naive_transactions * 32 / (32 * 4):.0f}x, fast {fast_transactions * 32 / (32 * 16):.0f}x")
+# Byte addresses of one warp-wide load, for a row of 4096 floats; which 128-byte cache lines they touch.
+naive_addresses = [lane * 4096 * 4 for lane in range(32)]  # lane i reads x[i, 0]: one row apart
+fast_addresses = [lane * 16 + k for lane in range(32) for k in range(0, 16, 4)]  # lane l reads x[0, 4l : 4l + 4]
+naive_lines, fast_lines = len({a // 128 for a in naive_addresses}), len({a // 128 for a in fast_addresses})
+print(f"128-byte cache lines touched by one warp-wide load: naive {naive_lines} (for 128 bytes used), fast {fast_lines} (for 512 bytes used)")
+naive_cu = kernels.source("softmax_cuda.cu").split("at::Tensor softmax_naive(")[1].split("at::Tensor softmax_fast(")[0]
+naive_block = int(re.search(r"const int threads = (\d+);", naive_cu).group(1))  # the launch in softmax_naive
+naive_blocks = math.ceil(4096 / naive_block)  # one thread per row
+print(f"the naive kernel on a (4096, 4096) input: {naive_blocks} blocks of {naive_block} = {naive_blocks * naive_block} threads;"
+      f" an H200 holds 132 SMs x 2048 = {132 * 2048} threads")
+assert (naive_blocks, naive_block) == (16, 256), f"softmax_cuda.cu changed the naive launch: update the prose ({naive_blocks} x {naive_block})"
 
 # %% [markdown]
 # ### The fast kernel: a warp or a block per row, one pass for max and sum
@@ -461,57 +853,132 @@ elif nvcc_path:
 # %% [markdown]
 # The module imports even on a machine without a GPU: the shared library
 # links against the CUDA runtime, and the runtime only looks for a GPU
-# driver when the first CUDA call is made. Calling an op with a CPU tensor is
-# refused by the input check before any CUDA call:
+# driver when the first CUDA call is made. Calling the CUDA kernel directly
+# with a CPU tensor is refused by its input check before any CUDA call.
+#
+# Both builds are now loaded in this process, and they share the one
+# operator: the CPU build defined `course::softmax` and registered its CPU
+# kernel, the CUDA build added a CUDA kernel to it (and `softmax_naive`'s).
+# `torch._C._dispatch_has_kernel_for_dispatch_key` asks the dispatcher which
+# kernels an operator has:
 
 # %%
-if cuda_ops is not None and not has_gpu:
+if cuda_ops is not None:
     try:
         cuda_ops.softmax_fast(torch.randn(4, 8))
     except RuntimeError as err:
         print(f"{type(err).__name__}: {err}")
-    torch.testing.assert_close(cuda_ops.softmax_cpu(x_loop), torch.softmax(x_loop, -1))
-    print("the CPU op inside the CUDA module works too")
-elif cuda_ops is not None:
-    print("a GPU is present: the ops run for real in the next cells")
+    keys = ("CPU", "CUDA", "Meta", "Autograd")
+    for op in ("course::softmax", "course::softmax_naive"):
+        has = {key: torch._C._dispatch_has_kernel_for_dispatch_key(op, key) for key in keys}
+        print(f"{op:<22}", ", ".join(f"{key}: {'yes' if v else 'no'}" for key, v in has.items()))
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("course::softmax", "CUDA"), "the CUDA build should add a CUDA kernel"
+    torch.testing.assert_close(torch.ops.course.softmax(x_loop), torch.softmax(x_loop, -1))
+    print("torch.ops.course.softmax on a CPU tensor still runs the CPU kernel, with both builds loaded")
 else:
     print("no CUDA module was built, so there is nothing to call")
 
 # %% [markdown]
 # ### On a GPU: correctness, then throughput
 #
-# The next three cells run only where `torch.cuda.is_available()`. On a
-# machine without a GPU each prints one line and does nothing else; the
-# stored outputs of this notebook say which kind of machine produced them.
-# The stored outputs you are reading come from a machine without a GPU, so
-# the kernels' correctness on a GPU and their GB/s are not shown here: they
-# are unverified until you run this notebook (or `benchmarks/softmax_gpu.py`,
-# which runs the same suite and writes a markdown table and JSON) on a GPU.
-# Then the figures appear in these cells' outputs and in `build/report.md`.
+# A correctness suite is worth something only if it can fail. The first
+# version of this one compared with an *absolute* tolerance of 1e-6, on
+# values that lie in [0, 1]: on a row of a million entries every value is
+# about 1e-6, so a kernel that lost one block's partial sum, and was wrong
+# everywhere in that row, still passed (the next cells show it).
+# `helpers.kernels.suite` now compares each result with `torch.softmax` of
+# the same input in float64, and checks two things:
 #
-# Correctness: every case of `helpers.kernels.suite.correctness_cases` (one
-# column, odd widths, the warp and block paths with and without float4, one
-# row of a million, `+-1e30` and `+-3e38`, `-inf` masks, an all `-inf` row),
-# and the bad inputs each kernel must refuse.
+# - every entry within a **relative** tolerance, plus a small absolute floor
+#   (1e-12) for entries too small for their relative error to mean anything;
+# - every **row sums to 1**, within `2 U sqrt(n) + 16 U` for a row of `n`
+#   entries, where `U` = 2⁻²⁴ is float32's unit round-off. The
+#   rounding errors of a float32 sum of `n` positive terms add up like a
+#   random walk, to about `U sqrt(n)` (the worst summation order, one thread
+#   adding left to right as the naive kernel does, measured at most
+#   0.7 `U sqrt(n)` on rows of 1,025 to 1,000,000). An error in the sum
+#   scales the whole row, and this check sees it. The relative tolerance
+#   is that bound plus `32 U` for the roundings of `x - max`, `exp` and the
+#   division.
+#
+# The cases: the edge cases of *Is it right?* above, plus seeded random
+# widths around every width at which `softmax_fast` changes its kernel or
+# its launch (read from `softmax_cuda.cu`: a warp per row up to 1024
+# columns, then a block of 256 threads up to 4096, 512 up to 16384, 1024
+# beyond), each on both sides with widths that are and are not multiples of
+# 4 (float4 or scalar loads), and a contiguous view that starts one float
+# into its buffer, which is not 16-byte aligned and so takes the scalar
+# path. `tests/test_kernel_suite.py` checks that these switch points are
+# still the ones in the `.cu` file.
+#
+# The suite takes the op and the device as parameters, so the next cell runs
+# on every machine: on a GPU over the two CUDA kernels; without one over the
+# C++ CPU op, which exercises the suite's code but says nothing about the
+# CUDA kernels.
 
 # %%
-if not has_gpu:
-    print("no CUDA device: skipping the GPU correctness suite")
-elif cuda_ops is None:
-    print("the CUDA ops were not built (no nvcc or BUILD_CUDA=False): skipping the GPU correctness suite")
+print(f"row-sum tolerance: {suite.row_sum_tolerance(1024):.1e} at 1024 columns, {suite.row_sum_tolerance(1_000_000):.1e}"
+      f" at 1,000,000; absolute floor {suite.ATOL:g}")
+print("widths around the switch points:", suite.switch_point_widths(SEED))
+
+
+def run_suite(name, fn, device, max_cols=None):
+    """Run the correctness cases and the bad-input checks on ``fn``; print a summary; return what failed."""
+    checks = suite.correctness(fn, device, max_cols=max_cols, seed=SEED)
+    refused = suite.check_rejections(fn, device)
+    failed = [r["case"] for r in checks if not r["ok"]] + [f"accepts {r['input']}" for r in refused if not r["ok"]]
+    worst = max(checks, key=lambda r: r["tol_used"])
+    print(f"{name} on {device}: {len(checks)} cases and {len(refused)} bad inputs, {len(failed)} failures;"
+          f" the closest case ({worst['case']}) used {worst['tol_used']:.0%} of its tolerance")
+    for case in failed:
+        print("  FAILED:", case)
+    return failed
+
+
+if has_gpu and cuda_ops is not None:
+    suite_targets = {"softmax_naive": (cuda_ops.softmax_naive, suite.NAIVE_MAX_COLS), "softmax_fast": (cuda_ops.softmax_fast, None)}
+    suite_device = "cuda"
 else:
-    gpu_ok = True
-    for name in ("softmax_naive", "softmax_fast"):
-        fn = getattr(cuda_ops, name)
-        checks = suite.correctness(fn, "cuda", max_cols=suite.NAIVE_MAX_COLS if name == "softmax_naive" else None)
-        refused = suite.check_rejections(fn, "cuda")
-        print(f"{name}:")
-        for r in checks:
-            print(f"  {r['case']:<40} max|diff| {r['max_abs_diff']:.1e}  {'ok' if r['ok'] else 'MISMATCH'}")
-        for r in refused:
-            print(f"  refuses {r['input']:<28} {'ok' if r['ok'] else 'NOT REFUSED'}: {r['message'][:90]}")
-        gpu_ok = gpu_ok and all(r["ok"] for r in checks + refused)
-    assert gpu_ok, "a CUDA kernel failed the correctness suite (see the lines above)"
+    print("no CUDA device (or no CUDA build): running the suite on the C++ CPU op instead;"
+          " the CUDA kernels' correctness is UNVERIFIED in this run")
+    suite_targets, suite_device = {"softmax_cpu": (cpu_ops.softmax_cpu, None)}, "cpu"
+suite_failures = {name: run_suite(name, fn, suite_device, max_cols) for name, (fn, max_cols) in suite_targets.items()}
+assert not any(suite_failures.values()), f"a kernel failed the correctness suite: {suite_failures}"
+
+# %% [markdown]
+# Does the suite fail a wrong kernel? `suite.BROKEN_KERNELS` holds three
+# "kernels" written with PyTorch ops, each with a bug a hand-written GPU
+# kernel really has: one drops the partial sum of the last 4096-wide block
+# of a long row (an off-by-one in the loop that merges the blocks); one
+# keeps a running maximum but forgets to rescale the running sum when it
+# grows, so it normalises with a stale maximum; one is right but 1e-5 too
+# large on every row longer than 1024. They run on the CPU, on every
+# machine, and the suite must fail each of them; the last line compares the
+# old absolute check with the new one on the lost partial sum.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+caught = {name: [r["case"] for r in suite.correctness(fn, "cpu", seed=SEED) if not r["ok"]] for name, fn in suite.BROKEN_KERNELS.items()}
+n_cases = len(suite.correctness_cases("cpu", SEED))
+for name, cases in caught.items():
+    print(f"{name:<30} fails {len(cases):>2} of {n_cases} cases, e.g. {cases[0] if cases else 'none'}")
+long_row = suite.correctness_cases("cpu", SEED)["one very long row (1, 1000000)"]
+lost = suite.lost_partial_sum(long_row)
+old_diff = (lost - torch.softmax(long_row, -1)).abs().max().item()
+lost_verdict = suite.compare(lost, long_row)
+print(f"lost partial sum on the 1,000,000-wide row: max |diff| {old_diff:.1e}, so the old absolute 1e-6 check says"
+      f" {'pass' if old_diff <= 1e-6 else 'fail'}; the row sums to 1 - {lost_verdict['worst_row_sum_err']:.1e}"
+      f" (tolerance {lost_verdict['sum_tol']:.1e}), so the suite says {'pass' if lost_verdict['ok'] else 'fail'}")
+assert all(caught.values()), f"the suite passed a broken kernel: {[name for name, cases in caught.items() if not cases]}"
+assert old_diff <= 1e-6 and not lost_verdict["ok"], "expected: the old check misses the lost partial sum, the new one catches it"
+
+# %% [markdown]
+# The 1e-5 error is caught at widths from 1025 to 4096, where the row-sum
+# tolerance is below 1e-5, and not on the million-wide row: there the
+# float32 round-off of a correct kernel is itself about that large, and no
+# float32 test can tell the two apart. (`tests/test_kernel_suite.py` also
+# shows that a correct float32 softmax with the worst summation order uses
+# less than half of every tolerance.)
 
 # %% [markdown]
 # Throughput. Softmax does almost no arithmetic per byte, so its speed is
@@ -520,6 +987,12 @@ else:
 # `2 * rows * cols * 4` for float32) divided by the time. `y.copy_(x)` moves
 # exactly those bytes with no arithmetic at all, so its GB/s is the ceiling
 # for this device, and "fraction of copy" says how close a kernel gets.
+#
+# The next two cells need a GPU; without one each prints one line saying
+# what stays unverified. `benchmarks/softmax_gpu.py` runs the same suite and
+# benchmark as a script on a GPU machine and writes a markdown table and
+# JSON; in a run of this notebook on a GPU the figures appear in these
+# cells' outputs and in `build/report.md`.
 
 # %%
 if not (has_gpu and cuda_ops is not None):
@@ -545,18 +1018,26 @@ else:
 
 # %%
 if not bench_rows or (4096, 4096) not in [tuple(r["shape"]) for r in bench_rows]:
-    print("no GPU benchmark of 4096 x 4096 ran: skipping the throughput checks")
+    print("no GPU benchmark of 4096 x 4096 ran: the GB/s figures and the claim that the fast kernel beats the naive one"
+          " are UNVERIFIED in this run")
 else:
     head = {r["op"]: r for r in bench_rows if tuple(r["shape"]) == (4096, 4096)}
     fast_vs_torch = head["fast"]["gbps"] / head["torch.softmax"]["gbps"]
     fast_vs_naive = head["fast"]["gbps"] / head["naive"]["gbps"]
     _ = report.record("GPU 4096x4096: fast kernel GB/s", round(head["fast"]["gbps"]), "GB/s")
+    _ = report.record("GPU 4096x4096: torch.softmax GB/s", round(head["torch.softmax"]["gbps"]), "GB/s")
+    _ = report.record("GPU 4096x4096: naive kernel GB/s", round(head["naive"]["gbps"]), "GB/s")
     _ = report.record("GPU 4096x4096: copy GB/s", round(head["copy (y.copy_(x))"]["gbps"]), "GB/s")
     _ = report.record("GPU 4096x4096: fast / torch.softmax speed", round(fast_vs_torch, 2), "x")
     _ = report.record("GPU 4096x4096: fast / naive speed", round(fast_vs_naive, 1), "x")
     print(f"fast = {fast_vs_torch:.2f}x torch.softmax, {fast_vs_naive:.1f}x naive, {head['fast']['of_copy']:.0%} of copy")
-    assert fast_vs_torch >= FAST_MIN_RATIO, f"the fast kernel reaches only {fast_vs_torch:.2f}x torch.softmax's speed (need {FAST_MIN_RATIO})"
     assert fast_vs_naive > 1, f"the fast kernel should beat the naive one; it is {fast_vs_naive:.2f}x its speed"
+
+# %% [markdown]
+# Only "fast beats naive" is asserted: the two reasons above predict it on
+# any GPU. How the fast kernel compares with `torch.softmax` and with the
+# copy depends on the GPU and on the shape, so those ratios are recorded
+# (in `build/report.md`) and printed, not required.
 
 # %% [markdown]
 # ## The same sources as an installable package
@@ -566,8 +1047,11 @@ else:
 # `setuptools`: `CppExtension` (or `CUDAExtension` when nvcc and a GPU are
 # there, or `COURSE_KERNELS_CUDA=1` forces it) describes the module and its
 # sources, which are the very files in `helpers/kernels` (referenced, not
-# copied), and `BuildExtension` supplies PyTorch's include paths and compiler
-# flags. Building needs the installed torch, so it runs without build
+# copied), with the inline build's flags, and `BuildExtension` supplies
+# PyTorch's include paths. Its operators live in their own namespace,
+# `torch.ops.course_kernels`, set with `-DCOURSE_NS=course_kernels`: this
+# notebook loads the package and the inline build in one process, and one
+# namespace can have only one `TORCH_LIBRARY` block. Building needs the installed torch, so it runs without build
 # isolation. The usual commands would be
 # `pip wheel --no-build-isolation --no-deps -w build/wheels extensions/course_kernels`
 # and `pip install` of the wheel. So that this notebook never changes the
@@ -582,7 +1066,8 @@ print(Path(ROOT / "extensions/course_kernels/setup.py").read_text().split('"""',
 package_dir = ROOT / "extensions" / "course_kernels"
 ext_site = build_dir() / "ext_site"
 ext_temp = build_dir() / "ext_temp"
-package_sources = [package_dir / "setup.py", *(kernels.KERNEL_DIR / f for f in ("softmax_cpu.cpp", "bindings.cpp", "softmax_cuda.cu", "softmax_common.h"))]
+package_sources = [package_dir / "setup.py", kernels.KERNEL_DIR / "__init__.py",
+                   *(kernels.KERNEL_DIR / f for f in ("softmax_cpu.cpp", "ops.cpp", "bindings.cpp", "softmax_cuda.cu", "softmax_common.h"))]
 
 
 def built_module():
@@ -626,8 +1111,10 @@ if course_kernels is None:
     print("no package was built (BUILD_PACKAGE=False): nothing to compare")
 else:
     same = torch.equal(course_kernels.softmax_cpu(x_check), cpu_ops.softmax_cpu(x_check))
-    print(f"package op == inline-loaded op, bit for bit: {same}")
-    assert same, "the installed package and load_inline compiled the same source; their results should be identical"
+    same_op = torch.equal(torch.ops.course_kernels.softmax(x_check), torch.ops.course.softmax(x_check))
+    print(f"package function == inline-loaded function, bit for bit: {same}")
+    print(f"package operator torch.ops.course_kernels.softmax == torch.ops.course.softmax, bit for bit: {same_op}")
+    assert same and same_op, "the installed package and load_inline compiled the same source; their results should be identical"
 
 # %% [markdown]
 # ## Where builds live, and the lock file
@@ -746,6 +1233,63 @@ finally:
 print("with the real compiler:", {k: Path(v).name for k, v in kernels.check_toolchain().items()})
 
 # %% [markdown]
+# **4. Two `load_inline` mistakes from published examples.** `load_inline`
+# writes the pybind11 module definition itself when you pass
+# `functions=[...]`. Many examples online *also* write their own
+# `PYBIND11_MODULE` block, which then defines the module twice; others list a
+# name in `functions` that the source does not define (a typo, or a function
+# that lives in the `.cu` part and was never declared in the C++ part). Both
+# fail at compile time, and the message is buried in the compiler's log.
+# Here are the real messages, from the tiniest source that shows each (only
+# pybind11's header, `no_implicit_headers=True`, so that each failed build
+# costs seconds; with the usual `torch/extension.h` the errors are the same):
+
+# %%
+from torch.utils.cpp_extension import load_inline  # noqa: E402  (imported by helpers.kernels already: no log line)
+
+TINY = "#include <pybind11/pybind11.h>\nint add_one(int x) { return x + 1; }\n"
+MISTAKES = {
+    "PYBIND11_MODULE and functions= together": (
+        TINY + 'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("add_one", &add_one); }\n', ["add_one"]),
+    "a functions= name the source lacks": (TINY, ["add_onee"]),
+}
+
+
+def compile_errors(name, cpp, functions):
+    """Build `cpp` with load_inline; return the compiler's `error:` lines (paths shortened), or [] if it built."""
+    folder = kernels.extension_dir(name)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        load_inline(name, [cpp], functions=functions, no_implicit_headers=True,
+                                              with_pytorch_error_handling=False, build_directory=str(folder))
+    except RuntimeError as err:
+        return [re.sub(r"\S*/main\.cpp", "main.cpp", line) for line in str(err).splitlines() if ": error:" in line]
+    return []
+
+
+if not BUILD_MISTAKES:
+    print("BUILD_MISTAKES is False: skipping the two failing builds")
+else:
+    found = {}
+    for k, (label, (cpp, functions)) in enumerate(MISTAKES.items(), start=1):
+        start = time.perf_counter()
+        found[label] = compile_errors(f"course_mistake_{k}", cpp, functions)
+        print(f"{label} (functions={functions}), {time.perf_counter() - start:.0f} s:")
+        print("\n".join("  " + line for line in found[label]))
+    redefinition, undeclared = found.values()
+    assert any("redefinition of" in line and "PyInit_" in line for line in redefinition), f"expected a redefinition of PyInit_: {redefinition}"
+    assert any("add_onee" in line and "not declared" in line for line in undeclared), f"expected 'add_onee' not declared: {undeclared}"
+
+# %% [markdown]
+# The first: `PYBIND11_MODULE` expands into a few functions named after the
+# module (`PyInit_<name>` is the one Python calls on import), so two blocks
+# are two definitions of each. The fix is to pick one: either drop your
+# `PYBIND11_MODULE` and keep `functions=`, or keep it and pass no
+# `functions`. The second: the generated `m.def("add_onee", add_onee, ...)`
+# names something that does not exist; the compiler even suggests the right
+# name. Better still, skip pybind11 for tensors altogether and register an
+# operator, as above.
+#
 # Two more you may meet. An `nvcc` whose *major* version differs from the
 # CUDA version torch was built with (`torch.version.cuda`) makes
 # `BuildExtension` (the `setup.py` route) refuse to build, because the two
@@ -790,6 +1334,55 @@ def softmax_gbps(rows, cols, seconds, dtype=torch.float32):
 result = check("20.softmax_gbps", softmax_gbps)
 
 # %% [markdown]
+# **3. A C++ op: row-wise L2 normalisation.** Write, in a Python string,
+# the C++ source of `at::Tensor l2_normalize_rows(const at::Tensor& x,
+# double eps)`, which returns `y` with `y[r] = x[r] / max(||x[r]||_2, eps)`
+# for every row `r`, what `F.normalize(x, p=2.0, dim=1, eps=eps)` computes.
+# The checker tests:
+#
+# - input checks: `TORCH_CHECK`s that refuse, with a RuntimeError whose
+#   message names what is expected, a tensor that is not on the CPU
+#   (mention "CPU"), a dtype other than float32 or float64 (mention
+#   "float32"), one that is not 2-D ("2-D"), one that is not contiguous
+#   ("contiguous");
+# - the rows split over threads with `at::parallel_for` (from
+#   `<ATen/Parallel.h>`): a (4096, 512) input runs on 2 threads, where the
+#   ranges your function receives do not start at row 0;
+# - the loop is yours: the op may allocate its output (`at::empty_like`)
+#   but call no other tensor operation. The checker refuses `at::` library
+#   calls in the source, and records every operator the op dispatches while
+#   it runs (with a `TorchDispatchMode`, which sees calls made from C++
+#   too), so `x.norm()` is refused as well;
+# - float32 and float64, the result in the input's dtype, the input left
+#   unchanged, a row of zeros giving zeros.
+#
+# Write only the function and its `#include`s: `<ATen/core/Tensor.h>`
+# (`at::Tensor`), `<ATen/ops/empty_like.h>`, `<ATen/Parallel.h>` and
+# `<ATen/Dispatch.h>`; `<ATen/ATen.h>` has them all but takes about three
+# times as long to compile. The checker appends a `TORCH_LIBRARY` block that
+# registers it, and compiles it with `load_inline` into
+# `build/torch_extensions/`, once per distinct source (15 to 30 seconds; the
+# same source again is instant), with `-fopenmp`, without which
+# `at::parallel_for` runs everything on one thread. A compile error comes
+# back as a hint with the first errors and your line numbers.
+
+
+# %%
+def l2_normalize_rows_source():
+    # Your code here: return the C++ source as a string, for example
+    # return r"""
+    # #include <ATen/Dispatch.h>
+    # #include <ATen/Parallel.h>
+    # #include <ATen/core/Tensor.h>
+    # #include <ATen/ops/empty_like.h>
+    # at::Tensor l2_normalize_rows(const at::Tensor& x, double eps) { ... }
+    # """
+    raise NotImplementedError
+
+
+result = check("20.l2_normalize_rows", l2_normalize_rows_source)
+
+# %% [markdown]
 # ## Summary
 #
 # - `load_inline` compiles C++/CUDA sources into a Python module, caching the
@@ -798,9 +1391,21 @@ result = check("20.softmax_gbps", softmax_gbps)
 # - Check inputs on the host with `TORCH_CHECK` (device, dtype, dims,
 #   non-empty, contiguity) and say what to do in the message: C++ does not
 #   protect you from reading memory as the wrong type or in the wrong order.
-# - `at::parallel_for` spreads independent rows over PyTorch's threads. A
-#   compiled loop beats a Python loop by far; beating `torch.softmax` needs
-#   the vector instructions PyTorch already uses.
+# - Register kernels as operators: a schema with `TORCH_LIBRARY` (one block
+#   per namespace per process), kernels per backend with
+#   `TORCH_LIBRARY_IMPL`, a fake kernel and an autograd formula from Python,
+#   and check it all with `torch.library.opcheck`. A function bound with
+#   pybind11 alone silently drops gradients, breaks `torch.compile` graphs
+#   and cannot be exported.
+# - `at::parallel_for` spreads independent rows over PyTorch's threads, but
+#   only in code compiled with `-fopenmp`. A compiled scalar loop need not
+#   beat a Python loop of vectorised PyTorch calls on long rows; coming near
+#   `torch.softmax` needs what it uses: SIMD
+#   (`at::vec::Vectorized`, with the `CPU_CAPABILITY` flags) and a
+#   vectorised `exp` (Sleef). Measure each step, with probes that remove one
+#   suspect at a time, before changing code.
+# - With `load_inline`, write either `functions=` or your own
+#   `PYBIND11_MODULE`, never both.
 # - On a GPU, memory access decides speed: coalesced, vectorised loads and
 #   enough threads. The online softmax reads the row once for max and sum
 #   together, and its merge rule lets threads combine partial results with

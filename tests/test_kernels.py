@@ -1,5 +1,7 @@
-"""helpers.kernels: the C++ softmax op, its input checks, the loader's errors and
-lock handling, the CUDA sources compiled with nvcc, and the CUDA ops on a GPU.
+"""helpers.kernels: the C++ softmax kernels and their registration as operators
+(schema, fake kernel, autograd, opcheck, torch.compile), the CPU kernel variants,
+the input checks, the loader's errors and lock handling, the CUDA sources
+compiled with nvcc (loaded beside the CPU build), and the CUDA ops on a GPU.
 
 The builds go where the notebook's go ($TORCH_EXTENSIONS_DIR, else
 build/torch_extensions) with the same names and flags, so whichever runs
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -94,6 +97,55 @@ def test_cpu_softmax_matches_torch_on_random_shapes(rows, cols, scale, double, s
 
 
 @needs_compiler
+@pytest.mark.parametrize("variant", ["scalar_serial", "scalar", "scalar_float_sum", "vec", "vec_online"])
+def test_every_cpu_variant_is_a_softmax(ops, variant):
+    """Widths around the SIMD width (16 floats with AVX-512, 8 with AVX2) exercise the vector tails."""
+    fn = torch.ops.course.softmax_cpu_variant
+    for cols in (1, 7, 8, 15, 16, 17, 33, 130, 1000):
+        x = torch.randn(9, cols, generator=torch.Generator().manual_seed(cols)) * 5
+        torch.testing.assert_close(fn(x, variant), torch.softmax(x, -1), atol=1e-6, rtol=1e-5, msg=lambda m, c=cols: f"{variant}, cols={c}: {m}")
+    for label, x in _edge_cases(torch.float32).items():
+        torch.testing.assert_close(fn(x, variant), torch.softmax(x, -1), atol=1e-6, rtol=1e-5, msg=lambda m, label=label: f"{variant}, {label}: {m}")
+    special = torch.tensor([[-INF] * 40, [0.0] * 39 + [math.nan], [math.nan] + [1.0] * 39, [-INF] * 39 + [2.0]])
+    got = fn(special, variant)
+    assert torch.isnan(got[:3]).all(), f"{variant}: all -inf and NaN rows must give NaN, as in torch.softmax"
+    assert got[3].tolist() == [0.0] * 39 + [1.0], f"{variant}: masked entries must be exactly 0"
+
+
+@needs_compiler
+def test_the_exp_probe_is_not_a_softmax_and_unknown_variants_are_refused(ops):
+    x = torch.randn(4, 64)
+    assert not torch.allclose(torch.ops.course.softmax_cpu_variant(x, "scalar_no_exp"), torch.softmax(x, -1)), "the probe leaves exp out"
+    with pytest.raises(RuntimeError, match="unknown variant 'fast'.*scalar_serial"):
+        torch.ops.course.softmax_cpu_variant(x, "fast")
+
+
+@needs_compiler
+def test_cpu_build_has_openmp_and_the_simd_level_of_torch(ops):
+    info = ops.cpu_build_info()
+    assert "OpenMP on" in info, f"built without -fopenmp: at::parallel_for would run on one thread ({info})"
+    level = torch.backends.cpu.get_cpu_capability()
+    assert (level if level in ("AVX2", "AVX512") else "DEFAULT") in info, f"torch uses {level}, the build says: {info}"
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert ops.parallel_threads_used(4096, 4096) == 2, "4096 rows with a grain of 8 rows must go to both threads"
+        assert ops.parallel_threads_used(4, 4096) == 1, "rows <= grain run on the calling thread"
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_cpu_vec_flags_follow_the_capability():
+    assert "-DCPU_CAPABILITY_AVX512" in kernels.cpu_vec_flags("AVX512") and "-mavx512f" in kernels.cpu_vec_flags("AVX512")
+    assert kernels.cpu_vec_flags("AVX2") == ["-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"]
+    assert kernels.cpu_vec_flags("DEFAULT") == [] and kernels.cpu_vec_flags("SVE256") == []
+    assert kernels.cpu_vec_flags() == kernels.cpu_vec_flags(torch.backends.cpu.get_cpu_capability())
+    flags = kernels.cpu_vec_flags("AVX2")
+    flags.append("-x")
+    assert kernels.cpu_vec_flags("AVX2")[-1] != "-x", "callers must get a copy"
+
+
+@needs_compiler
 def test_cpu_softmax_uses_several_threads_consistently(ops):
     x = torch.randn(4096, 64)
     before = torch.get_num_threads()
@@ -131,6 +183,108 @@ def test_cpu_softmax_rejects_bad_input_with_a_clear_message(ops, make, words):
     for word in words:
         assert word in message, f"{word!r} missing from: {message}"
     assert "Exception raised from" not in message, "the message should not carry a C++ backtrace"
+
+
+@needs_compiler
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda: torch.randn(4, 8).t(), ["softmax_cpu", "contiguous", ".contiguous()"]),
+        (lambda: torch.randn(4, 8).half(), ["float32 or float64", "got float16"]),
+        (lambda: torch.randn(8), ["2-D", "got 1-D"]),
+        (lambda: torch.empty(0, 5), ["non-empty"]),
+        (lambda: torch.randn(2, 3, device="meta"), ["CPU tensor", "meta"]),
+    ],
+    ids=["non-contiguous", "float16", "1-D", "empty", "wrong device"],
+)
+def test_the_wrapper_keeps_the_kernels_messages(ops, make, words):
+    """helpers.kernels.softmax_cpu goes through the operator, yet a bad input gets the kernel's own message."""
+    with pytest.raises(RuntimeError) as info:
+        kernels.softmax_cpu(make())
+    for word in words:
+        assert word in str(info.value), f"{word!r} missing from: {info.value}"
+
+
+# ------------------------------------------------------------ the operator ---
+
+
+@needs_compiler
+def test_the_operators_have_schemas_and_cpu_kernels(ops):
+    assert str(torch.ops.course.softmax.default._schema) == "course::softmax(Tensor x) -> Tensor"
+    assert str(torch.ops.course.softmax_cpu_variant.default._schema) == "course::softmax_cpu_variant(Tensor x, str variant) -> Tensor"
+    assert torch.Tag.pt2_compliant_tag in torch.ops.course.softmax.default.tags
+    for key in ("CPU", "Meta", "Autograd"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key("course::softmax", key), f"course::softmax has no {key} kernel"
+    y = torch.ops.course.softmax(torch.randn(3, 7, device="meta"))
+    assert y.device.type == "meta" and y.shape == (3, 7), "the fake kernel also serves meta tensors"
+
+
+@needs_compiler
+def test_python_registration_is_idempotent(ops):
+    before = torch._C._dispatch_dump("course::softmax")
+    assert kernels.register_python_parts() == [], "a second registration must change nothing"
+    assert torch._C._dispatch_dump("course::softmax") == before, "the dispatcher's registrations changed"
+    from torch._library.simple_registry import singleton
+
+    assert singleton.find("course::softmax").fake_impl.kernel is not None
+
+
+@needs_compiler
+@pytest.mark.parametrize(
+    "x",
+    [torch.randn(8, 33), torch.randn(5, 16, requires_grad=True), torch.randn(3, 40, dtype=torch.float64, requires_grad=True)],
+    ids=["fp32", "fp32-grad", "fp64-grad"],
+)
+def test_opcheck_passes(ops, x):
+    result = torch.library.opcheck(torch.ops.course.softmax, (x,))
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
+@needs_compiler
+def test_gradients_match_torch_softmax_and_finite_differences(ops):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(6, 37, generator=g, requires_grad=True)
+    upstream = torch.randn(6, 37, generator=g)
+    (got,) = torch.autograd.grad(kernels.softmax_cpu(x), x, upstream)
+    (want,) = torch.autograd.grad(torch.softmax(x, -1), x, upstream)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    x64 = torch.randn(4, 9, dtype=torch.float64, generator=g, requires_grad=True)
+    assert torch.autograd.gradcheck(torch.ops.course.softmax, (x64,))
+    assert torch.autograd.gradgradcheck(torch.ops.course.softmax, (x64,)), "the formula is built from torch ops, so it is twice differentiable"
+
+
+@needs_compiler
+def test_the_pybind_function_loses_the_graph_and_the_operator_does_not(ops):
+    x = torch.randn(2, 5, requires_grad=True)
+    assert ops.softmax_cpu(x).grad_fn is None, "the pybind11 function is invisible to autograd"
+    assert torch.ops.course.softmax(x).grad_fn is not None
+
+
+@needs_compiler
+def test_the_operator_compiles_into_one_graph_and_the_pybind_function_breaks_it(ops):
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def with_op(x):
+        return torch.ops.course.softmax(x * 2.0) + 1.0
+
+    def with_pybind(x):
+        return ops.softmax_cpu(x * 2.0) + 1.0
+
+    torch._dynamo.reset()
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(torch.compile(with_op, fullgraph=True, backend=backend)(x), with_op(x))
+    assert len(graphs) == 1
+    calls = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert any("course.softmax" in c for c in calls), f"the graph should call the op: {calls}"
+    torch._dynamo.reset()
+    with warnings.catch_warnings(), pytest.raises(torch._dynamo.exc.Unsupported, match="marked as skipped"):
+        warnings.simplefilter("ignore")  # Dynamo also warns (once per process) about the pybind11 function
+        torch.compile(with_pybind, fullgraph=True, backend="eager")(x)
+    torch._dynamo.reset()
 
 
 # ------------------------------------------------------------ the loader -----
@@ -191,6 +345,7 @@ def test_cuda_arch_list_defaults_to_one_arch_without_a_gpu(monkeypatch):
 
 def test_source_names_the_known_files():
     assert "at::parallel_for" in kernels.source("softmax_cpu.cpp")
+    assert "TORCH_LIBRARY" in kernels.source("ops.cpp")
     assert "__shfl_xor_sync" in kernels.source("softmax_cuda.cu")
     with pytest.raises(FileNotFoundError, match="softmax_cpu.cpp"):
         kernels.source("nope.cu")
@@ -250,14 +405,19 @@ def test_cuda_sources_compile_with_nvcc(monkeypatch):
         pytest.skip("no CUDA toolkit folder found; set CUDA_HOME=/usr/local/cuda")
     if not torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
         monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", kernels.DEFAULT_CUDA_ARCH)
-    module = kernels.load_cuda_ops()
-    for op in ("softmax_cpu", "softmax_naive", "softmax_fast"):
+    module = kernels.load_cuda_ops()  # loads the CPU build first: both in one process
+    for op in ("softmax_naive", "softmax_fast"):
         assert hasattr(module, op), f"the CUDA module lacks {op}"
+    for op in ("course::softmax", "course::softmax_naive"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(op, "CUDA"), f"the CUDA build registered no CUDA kernel for {op}"
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("course::softmax", "CPU"), "the CPU kernel must survive the CUDA build's load"
     x = torch.randn(3, 5)
-    torch.testing.assert_close(module.softmax_cpu(x), torch.softmax(x, -1))
+    torch.testing.assert_close(torch.ops.course.softmax(x), torch.softmax(x, -1))
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="softmax_fast: expected a CUDA tensor; got a tensor on cpu"):
             module.softmax_fast(x)
+        with pytest.raises(RuntimeError, match="softmax_naive: expected a CUDA tensor"):
+            kernels.softmax_naive(x)
 
 
 def _cuda_cases():
@@ -289,6 +449,22 @@ def test_cuda_softmax_matches_torch(op):
         torch.testing.assert_close(fn(x), torch.softmax(x, -1), atol=1e-6, rtol=1e-5, msg=lambda m, label=label: f"{label}: {m}")
     rows = torch.tensor([[-INF] * 40, [0.0] * 39 + [math.nan]], device="cuda")
     assert torch.isnan(fn(rows)).all(), "an all -inf row and a row with a NaN give NaN, like torch.softmax"
+
+
+@needs_gpu
+@pytest.mark.parametrize("op", ["softmax", "softmax_naive"])
+def test_cuda_operator_passes_opcheck_and_has_gradients(op):
+    kernels.load_cuda_ops()
+    fn = getattr(torch.ops.course, op)
+    x = torch.randn(8, 300, device="cuda", requires_grad=True)
+    result = torch.library.opcheck(fn, (x,))
+    assert all(v == "SUCCESS" for v in result.values()), result
+    upstream = torch.randn_like(x)
+    (got,) = torch.autograd.grad(fn(x), x, upstream)
+    (want,) = torch.autograd.grad(torch.softmax(x, -1), x, upstream)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    wrapper = kernels.softmax_fast if op == "softmax" else kernels.softmax_naive
+    assert wrapper(x).grad_fn is not None, "the wrapper goes through the operator on CUDA tensors"
 
 
 @needs_gpu

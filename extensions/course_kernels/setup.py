@@ -12,11 +12,19 @@ found (CUDA_HOME) and either a GPU is visible or COURSE_KERNELS_CUDA=1 forces
 them (for a build machine without a GPU; set TORCH_CUDA_ARCH_LIST too).
 COURSE_KERNELS_CUDA=0 leaves them out. Otherwise the module has only
 ``softmax_cpu``.
+
+Importing the module also registers the operators (``ops.cpp``) in the namespace
+``course_kernels``: ``torch.ops.course_kernels.softmax`` and so on. It is not
+``course``, the namespace of the inline builds, because a namespace can be
+defined by only one library per process and the notebook loads both. The
+compiler flags are the inline build's: ``-O3 -fopenmp`` and the SIMD flags of
+``helpers.kernels.cpu_vec_flags()``.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -24,6 +32,10 @@ from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, C
 
 HERE = Path(__file__).resolve().parent
 KERNELS = HERE.parent.parent / "helpers" / "kernels"  # the one copy of the sources
+sys.path.insert(0, str(HERE.parent.parent))
+from helpers.kernels import CFLAGS, LDFLAGS, cpu_vec_flags  # noqa: E402  (the inline build's flags)
+
+NAMESPACE = ("COURSE_NS", "course_kernels")  # torch.ops.course_kernels.*
 
 
 def want_cuda() -> bool:
@@ -41,21 +53,25 @@ def want_cuda() -> bool:
     return toolkit and torch.cuda.is_available()
 
 
-cpu_sources = [str(KERNELS / "softmax_cpu.cpp"), str(KERNELS / "bindings.cpp")]
+cpu_sources = [str(KERNELS / f) for f in ("softmax_cpu.cpp", "ops.cpp", "bindings.cpp")]
+cxx_flags = CFLAGS + cpu_vec_flags()
 if want_cuda():
     ext = CUDAExtension(
         "course_kernels",
         cpu_sources + [str(KERNELS / "softmax_cuda.cu")],
         include_dirs=[str(KERNELS)],
-        define_macros=[("COURSE_WITH_CUDA", None)],
-        extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3", "-lineinfo"]},
+        define_macros=[("COURSE_WITH_CUDA", None), NAMESPACE],
+        extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3", "-lineinfo"]},
+        extra_link_args=LDFLAGS,
     )
 else:
     ext = CppExtension(
         "course_kernels",
         cpu_sources,
         include_dirs=[str(KERNELS)],
-        extra_compile_args={"cxx": ["-O3"]},
+        define_macros=[NAMESPACE],
+        extra_compile_args={"cxx": cxx_flags},
+        extra_link_args=LDFLAGS,
     )
 
 setup(

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from . import exercise
+from . import Hint, exercise
 
 INF = float("inf")
 
@@ -144,3 +144,316 @@ def _test_softmax_gbps(candidate) -> None:
         if math.isclose(ratio, 1e3, rel_tol=1e-6) or math.isclose(ratio, 1e6, rel_tol=1e-6):
             raise AssertionError(f"{where} you returned {got:.4g}: seconds are already seconds (not ms or us)")
         raise AssertionError(f"{where} you returned {got:.4g}, want {want:.4g} = 2 * rows * cols * itemsize / seconds / 1e9")
+
+
+# --------------------------------------------------------------------------
+# 20.l2_normalize_rows: a C++ op, compiled by the checker with load_inline
+# --------------------------------------------------------------------------
+
+_OP = "l2_normalize_rows"
+_SCHEMA = "(Tensor x, float eps) -> Tensor"  # "float" in a schema is a C++ double
+
+_REFERENCE_CPP = r"""
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+
+#include <algorithm>
+#include <cmath>
+
+// y[r] = x[r] / max(||x[r]||_2, eps) for every row r, like F.normalize(x, p=2.0, dim=1, eps=eps).
+at::Tensor l2_normalize_rows(const at::Tensor& x, double eps) {
+  TORCH_CHECK(x.device().is_cpu(), "l2_normalize_rows: expected a CPU tensor, got one on ", x.device());
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble,
+              "l2_normalize_rows: expected float32 or float64, got ", x.scalar_type());
+  TORCH_CHECK(x.dim() == 2, "l2_normalize_rows: expected a 2-D tensor (rows, cols), got ", x.dim(), "-D");
+  TORCH_CHECK(x.is_contiguous(), "l2_normalize_rows: expected a contiguous tensor; call .contiguous() first");
+  at::Tensor y = at::empty_like(x);
+  const int64_t rows = x.size(0), cols = x.size(1);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "l2_normalize_rows", [&] {
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    scalar_t* yp = y.data_ptr<scalar_t>();
+    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(cols, 1));  // >= 32k elements per task
+    at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const scalar_t* xr = xp + r * cols;
+        scalar_t* yr = yp + r * cols;
+        double sumsq = 0;  // accumulate in double: long float32 rows keep their digits
+        for (int64_t j = 0; j < cols; ++j) sumsq += static_cast<double>(xr[j]) * xr[j];
+        const double inv = 1.0 / std::max(std::sqrt(sumsq), eps);
+        for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<scalar_t>(xr[j] * inv);
+      }
+    });
+  });
+  return y;
+}
+"""
+
+
+def _l2_normalize_rows_source() -> str:
+    """The reference answer: C++ source of ``at::Tensor l2_normalize_rows(const at::Tensor& x, double eps)``.
+
+    ``y[r] = x[r] / max(||x[r]||_2, eps)`` for every row, the formula of
+    ``torch.nn.functional.normalize(x, p=2.0, dim=1, eps=eps)``; rows split over
+    threads with ``at::parallel_for``; the sum of squares accumulated in double.
+    Input checks (``TORCH_CHECK``, raised in Python as RuntimeError): a CPU tensor,
+    float32 or float64, 2-D, contiguous.
+    """
+    return _REFERENCE_CPP
+
+
+#: Names after ``at::`` or ``torch::`` that an answer may use: types, constants and the
+#: allocation and threading helpers. Anything else (``at::norm``, ``at::native::...``) is a
+#: library op doing the work, refused before compiling.
+_ALLOWED_NAMES = frozenset({
+    "Tensor", "parallel_for", "empty_like", "empty", "zeros_like", "zeros", "ScalarType", "Device",
+    "DeviceType", "internal", "acc_type", "opmath_type", "IntArrayRef", "TensorOptions", "MemoryFormat",
+    "Half", "BFloat16", "toString", "isFloatingType", "get_num_threads", "in_parallel_region", "Layout",
+})
+#: Operators the op may dispatch while it runs (allocating and filling its output).
+_ALLOWED_OPS = frozenset({"aten.empty_like", "aten.empty", "aten.empty_strided", "aten.zeros_like", "aten.zeros",
+                          "aten.zero_", "aten.fill_"})
+_modules: dict[str, object] = {}
+
+
+def _strip_comments_and_strings(src: str) -> str:
+    """``src`` without C++ comments and string/char literals (so a message or a comment is not mistaken for code)."""
+    import re
+
+    pattern = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+    return pattern.sub(lambda m: " " if m.group(0)[0] in "/" else '""', src)
+
+
+def _static_problems(src: str) -> None:
+    """Refuse, before compiling, an answer that cannot be right: raises Hint."""
+    import re
+
+    code = _strip_comments_and_strings(src)
+    if not re.search(rf"\b{_OP}\s*\(", code):
+        raise Hint(f"the source defines no function {_OP}(...).",
+                   f"Define at::Tensor {_OP}(const at::Tensor& x, double eps) at the top level (not in a namespace).")
+    if re.search(r"\bPYBIND11_MODULE\b|\bTORCH_LIBRARY", code):
+        raise Hint("the source registers the op itself (PYBIND11_MODULE or TORCH_LIBRARY); the checker does that.",
+                   "Remove the registration block: the checker appends a TORCH_LIBRARY block for your function.")
+    if "TORCH_CHECK" not in code:
+        raise Hint("the source has no TORCH_CHECK: the op must refuse the inputs it cannot handle.",
+                   "TORCH_CHECK(condition, message parts...) raises a RuntimeError with the message when the condition is false.")
+    if not re.search(r"\bparallel_for\s*\(", code):
+        raise Hint("the source never calls at::parallel_for: the rows must be split between threads.",
+                   "at::parallel_for(begin, end, grain, fn) (from <ATen/Parallel.h>) calls fn(b, e) on sub-ranges of "
+                   "[begin, end) from several threads; each call must handle exactly the rows b..e-1.")
+    names = sorted({m.group(1) for m in re.finditer(r"\b(?:at|torch)\s*::\s*(\w+)", code)}
+                   - _ALLOWED_NAMES - {n for n in re.findall(r"\b(?:at|torch)\s*::\s*(k[A-Z]\w*)", code)})
+    if names:
+        raise Hint(f"the source calls library functions ({', '.join('at::' + n for n in names)}): this exercise asks "
+                   "you to write the loop over each row's elements yourself.",
+                   "Allocate the output (at::empty_like), read the input through x.data_ptr<scalar_t>() and compute "
+                   "the norm and the division with plain C++ arithmetic (std::sqrt).")
+
+
+def _compile_error_hint(err: Exception, folder) -> Hint:
+    """A short Hint from a failed build: the compiler's first error, as a line of the learner's source."""
+    import re
+
+    text = str(err)
+    errors = list(dict.fromkeys(re.findall(r"main\.cpp:(\d+):(\d+): (?:fatal )?error: ([^\n]*)", text)))  # unique, in order
+    if errors:
+        first = [f"line {line}, column {col}: {msg.strip()}" for line, col, msg in errors[:3]]
+        return Hint("your C++ does not compile: " + "; ".join(first) + ".",
+                    f"Line numbers count from the first line of your string. The compiler stops at the first error "
+                    f"(-Wfatal-errors); the generated main.cpp and build.ninja are in {folder}/.")
+    tail = [line for line in text.splitlines() if line.strip()][-3:]
+    return Hint("your C++ did not build or load: " + " | ".join(tail)[:400],
+                f"Check that {_OP} has exactly the signature at::Tensor {_OP}(const at::Tensor& x, double eps).")
+
+
+def _compile(src: str, ops: tuple[str, ...] = (_OP,)):
+    """Compile ``src`` with ``load_inline`` and register each name in ``ops`` as ``name(Tensor x, float eps) -> Tensor``.
+
+    Compiled with ``-fopenmp`` (ATen's ``at::parallel_for`` is a header template that runs serially
+    without it) and with only the headers the source includes (``no_implicit_headers``: no
+    ``torch/extension.h``, no pybind11, about three times faster to compile). One build per
+    distinct source: the extension name and the operator namespace carry a hash
+    of the source, the build goes to ``helpers.kernels.extension_dir(name)`` (under build/), and a
+    second call with the same source returns the namespace from memory (a new process finds the
+    build on disk: ninja has nothing to do). Returns ``torch.ops.<namespace>``.
+
+    Raises:
+        Hint: a compile error (the first errors, as lines of ``src``) or a load error.
+    """
+    import hashlib
+
+    from helpers import kernels
+
+    digest = hashlib.sha256("\0".join([src, *ops, torch.__version__]).encode()).hexdigest()[:12]
+    name = f"ch20_l2_{digest}"
+    if name in _modules:
+        return _modules[name]
+    kernels.check_toolchain()
+    folder = kernels.extension_dir(name)
+    folder.mkdir(parents=True, exist_ok=True)
+    registration = f"\n#include <torch/library.h>\nTORCH_LIBRARY({name}, m) {{\n" + "".join(
+        f'  m.def("{op}{_SCHEMA}", &{op});\n' for op in ops) + "}\n"
+    ext = kernels._cpp_extension()
+    try:
+        # -fopenmp: at::parallel_for is a header template, and without OpenMP it runs every range on one thread.
+        ext.load_inline(name=name, cpp_sources=[src, registration], is_python_module=False, no_implicit_headers=True,
+                        extra_cflags=["-fopenmp", "-Wfatal-errors"], extra_ldflags=["-fopenmp"], build_directory=str(folder), verbose=False)
+    except (RuntimeError, OSError) as err:
+        from helpers.paths import rel
+
+        raise _compile_error_hint(err, rel(folder)) from None
+    _modules[name] = getattr(torch.ops, name)
+    return _modules[name]
+
+
+def _reference(x: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.nn.functional.normalize(x.double(), p=2.0, dim=1, eps=eps).to(x.dtype)
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    tol = {torch.float32: (1e-5, 1e-7), torch.float64: (1e-10, 1e-14)}[want.dtype]
+    return got.shape == want.shape and got.dtype == want.dtype and torch.allclose(got, want, rtol=tol[0], atol=tol[1])
+
+
+def _wrong_formula_hint(label: str, x: torch.Tensor, eps: float, got: torch.Tensor) -> Hint:
+    x64, g = x.double(), got.double()
+    norm = x64.norm(dim=1, keepdim=True)
+    guesses = [
+        ("divides by the sum of squares, not its square root", x64 / (x64 * x64).sum(1, keepdim=True).clamp_min(eps),
+         "the L2 norm is the square root of the sum of squares"),
+        ("divides by the sum of |x| (the L1 norm)", x64 / x64.abs().sum(1, keepdim=True).clamp_min(eps),
+         "the L2 norm is sqrt(sum of x*x)"),
+        ("divides by norm + eps", x64 / (norm + eps), "F.normalize divides by max(norm, eps): eps is a floor, not an offset"),
+        ("divides by the norm without the eps floor", x64 / norm, "a row of zeros must give zeros: divide by max(norm, eps)"),
+    ]
+    for what, value, more in guesses:
+        if g.shape == value.shape and torch.allclose(g, value, rtol=1e-4, atol=1e-6, equal_nan=True):
+            return Hint(f"{label}: your op {what}.", more)
+    bad = (~torch.isclose(g, _reference(x, eps).double(), rtol=1e-4, atol=1e-6)).any(1).nonzero().flatten().tolist()
+    return Hint(f"{label}: wrong values in rows {bad[:5]}{' ...' if len(bad) > 5 else ''} "
+                f"(want x[r] / max(||x[r]||_2, {eps:g})).",
+                "Compute the sum of squares of the row, its square root, then divide every element by max(norm, eps).")
+
+
+def _on_threads(n: int, fn):
+    """``fn()`` with torch's intra-op pool (the one at::parallel_for uses) set to ``n`` threads, then restored."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _probe_ops(op, x: torch.Tensor, eps: float) -> list[str]:
+    """Names of the operators ``op(x, eps)`` dispatches while it runs (a TorchDispatchMode sees them from C++ too)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[str] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    def run():
+        with Record():
+            op(x, eps)
+
+    _on_threads(1, run)  # every row in this thread, where the mode is active
+    return seen
+
+
+def _check_op(op) -> None:
+    """Test a compiled ``l2_normalize_rows`` (a ``torch.ops`` callable); raises Hint when it is wrong."""
+    g = torch.Generator().manual_seed(20)
+    probe = torch.randn(64, 300, generator=g)
+    try:
+        used = sorted(set(_probe_ops(op, probe, 1e-12)) - _ALLOWED_OPS)
+    except RuntimeError as err:
+        raise Hint(f"your op raised on a valid (64, 300) float32 input: {str(err).splitlines()[0]}",
+                   "Check the conditions of your TORCH_CHECKs: they must hold for a contiguous 2-D float32 CPU tensor.") from None
+    if used:
+        raise Hint(f"your op calls PyTorch operators ({', '.join(used)}): this exercise asks you to write the loop "
+                   "over each row's elements yourself.",
+                   "Only allocating the output (at::empty_like) is allowed; read and write the data through "
+                   "data_ptr<scalar_t>() and use plain C++ arithmetic.")
+    # Bad input must be refused by a TORCH_CHECK whose message says what is expected.
+    x = torch.randn(6, 8, generator=g)
+    bad = [
+        ("a tensor on the meta device", x.to("meta"), "cpu"),
+        ("a float16 tensor", x.half(), "float"),
+        ("an int64 tensor", x.long(), "float"),
+        ("a 1-D tensor", x[0], "2-d"),
+        ("a 3-D tensor", x.view(2, 3, 8), "2-d"),
+        ("a transposed (non-contiguous) tensor", x.t(), "contiguous"),
+    ]
+    for label, tensor, word in bad:
+        try:
+            op(tensor, 1e-12)
+        except RuntimeError as err:
+            first = str(err).splitlines()[0]
+            if word not in first.lower():
+                raise Hint(f"given {label}, your op raised RuntimeError, but the message does not say what is "
+                           f"expected (it should mention {word!r}): {first[:160]}",
+                           "A TORCH_CHECK before the computation, with a message naming the requirement, tells the "
+                           "caller how to fix the call.") from None
+            continue
+        except Exception as err:  # noqa: BLE001 - the learner's op may raise anything
+            raise Hint(f"given {label}, your op raised {type(err).__name__} ({str(err).splitlines()[0][:100]}) "
+                       "instead of a RuntimeError from a TORCH_CHECK.",
+                       "Check the input with TORCH_CHECK before using it (x.size(1) of a 1-D tensor is an IndexError).") from None
+        raise Hint(f"your op accepted {label} without an error.",
+                   "Refuse it with a TORCH_CHECK: the op reads the data as a packed 2-D float array of a CPU tensor.")
+    # Right values, in the input's dtype, on several shapes.
+    cases = []
+    for dtype in (torch.float32, torch.float64):
+        name = str(dtype).removeprefix("torch.")
+        cases += [(f"a (1, 1) {name} tensor", torch.randn(1, 1, generator=g).to(dtype), 1e-12),
+                  (f"a (7, 3) {name} tensor", torch.randn(7, 3, generator=g).to(dtype), 1e-12),
+                  (f"a (5, 20000) {name} tensor", (torch.randn(5, 20000, generator=g) * 1e3).to(dtype), 1e-12)]
+    with_zero = torch.randn(4, 16, generator=g)
+    with_zero[2] = 0
+    cases.append(("a (4, 16) float32 tensor whose row 2 is zeros", with_zero, 1e-12))
+    cases.append(("rows with norms near eps = 1e-3 (4, 3)", torch.randn(4, 3, generator=g) * 1e-3, 1e-3))
+    for label, x, eps in cases:  # on one thread: a wrong value here is the formula's
+        before = x.clone()
+        got = _on_threads(1, lambda x=x, eps=eps: op(x, eps))
+        if not torch.equal(x, before):
+            raise Hint(f"{label}: your op changed its input.", "Write the result into a new tensor (at::empty_like(x)).")
+        if got.dtype != x.dtype or got.shape != x.shape:
+            raise Hint(f"{label}: you returned {tuple(got.shape)} {got.dtype}; want {tuple(x.shape)} {x.dtype}.",
+                       "Return a tensor like the input: at::empty_like(x).")
+        if not _close(got, _reference(x, eps)):
+            raise _wrong_formula_hint(label, x, eps, got)
+    # On 2 threads, above the grain: at::parallel_for hands out row ranges that do not start at 0.
+    split = [cases[2], ("a (4096, 512) float32 tensor", torch.randn(4096, 512, generator=g), 1e-12)]
+    for label, x, eps in split:
+        got = _on_threads(max(2, torch.get_num_threads()), lambda x=x, eps=eps: op(x, eps))
+        want = _reference(x, eps)
+        if not _close(got, want):
+            tol = {torch.float32: (1e-5, 1e-7), torch.float64: (1e-10, 1e-14)}[x.dtype]
+            wrong = (~torch.isclose(got, want, rtol=tol[0], atol=tol[1])).any(1).nonzero().flatten()
+            raise Hint(f"right on one thread, but on {label}, which at::parallel_for splits between 2 threads, "
+                       f"{len(wrong)} of its {x.shape[0]} rows are wrong (the first is row {int(wrong[0])}).",
+                       "at::parallel_for calls your function with ranges [b, e) of the rows; each call must handle "
+                       "rows b, b + 1, ..., e - 1, not 0 .. e - b - 1.")
+
+
+@exercise(
+    "20.l2_normalize_rows",
+    "l2_normalize_rows_source() -> str: the C++ source of at::Tensor l2_normalize_rows(const at::Tensor& x, double eps), "
+    "y[r] = x[r] / max(||x[r]||_2, eps) for every row, with TORCH_CHECKs (CPU, float32 or float64, 2-D, contiguous) "
+    "and the rows split over threads with at::parallel_for.",
+    reference=_l2_normalize_rows_source,
+    hint="Start from the C++ op of this chapter (softmax_cpu.cpp): the same checks, the same parallel_for over rows, "
+         "AT_DISPATCH_FLOATING_TYPES for the two dtypes; only the per-row arithmetic differs.",
+)
+def _test_l2_normalize_rows(candidate) -> None:
+    src = candidate() if callable(candidate) else candidate
+    if not isinstance(src, str):
+        raise Hint(f"return the C++ source as a Python string; you returned {type(src).__name__}.")
+    _static_problems(src)
+    _check_op(getattr(_compile(src), _OP))

@@ -2,18 +2,35 @@
 
 The sources are real files beside this module:
 
-- ``softmax_common.h``: the input checks every op runs first (``TORCH_CHECK``);
-- ``softmax_cpu.cpp``: ``softmax_cpu``, rows split over threads with ``at::parallel_for``;
+- ``softmax_common.h``: the input checks every kernel runs first (``TORCH_CHECK``);
+- ``softmax_cpu.cpp``: the CPU kernels, from the scalar loop to ``at::vec``
+  (``Vectorized<float>`` and its Sleef ``exp``), rows split over threads with
+  ``at::parallel_for``;
 - ``softmax_cuda.cu``: ``softmax_naive`` (one thread per row) and ``softmax_fast``
   (a warp or block per row, online max/sum, float4 loads);
-- ``bindings.cpp``: the Python module definition.
+- ``ops.cpp``: the kernels as dispatcher operators: ``TORCH_LIBRARY`` (the
+  schemas ``course::softmax``, ``course::softmax_naive``,
+  ``course::softmax_cpu_variant``) and ``TORCH_LIBRARY_IMPL`` per backend;
+- ``bindings.cpp``: the same kernels bound with pybind11 alone (the older way,
+  kept to show what it cannot do).
 
 :func:`load_cpu_ops` and :func:`load_cuda_ops` compile them with
-``torch.utils.cpp_extension.load_inline`` and return the Python module.
+``torch.utils.cpp_extension.load_inline`` and return the Python module (the
+pybind11 functions); loading also registers the operators, and
+:func:`load_cpu_ops` adds their fake (meta) kernels and autograd formula from
+Python (:func:`register_python_parts`), so ``torch.ops.course.softmax`` works
+with autograd, ``torch.compile`` and ``torch.export``. The CPU build owns the
+namespace's one ``TORCH_LIBRARY`` block; the CUDA build (``-DCOURSE_CUDA_ONLY``)
+adds only CUDA kernels, so :func:`load_cuda_ops` loads the CPU build first and
+both live in one process.
+
 Everything about a build is fixed here (extension names, sources, flags), so
 the notebook, the tests and the benchmark script share one build: whichever
 process compiles first fills the build folder, the others find it there
 (``load_inline``'s file lock makes concurrent builds of one name take turns).
+The CPU flags are ``-O3 -fopenmp`` plus :func:`cpu_vec_flags` (the SIMD
+instructions torch itself dispatches to on this CPU): without ``-fopenmp``,
+``at::parallel_for`` in an extension runs on one thread.
 
 Where builds go: ``$TORCH_EXTENSIONS_DIR/<name>`` when that is set (the
 Makefile sets it to ``build/torch_extensions``), else
@@ -58,8 +75,10 @@ __all__ = [
     "DEFAULT_CUDA_ARCH",
     "KERNEL_DIR",
     "KernelBuildError",
+    "NAMESPACE",
     "check_toolchain",
     "clear_stale_lock",
+    "cpu_vec_flags",
     "cuda_arch_list",
     "cuda_home",
     "extension_dir",
@@ -67,6 +86,8 @@ __all__ = [
     "load_cpu_ops",
     "load_cuda_ops",
     "lock_status",
+    "register_python_parts",
+    "softmax",
     "softmax_cpu",
     "softmax_fast",
     "softmax_naive",
@@ -83,13 +104,29 @@ CUDA_EXTENSION = "course_softmax_cuda"
 #: Hopper (H100/H200), one arch so that a GPU-less compile check stays short.
 DEFAULT_CUDA_ARCH = "9.0"
 
-CPU_SOURCES = ("softmax_cpu.cpp", "bindings.cpp")
+#: The operators' namespace in the inline builds: torch.ops.course.softmax and so on.
+#: (The installable package, extensions/course_kernels, uses "course_kernels".)
+NAMESPACE = "course"
+
+CPU_SOURCES = ("softmax_cpu.cpp", "ops.cpp", "bindings.cpp")
+# The CUDA build's C++ part: the CUDA kernels' TORCH_LIBRARY_IMPL and pybind11 bindings only
+# (-DCOURSE_CUDA_ONLY), so that the CPU build keeps the namespace's single TORCH_LIBRARY block.
+CUDA_CPP_SOURCES = ("ops.cpp", "bindings.cpp")
 CUDA_SOURCES = ("softmax_cuda.cu",)
 HEADERS = ("softmax_common.h",)
-CFLAGS = ["-O3"]
+# -fopenmp: ATen/Parallel-inl.h runs at::parallel_for on one thread in code compiled without it.
+CFLAGS = ["-O3", "-fopenmp"]
+LDFLAGS = ["-fopenmp"]
 # -lineinfo maps GPU instructions to source lines for Nsight Compute, at no run-time cost.
 # No --use_fast_math: see the comment at the top of softmax_cuda.cu.
 CUDA_CFLAGS = ["-O3", "-lineinfo", "-DCOURSE_WITH_CUDA"]
+#: Compiler flags per CPU capability, the same as torch's own kernels are built with,
+#: plus the CPU_CAPABILITY_* macro that selects at::vec's SIMD implementation (and Sleef's exp).
+_VEC_FLAGS = {
+    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma",
+               "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512"],
+    "AVX2": ["-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"],
+}
 
 _LOCK_TIMEOUT_S = 1800.0
 _modules: dict[str, ModuleType] = {}
@@ -98,6 +135,26 @@ _load_lock = threading.Lock()
 
 class KernelBuildError(RuntimeError):
     """An extension cannot be built here; the message names what is missing and the fix."""
+
+
+def cpu_vec_flags(capability: str | None = None) -> list[str]:
+    """Compiler flags that give ``at::vec::Vectorized`` the SIMD instructions torch uses here.
+
+    Args:
+        capability: ``"AVX512"``, ``"AVX2"`` or anything else; default
+            ``torch.backends.cpu.get_cpu_capability()``, the level torch's own
+            CPU kernels dispatch to on this machine (``ATEN_CPU_CAPABILITY``
+            lowers it).
+
+    Returns:
+        e.g. ``["-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"]``;
+        ``[]`` for any other level (``DEFAULT``, ARM, ...): ``Vectorized<float>``
+        then falls back to a plain array and its ``exp`` to ``std::exp`` per element.
+        A build made with these flags runs only on CPUs that have the instructions,
+        which is why they are chosen on the machine that compiles (``load_inline``).
+    """
+    level = capability if capability is not None else torch.backends.cpu.get_cpu_capability()
+    return list(_VEC_FLAGS.get(level, []))
 
 
 def _cpp_extension():
@@ -356,17 +413,20 @@ def _load(name: str, cuda: bool, verbose: bool) -> ModuleType:
         folder = extension_dir(name)
         folder.mkdir(parents=True, exist_ok=True)
         wait_for_lock(name)
-        cpp = [source(f) for f in CPU_SOURCES]
         kwargs: dict = {}
         env: dict[str, str] = {}
         if cuda:
+            cpp = [source(f) for f in CUDA_CPP_SOURCES]
             kwargs = {"cuda_sources": [source(f) for f in CUDA_SOURCES], "extra_cuda_cflags": CUDA_CFLAGS}
             env["TORCH_CUDA_ARCH_LIST"] = cuda_arch_list()
             env["CUDA_HOME"] = cuda_home() or ""
             # torch read CUDA_HOME once, when cpp_extension was imported; give it the checked folder.
             ext_module = _cpp_extension()
             ext_module.CUDA_HOME = env["CUDA_HOME"]
-        cflags = CFLAGS + (["-DCOURSE_WITH_CUDA"] if cuda else [])
+            cflags = ["-O3", "-DCOURSE_WITH_CUDA", "-DCOURSE_CUDA_ONLY"]
+        else:
+            cpp = [source(f) for f in CPU_SOURCES]
+            cflags = CFLAGS + cpu_vec_flags()
         ext = _cpp_extension()
         try:
             with _env(**env):
@@ -374,6 +434,7 @@ def _load(name: str, cuda: bool, verbose: bool) -> ModuleType:
                     name=name,
                     cpp_sources=cpp,
                     extra_cflags=cflags,
+                    extra_ldflags=[] if cuda else LDFLAGS,
                     extra_include_paths=[str(KERNEL_DIR)],
                     build_directory=str(folder),
                     verbose=verbose,
@@ -391,34 +452,134 @@ def _load(name: str, cuda: bool, verbose: bool) -> ModuleType:
 def load_cpu_ops(verbose: bool = False) -> ModuleType:
     """Compile (first call) and import the C++ CPU ops; later calls return the same module.
 
-    The module has ``softmax_cpu(x)``; see :func:`softmax_cpu`. A cold build
-    takes about 30 s; a warm one (a new process, same sources) under a second.
+    Importing the library registers the operators ``torch.ops.course.softmax``
+    (CPU kernel) and ``torch.ops.course.softmax_cpu_variant``; this function
+    then adds their fake kernels and autograd formula
+    (:func:`register_python_parts`). The returned module holds the pybind11
+    functions: ``softmax_cpu(x)`` (see :func:`softmax_cpu`),
+    ``cpu_build_info()`` and ``parallel_threads_used(rows, cols)``. A cold
+    build takes about a minute on 2 busy cores; a warm one (a new process,
+    same sources) under a second.
 
     Raises:
         KernelBuildError: no C++ compiler, no ninja, a build lock held too
             long, or a compile error.
     """
-    return _load(CPU_EXTENSION, cuda=False, verbose=verbose)
+    module = _load(CPU_EXTENSION, cuda=False, verbose=verbose)
+    register_python_parts(NAMESPACE)
+    return module
 
 
 def load_cuda_ops(verbose: bool = False) -> ModuleType:
     """Compile (first call) and import the CUDA ops; later calls return the same module.
 
-    Needs ``nvcc`` but not a GPU: without one it compiles for
-    :func:`cuda_arch_list` ("9.0" unless ``TORCH_CUDA_ARCH_LIST`` says
-    otherwise), and the module imports, but calling an op needs a CUDA tensor.
-    The module has ``softmax_cpu``, ``softmax_naive`` and ``softmax_fast``.
-    A cold build takes one to three minutes.
+    Loads the CPU build first (it defines the operators' schemas), then a
+    library that registers the CUDA kernels of ``torch.ops.course.softmax``
+    (the fast kernel) and ``torch.ops.course.softmax_naive``. Needs ``nvcc``
+    but not a GPU: without one it compiles for :func:`cuda_arch_list` ("9.0"
+    unless ``TORCH_CUDA_ARCH_LIST`` says otherwise), and the module imports,
+    but calling an op needs a CUDA tensor. The module holds the pybind11
+    functions ``softmax_naive`` and ``softmax_fast``. A cold build takes one
+    to three minutes.
 
     Raises:
         KernelBuildError: no C++ compiler, ninja or nvcc, a build lock held
             too long, or a compile error.
     """
+    load_cpu_ops(verbose=verbose)
     return _load(CUDA_EXTENSION, cuda=True, verbose=verbose)
 
 
+# ------------------------------------------------ the Python-side parts -------
+
+
+def _check_fake_input(x: torch.Tensor, op: str) -> None:
+    """The kernels' checks that depend only on metadata, so tracing fails as early and as clearly."""
+    allowed = (torch.float32, torch.float64) if x.device.type == "cpu" else (torch.float32,)
+    torch._check(x.dtype in allowed, lambda: f"{op}: expected dtype {' or '.join(map(str, allowed))}; got {x.dtype}")
+    torch._check(x.dim() == 2, lambda: f"{op}: expected a 2-D tensor (rows, cols), softmax over the last dim; got {x.dim()}-D")
+    torch._check(x.is_contiguous(), lambda: f"{op}: expected a contiguous tensor. Call .contiguous() first")
+
+
+def _softmax_fake(x: torch.Tensor) -> torch.Tensor:
+    _check_fake_input(x, "softmax")
+    return torch.empty_like(x)
+
+
+def _softmax_naive_fake(x: torch.Tensor) -> torch.Tensor:
+    _check_fake_input(x, "softmax_naive")
+    return torch.empty_like(x)
+
+
+def _softmax_setup_context(ctx, inputs, output) -> None:
+    ctx.save_for_backward(output)
+
+
+def _softmax_backward(ctx, grad_y: torch.Tensor) -> torch.Tensor:
+    """dL/dx = y * (dL/dy - sum(dL/dy * y, dim=-1, keepdim=True)), from the saved output y."""
+    (y,) = ctx.saved_tensors
+    return y * (grad_y - (grad_y * y).sum(dim=-1, keepdim=True))
+
+
+def register_python_parts(namespace: str = NAMESPACE) -> list[str]:
+    """Register the fake (meta) kernels and softmax's autograd formula for ``<namespace>::softmax`` and ``::softmax_naive``.
+
+    The C++ library must be loaded first (it defines the schemas). Safe to
+    call again, from a re-imported module or a re-run notebook cell: an op
+    that already has a Meta kernel (``register_fake`` adds one) or an
+    Autograd kernel is left alone. (In torch 2.14 a second ``register_fake``
+    or ``register_autograd`` would not fail: it adds one more registration
+    that replaces the first, and earlier releases raised "already has a fake
+    impl registered" for the fake kernel; asking first avoids both.)
+
+    Args:
+        namespace: ``"course"`` (the inline builds) or ``"course_kernels"``
+            (the installable package).
+
+    Returns:
+        The registrations made by this call, e.g. ``["course::softmax fake",
+        "course::softmax autograd"]``; empty when all were there already.
+    """
+    made = []
+    for op, fake in (("softmax", _softmax_fake), ("softmax_naive", _softmax_naive_fake)):
+        qualname = f"{namespace}::{op}"
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "Meta"):
+            torch.library.register_fake(qualname, fake)
+            made.append(f"{qualname} fake")
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "Autograd"):
+            torch.library.register_autograd(qualname, _softmax_backward, setup_context=_softmax_setup_context)
+            made.append(f"{qualname} autograd")
+    return made
+
+
+# ------------------------------------------------------------ the ops --------
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """``torch.ops.course.softmax(x)``: the registered operator (CPU kernel, or the fast CUDA kernel on a GPU).
+
+    Differentiable (softmax's backward formula), traceable by ``torch.compile``
+    and ``torch.export`` (fake kernel). The CUDA kernel is there once
+    :func:`load_cuda_ops` has run.
+
+    Args:
+        x: a contiguous (rows, cols) tensor: float32 or float64 on the CPU, float32 on CUDA.
+
+    Raises:
+        RuntimeError: the kernel's input checks (see :func:`softmax_cpu`), or no
+            kernel for the tensor's device.
+        KernelBuildError: see :func:`load_cpu_ops`.
+    """
+    load_cpu_ops()
+    return torch.ops.course.softmax(x)
+
+
 def softmax_cpu(x: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dim of ``x`` with the course's C++ op (``at::parallel_for`` over rows).
+    """Softmax over the last dim of ``x`` with the course's C++ CPU kernel (``at::vec``, ``at::parallel_for``).
+
+    A CPU tensor goes through the registered operator ``torch.ops.course.softmax``,
+    so gradients flow; any other device goes straight to the kernel, whose check
+    names the mistake.
 
     Args:
         x: a contiguous CPU tensor of shape (rows, cols), float32 or float64, not empty.
@@ -432,11 +593,17 @@ def softmax_cpu(x: torch.Tensor) -> torch.Tensor:
             contiguous (the message says which, and the fix).
         KernelBuildError: the op cannot be built (see :func:`load_cpu_ops`).
     """
-    return load_cpu_ops().softmax_cpu(x)
+    module = load_cpu_ops()
+    if x.device.type != "cpu":
+        return module.softmax_cpu(x)  # raises: "softmax_cpu: expected a CPU tensor; got ..."
+    return torch.ops.course.softmax(x)
 
 
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dim with one CUDA thread per row (three passes; slow, for comparison).
+
+    A CUDA tensor goes through ``torch.ops.course.softmax_naive`` (differentiable);
+    any other device goes straight to the kernel, whose check names the mistake.
 
     Args:
         x: a contiguous CUDA float32 tensor of shape (rows, cols), not empty.
@@ -445,7 +612,10 @@ def softmax_naive(x: torch.Tensor) -> torch.Tensor:
         RuntimeError: wrong device, dtype, dims, empty, or not contiguous.
         KernelBuildError: see :func:`load_cuda_ops`.
     """
-    return load_cuda_ops().softmax_naive(x)
+    module = load_cuda_ops()
+    if x.device.type != "cuda":
+        return module.softmax_naive(x)
+    return torch.ops.course.softmax_naive(x)
 
 
 def softmax_fast(x: torch.Tensor) -> torch.Tensor:
@@ -455,6 +625,9 @@ def softmax_fast(x: torch.Tensor) -> torch.Tensor:
     Gimelshein 2018, arXiv:1805.02867), merged with warp shuffles and shared
     memory; a second pass writes the result. float4 loads when cols % 4 == 0
     and the data is 16-byte aligned, scalar loads otherwise; any row length.
+    A CUDA tensor goes through ``torch.ops.course.softmax`` (whose CUDA kernel
+    this is; differentiable); any other device goes straight to the kernel,
+    whose check names the mistake.
 
     Args:
         x: a contiguous CUDA float32 tensor of shape (rows, cols), not empty.
@@ -466,4 +639,7 @@ def softmax_fast(x: torch.Tensor) -> torch.Tensor:
         RuntimeError: wrong device, dtype, dims, empty, or not contiguous.
         KernelBuildError: see :func:`load_cuda_ops`.
     """
-    return load_cuda_ops().softmax_fast(x)
+    module = load_cuda_ops()
+    if x.device.type != "cuda":
+        return module.softmax_fast(x)
+    return torch.ops.course.softmax(x)
