@@ -809,8 +809,10 @@ assert torch.equal(mine, torch.rand(3, generator=fresh)), "seed_everything's gen
 #   Python tokenizer and vocabulary with a `torch.utils.data` `Dataset` and
 #   `pad_sequence` (what chapters 08 and 09 do, with `helpers.models.CharVocab`);
 #   Hugging Face's `tokenizers` and `datasets` libraries for real subword tokenizers and
-#   corpora; and, for data-loading pipelines beyond `DataLoader`, torchdata's
-#   `torchdata.nodes` (beta; torchdata 0.10 removed the older DataPipes and DataLoader2).
+#   corpora; and, for data loading beyond `DataLoader`, torchdata: its
+#   `StatefulDataLoader` (a drop-in `DataLoader` with `state_dict()`/`load_state_dict()`,
+#   to resume mid-epoch) and `torchdata.nodes` (beta). torchdata itself changed course:
+#   0.10 removed the DataPipes and DataLoader2 that older tutorials use.
 # - **torchaudio is in maintenance.** From version 2.9 its documentation calls it
 #   a maintenance phase: APIs deprecated in 2.8 were removed, and decoding and
 #   encoding of audio and video moved to **TorchCodec**. `torchaudio.load` and

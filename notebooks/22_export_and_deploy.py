@@ -37,6 +37,10 @@
 #   sizes, with the largest difference from PyTorch measured;
 # - AOTInductor: the exported program compiled ahead of time into a package
 #   that runs without Python's overhead;
+# - serving: the `.pt2`, `.onnx` and AOTInductor files loaded by a fresh
+#   process that has none of the course's code, answering requests, with its
+#   answers checked against the model; and what serves models in production
+#   today (TorchServe is in limited maintenance);
 # - a measured latency table: eager, `torch.compile`, the exported program,
 #   onnxruntime and AOTInductor;
 # - pitfalls with their real messages: a dimension specialised away, an
@@ -60,6 +64,7 @@ MIN_RUN_TIME = 0.3  # seconds of timed calls per measurement (helpers.bench.meas
 PARITY_ATOL = 1e-4  # largest absolute difference in logits accepted between PyTorch and another runtime
 RUN_COMPILE = True  # time torch.compile too (its first call compiles: about 10 s on 2 cores)
 RUN_AOTI = True  # build an AOTInductor package (compiles C++: the slowest cell, tens of seconds on 2 cores)
+SERVE_TIMEOUT = 120  # seconds the fresh serving process may take to start, load every artefact and answer
 SEED = 0
 
 # %% [markdown]
@@ -79,10 +84,14 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(build_dir() / "inductor_cac
 
 import contextlib
 import io
+import json
 import logging
 import re
+import subprocess
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -304,6 +313,8 @@ print("parameters held by the scripted module:", len(list(scripted_mlp.parameter
 print("parameters held by the frozen module:  ", len(list(frozen_mlp.parameters())))
 kinds = [node.kind() for node in frozen_mlp.graph.nodes() if node.kind() != "prim::Constant"]
 print("operations in the frozen graph:", kinds)
+assert not list(frozen_mlp.parameters()), "the frozen module should hold no parameters"
+assert not any("dropout" in kind for kind in kinds), f"freezing should remove the eval-mode dropouts: {kinds}"
 
 # %% [markdown]
 # The frozen graph holds no parameters (they are constants now), and the
@@ -402,8 +413,8 @@ assert (int(batch_range.lower), int(batch_range.upper)) == (1, MAX_BATCH), "the 
 # The archive also keeps the example inputs (`exported.example_inputs`).
 # That is why `example` was made with `.clone()`: a slice such as
 # `test_x[:8]` is a *view* that shares the storage of all 10,000 test
-# images, and saving a view saves its whole storage, 30 MB here instead
-# of 25 KB.
+# images, and saving a view saves its whole storage (the cell measures
+# both with `torch.save`).
 
 # %%
 export_path = out_dir / "mlp.pt2"
@@ -418,6 +429,13 @@ with torch.no_grad():
         export_diff = max(export_diff, diff)
         print(f"batch {size:>4}: largest difference from eager {diff:.1e}")
 print(f"{rel(export_path)}: {kilobytes(export_path):.0f} KB")
+saved = {}
+for name, tensor in (("the view test_x[:8]", test_x[:8]), ("its clone", example)):
+    buffer = io.BytesIO()
+    torch.save(tensor, buffer)
+    saved[name] = buffer.tell() / 1024
+print("torch.save of", ", of ".join(f"{name}: {kb:,.0f} KB" for name, kb in saved.items()))
+assert saved["the view test_x[:8]"] > 100 * saved["its clone"], "saving a view should save its whole storage"
 report.record("torch.export .pt2 size", kilobytes(export_path), "KB", digits=1)
 _ = report.record("torch.export parity (max abs diff)", export_diff, "", digits=8)
 
@@ -430,13 +448,17 @@ assert export_diff <= PARITY_ATOL, f"the loaded .pt2 differs from eager by {expo
 # that failed:
 
 # %%
+refused = []
 for label, bad in (("a batch above MAX_BATCH", torch.zeros(MAX_BATCH + 1, 1, 28, 28)),
                    ("images of 28x27 pixels", torch.zeros(4, 1, 28, 27))):
     try:
         exported_module(bad)
+        print(f"{label}: accepted (unexpected)")
     except Exception as err:  # noqa: BLE001
+        refused.append(label)
         print(f"{label}: ", end="")
         show_error(err)
+assert len(refused) == 2, f"the program's guards should refuse both inputs; refused only {refused}"
 
 # %% [markdown]
 # ### Data-dependent control flow: export says no
@@ -605,6 +627,104 @@ else:
     print("RUN_AOTI is False: skipping the AOTInductor package (it compiles C++ for tens of seconds)")
 
 # %% [markdown]
+# ## Serving the artefact from a fresh process
+#
+# The point of an artefact is that the process that serves it is not the
+# process that trained it. `helpers/serve_exported.py` is a minimal model
+# server: it loads the files it is given, then reads requests from stdin
+# (one JSON line per request, a batch of images), and writes one JSON line
+# per answer with every runtime's logits. We start it as a **new Python
+# process** with `python -I` (isolated mode: neither the script's folder
+# nor `PYTHONPATH` is on `sys.path`), so it *cannot* import the course's
+# code. It never sees the `MLP` class, the training loop or the
+# preprocessing code; it reports the course modules it imported, which must
+# be none. The requests are test images the parity checks above did not
+# use; the notebook then compares the server's answers with its own model.
+
+# %%
+serve_script = Path(helpers.plotting.__file__).with_name("serve_exported.py")
+serve_args = [sys.executable, "-I", str(serve_script), "--pt2", str(export_path), "--onnx", str(onnx_path),
+              "--threads", str(torch.get_num_threads())]
+if aoti_runner is not None:
+    serve_args += ["--aoti", str(aoti_path)]
+requests, first = [], 1000  # images 1000.. of the test set
+for i, size in enumerate(CHECK_BATCHES):
+    requests.append({"id": i, "images": test_x[first : first + size].flatten(1).tolist()})
+    first += size
+start = time.perf_counter()
+served = subprocess.run(serve_args, input="".join(json.dumps(r) + "\n" for r in requests),
+                        capture_output=True, text=True, timeout=SERVE_TIMEOUT, cwd=out_dir)
+serve_s = time.perf_counter() - start
+if served.returncode != 0:
+    raise RuntimeError(f"the server exited with {served.returncode}:\n{tidy(served.stderr, max_lines=20)}")
+ready, *replies = [json.loads(line) for line in served.stdout.splitlines()]
+print(f"one server process: started, loaded {len(ready['load_s'])} artefacts and answered {len(replies)} requests "
+      f"in {serve_s:.1f} s; its stderr held {len(served.stderr.splitlines())} log lines")
+print("loading took:", {name: f"{secs:.2f} s" for name, secs in ready["load_s"].items()})
+print("course modules imported by the server:", ready["course_modules"])
+serve_diff, serve_agree = {}, {}
+with torch.no_grad():
+    for request, reply in zip(requests, replies):
+        assert reply["id"] == request["id"], "the answers came back out of order"
+        expected = model(torch.tensor(request["images"]).view(-1, 1, 28, 28))
+        for name, logits in reply["logits"].items():
+            diff = (torch.tensor(logits) - expected).abs().max().item()
+            serve_diff[name] = max(serve_diff.get(name, 0.0), diff)
+            same = reply["predictions"][name] == expected.argmax(dim=1).tolist()
+            serve_agree[name] = serve_agree.get(name, True) and same
+for name in serve_diff:
+    print(f"{name:>18}: largest logit difference from the notebook's model {serve_diff[name]:.1e}, "
+          f"same predicted digits for all {sum(CHECK_BATCHES)} images: {serve_agree[name]}")
+_ = report.record("fresh-process server: largest logit difference", max(serve_diff.values()), "", digits=8)
+
+# %%
+assert ready["course_modules"] == [], f"the server imported course code: {ready['course_modules']}"
+assert len(replies) == len(requests), f"{len(requests)} requests, {len(replies)} answers"
+for name, diff in serve_diff.items():
+    assert diff <= PARITY_ATOL, f"{name} in the fresh process differs from the model by {diff:.1e}"
+    assert serve_agree[name], f"{name} in the fresh process predicted other digits than the model"
+
+# %% [markdown]
+# The files are enough: a process with PyTorch and onnxruntime installed,
+# and nothing of ours, gives the model's answers. Load times differ by
+# runtime (printed above); a real server pays them once at start-up, and
+# does a warm-up call before taking traffic, as this one does.
+#
+# ### What serves models in production
+#
+# A real server adds what this one leaves out: HTTP or gRPC endpoints,
+# **dynamic batching** (grouping requests that arrive close together into
+# one batch), several model versions, workers per GPU, health checks and
+# metrics. Those are the serving frameworks' job, and the landscape has
+# changed:
+#
+# - **TorchServe**, the PyTorch project's own server, is in **limited
+#   maintenance**: since 2025 its repository and documentation say it is no
+#   longer actively maintained, with no planned updates, bug fixes, new
+#   features or security patches. Do not start new work on it.
+# - **NVIDIA Triton Inference Server** serves many formats side by side
+#   through backends (PyTorch, ONNX Runtime, TensorRT and others), with
+#   dynamic batching and model ensembles.
+# - **KServe** runs model servers on Kubernetes (an `InferenceService`
+#   resource, with autoscaling). Its default runtime for the `pytorch` model
+#   format was still TorchServe in early 2026, so check which runtime a
+#   KServe deployment actually uses.
+# - **Ray Serve** and **BentoML** are Python-first: you write the request
+#   handler in Python around whichever runtime you load (one of the files
+#   above, for instance), and they handle scaling, batching and deployment.
+# - **ONNX Runtime** is a runtime, not a server, but it is what many
+#   servers (Triton among them) run ONNX files with.
+# - For large language models, dedicated engines handle what a generic
+#   server does not (the key-value cache, batching requests of different
+#   lengths token by token): **vLLM** and **SGLang**. Hugging Face's
+#   **Text Generation Inference** (TGI) is in maintenance mode since late
+#   2025, and Hugging Face points its users to vLLM and SGLang.
+#
+# Whichever you choose, the artefact is the interface: an exported program,
+# an AOTInductor package or an ONNX file, checked for parity like this
+# chapter did.
+
+# %% [markdown]
 # ## How fast is each one?
 #
 # The same model, the same inputs, five ways of running it, timed with
@@ -668,6 +788,13 @@ axes[-1].set_title("file size")
 axes[-1].set_xlabel("KB")
 axes[-1].invert_yaxis()
 plt.show()
+weight_kb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1024
+print(f"the weights alone: {weight_kb:.0f} KB of float32")
+for name, path in sizes.items():
+    if name != ".pt2 (AOTI)":
+        assert weight_kb <= kilobytes(path) <= 1.25 * weight_kb, f"{name} is {kilobytes(path):.0f} KB, not mostly the weights"
+if aoti_runner is not None:
+    assert kilobytes(aoti_path) > kilobytes(export_path), "the AOTInductor package should add a compiled library"
 
 # %% [markdown]
 # Read the table this run printed, not a rule of thumb. For a model this
@@ -683,7 +810,7 @@ plt.show()
 # `.module()` is meant for checking, not for speed: it runs the graph
 # through Python like eager does. The file sizes are mostly the weights
 # (about 1 MB of float32 here); the AOTInductor package adds the compiled
-# library.
+# library (the figure's cell checks both).
 #
 # Timings on a shared machine are noisy: a large IQR next to a median
 # means other programs competed for the cores, and parallel kernels that
@@ -904,6 +1031,11 @@ result = check("22.dynamic_shapes_spec", dynamic_shapes_for)
 #   stated tolerance of PyTorch (the largest difference is recorded above).
 # - AOTInductor compiles an exported program ahead of time into a package
 #   that loads in Python or C++.
+# - The artefacts served from a fresh, isolated process with none of the
+#   course's code gave the model's answers within the tolerance. Production
+#   serving adds batching, endpoints and scaling: Triton, KServe, Ray Serve
+#   or BentoML, and vLLM or SGLang for language models; TorchServe is in
+#   limited maintenance.
 # - Which runtime is fastest depends on the model and the batch size: the
 #   table above is this machine's answer for this model.
 # - Export in `eval()` mode, and check parity of every artefact against the
