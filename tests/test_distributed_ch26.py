@@ -51,13 +51,21 @@ def test_unsharded_bytes_counts_a_plain_model_in_full_at_every_hook():
     full = sum(p.nbytes for p in model.parameters())
     tracker = UnshardedBytes(model)
     assert tracker.sharded_bytes == 0, "a plain model has no DTensor shards"
-    model(torch.randn(3, 8))
+    out = model(torch.randn(3, 8))
     assert tracker.sample("between forward and backward") == full
-    assert [label for label, _ in tracker.samples] == ["pre 0", "post 0", "pre 2", "post 2", "between forward and backward"]
-    assert all(value == full for _, value in tracker.samples)
+    assert [s[0] for s in tracker.samples] == ["pre 0", "post 0", "pre 2", "post 2", "between forward and backward"]
+    assert all(s[1] == full and s[2] == 0 and s[3] == 0 for s in tracker.samples), "no gradients or FSDP buffers yet"
+    out.sum().backward()
+    backward = [s for s in tracker.samples[5:]]
+    labels = [s[0] for s in backward]
+    assert labels[0] == "backward 2", f"the output gradient of the last layer arrives first: {labels}"
+    assert "backward 0" in labels and {"grad 0.weight", "grad 0.bias", "grad 2.weight", "grad 2.bias"} <= set(labels), labels
+    assert backward[-1][2] == full, "after the last gradient is written every parameter has a full gradient"
+    assert dict((s[0], s[2]) for s in backward)["grad 2.bias"] <= 2 * 4 + 2 * 4 * 4, "gradients are counted as they appear"
     tracker.remove()
-    model(torch.randn(3, 8))
-    assert len(tracker.samples) == 5, "remove() should take the hooks away"
+    n = len(tracker.samples)
+    model(torch.randn(3, 8)).sum().backward()
+    assert len(tracker.samples) == n, "remove() should take every hook away, the gradient hooks too"
 
 
 def test_unsharded_bytes_sees_a_freed_storage_as_zero():
@@ -70,6 +78,15 @@ def test_unsharded_bytes_sees_a_freed_storage_as_zero():
     assert tracker.live() == 16 * 16 * 4
     model.weight.data.untyped_storage().resize_(0)  # what FSDP does to an unsharded parameter when it reshards
     assert tracker.live() == 0
+
+
+def test_padded_nbytes_rounds_dim0_up_to_the_world_size():
+    from helpers.distributed.fsdp_memory import padded_nbytes
+
+    assert padded_nbytes(torch.zeros(10, 3), 2) == 10 * 3 * 4  # even: no padding
+    assert padded_nbytes(torch.zeros(10, 3), 4) == 12 * 3 * 4  # chunks of 3 rows on 4 ranks: 12 rows allocated
+    assert padded_nbytes(torch.zeros(5), 2) == 6 * 4
+    assert padded_nbytes(torch.zeros(3, 2, dtype=torch.bfloat16), 8) == 8 * 2 * 2  # more ranks than rows
 
 
 def test_grad_scale_and_fraction_over():
@@ -86,5 +103,5 @@ def test_grad_scale_and_fraction_over():
     with torch.no_grad():
         b.bias += 1  # 2 of the 8 elements differ
     assert fraction_over(a, b, 1e-6) == 2 / 8
-    samples = [("pre 0", 1), ("between forward and backward", 0), ("after backward", 0), ("pre 0", 5)]
+    samples = [("pre 0", 1, 0, 1), ("between forward and backward", 0, 0, 0), ("after backward", 0, 0, 0), ("pre 0", 5, 0, 5)]
     assert [s[0] for s in _first_step(samples)] == ["pre 0", "between forward and backward", "after backward"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from helpers.exercises import check, solution
+from helpers.exercises import check, hint, solution
 from tests.exercise_support import assert_rejected
 
 # --------------------------------------------------------------------------
@@ -22,7 +22,8 @@ def test_local_shard_shapes_floor_division_fails():
     def floor(shape, world, dim):
         return _with_sizes(shape, world, dim, [shape[dim] // world] * world if dim is not None else None)
 
-    assert_rejected("26.local_shard_shapes", floor, "n // world")
+    result = assert_rejected("26.local_shard_shapes", floor, "n // world", "remainder")
+    assert "ceil" not in result.message, f"the first tier names the mistake, not the fix: {result.message}"
 
 
 def test_local_shard_shapes_array_split_fails():
@@ -32,7 +33,10 @@ def test_local_shard_shapes_array_split_fails():
         n = shape[dim]
         return _with_sizes(shape, world, dim, [n // world + (r < n % world) for r in range(world)])
 
-    assert_rejected("26.local_shard_shapes", array_split, "array_split")
+    result = assert_rejected("26.local_shard_shapes", array_split, "array_split")
+    assert "ceil" not in result.message, f"the first tier names the mistake, not the fix: {result.message}"
+    fuller = hint("26.local_shard_shapes", show=False)
+    assert "torch.chunk" in fuller and "ceil" not in fuller, f"the fuller hint points to torch.chunk's rule: {fuller}"
 
 
 def test_local_shard_shapes_torch_chunk_without_empty_ranks_fails():

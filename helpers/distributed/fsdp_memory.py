@@ -21,7 +21,10 @@ With AdamW (``--lr``), four ways:
 - ``fsdp_bf16``: the same with ``MixedPrecisionPolicy(param_dtype=bfloat16,
   reduce_dtype=float32)``;
 - ``fsdp_sum_adamw``: ``fsdp_fp32`` with gradients summed over the ranks
-  instead of averaged (a deliberate bug that Adam mostly hides).
+  instead of averaged (a deliberate bug that Adam mostly hides);
+- ``fsdp_sum_adamw_small_eps``: the same sum, and its own one-process
+  reference, with AdamW's ``eps`` set to ``--small-eps`` (1e-12), where the
+  sum no longer moves any weight by more than ``--tol``.
 
 With plain SGD (``--sgd-lr``, no momentum; under ``"sgd"``): ``reference``,
 ``ddp``, ``fsdp``, ``fsdp_keep`` (``reshard_after_forward=False``),
@@ -29,10 +32,13 @@ With plain SGD (``--sgd-lr``, no momentum; under ``"sgd"``): ``reference``,
 controls, ``fsdp_sum`` (sum instead of mean) and ``no_allreduce`` (each rank
 alone). Each records the largest difference of its first gradients and final
 parameters from the reference, the gradient scale, the fraction of parameter
-elements off by more than ``--tol``, and the unsharded parameter bytes
-measured by :class:`UnshardedBytes` during the first step.
+elements off by more than ``--tol``, and the full-size bytes (unsharded
+parameters, their gradients, FSDP's communication buffers) measured by
+:class:`UnshardedBytes` during the first step's forward and backward.
 
-Rank 0 writes ``fsdp.json``: for the AdamW runs, per-rank bytes of
+Rank 0 writes ``fsdp.json``: the layers' unsharded bytes (``layer_bytes``,
+and ``padded_layer_bytes`` with FSDP's padding of dim 0 to a multiple of the
+world size); for the AdamW runs, per-rank bytes of
 parameters, gradients and AdamW state (the local shards added up), the
 losses of every step, each run's largest parameter difference from the
 reference and the placements of the sharded parameters; the SGD runs as
@@ -83,6 +89,17 @@ def _nbytes(tensors) -> int:
     return sum(_local(t).numel() * _local(t).element_size() for t in tensors)
 
 
+def padded_nbytes(p: torch.Tensor, world: int) -> int:
+    """Bytes of ``p`` unsharded as FSDP2 allocates it: dim 0 padded up to ``ceil(dim0 / world) * world`` rows.
+
+    FSDP2 pads every shard to ``ceil(dim0 / world)`` rows, so the all-gather output and the
+    unsharded parameter it views have that many rows per rank; for dim 0 divisible by the
+    world size this is ``p.nbytes``. A 0-d tensor counts as one row.
+    """
+    rows = p.shape[0] if p.dim() else 1
+    return -(-rows // world) * world * (p.numel() // max(rows, 1)) * p.element_size()
+
+
 def memory_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
     """Bytes this rank holds for parameters, gradients and optimizer state (local shards only).
 
@@ -99,70 +116,112 @@ def memory_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str
 
 
 class UnshardedBytes:
-    """Measure how many bytes of full-size (unsharded) parameter storage are alive on this rank.
+    """Measure the full-size (unsharded) bytes alive on this rank during forward *and* backward.
 
-    A forward pre-hook and a forward hook go on every module that owns
-    parameters, registered *after* ``fully_shard`` so that they run after
-    FSDP's own hooks: in a pre-hook the unit about to run has been
-    all-gathered, in a post-hook FSDP has already resharded it (or not).
-    While a unit is gathered FSDP registers plain full-size tensors as its
-    parameters, and DTensor shards otherwise. Each hook scans all of the
-    model's parameters, remembers (by weak reference) every plain one it has
-    seen, and records the sum of ``untyped_storage().nbytes()`` over the
-    distinct storages still alive. FSDP frees an unsharded parameter by
-    resizing its storage to 0 bytes, so freed memory counts 0; the sharded
-    DTensors are not counted. For a plain model (one process, DDP) every
-    parameter is full-size, always. Activations and gradients are not counted.
+    Three kinds of storage are counted, each over distinct, non-empty storages:
 
-    ``samples`` is a list of ``(label, unsharded bytes)``: ``"pre <module>"``,
-    ``"post <module>"`` during forward, and whatever :meth:`sample` is called
-    with. ``sharded_bytes`` is measured once, when the tracker is made (before
-    any forward, so every FSDP parameter is a DTensor then): the distinct
-    storages behind the local pieces, FSDP's (padded) shards, which stay
-    allocated for the whole run.
+    - ``params``: the plain (non-DTensor) parameter tensors. While an FSDP unit
+      is gathered, FSDP registers plain full-size tensors as its parameters
+      (DTensor shards otherwise), and frees them by resizing their storage to
+      0 bytes, so freed memory counts 0. For a plain model (one process, DDP)
+      every parameter is full-size, always.
+    - ``grads``: the ``.grad`` of those plain parameters: FSDP's unsharded
+      gradients between autograd accumulating them and the unit's
+      reduce-scatter (for a plain model, its gradients).
+    - ``buffers``: FSDP's communication buffers, read from FSDP2's *private*
+      state (``FSDPState._fsdp_param_groups``, ``_comm_ctx``; torch 2.14): the
+      flat all-gather outputs not yet copied out or not yet freed (a prefetched
+      unit's, or in forward the previous unit's, which FSDP frees only after the
+      next unit's copy-out), and the reduce-scatter inputs still held. DDP's
+      gradient buckets are not seen (DDP keeps them in C++).
+
+    Sampling points: a forward pre-hook and a forward hook on every module that
+    owns parameters, registered *after* ``fully_shard`` so that they run after
+    FSDP's own (``"pre <module>"``, ``"post <module>"``); a hook on each such
+    module's output gradient, which runs after FSDP's pre-backward hook has
+    gathered the unit and prefetched the next (``"backward <module>"``); and a
+    post-accumulate-grad hook on every plain parameter (``"grad <parameter>"``),
+    which runs when autograd has written that gradient, before FSDP's
+    post-backward reduce-scatters it. :meth:`sample` adds points by hand.
+    Activations are not counted.
+
+    ``samples`` is a list of ``(label, params, grads, buffers)`` in bytes.
+    ``sharded_bytes`` is measured once, when the tracker is made (before any
+    forward, so every FSDP parameter is a DTensor then): the distinct storages
+    behind the local pieces, FSDP's (padded) shards, which stay allocated for
+    the whole run.
     """
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
         self.refs: list[weakref.ref] = []
-        self.samples: list[tuple[str, int]] = []
+        self.samples: list[tuple[str, int, int, int]] = []
         self.handles = []
         self.sharded_bytes = self.sharded()
+        self.fsdp_states = [m._get_fsdp_state() for m in model.modules() if isinstance(m, FSDPModule)]
         for name, module in model.named_modules():
             if next(module.parameters(recurse=False), None) is not None:
                 self.handles.append(module.register_forward_pre_hook(self._hook(f"pre {name}")))
-                self.handles.append(module.register_forward_hook(self._hook(f"post {name}")))
+                self.handles.append(module.register_forward_hook(self._post_forward(name)))
 
     def _hook(self, label: str):
         def hook(*_):
             self.sample(label)
         return hook
 
-    def live(self) -> int:
-        """Bytes of distinct, non-empty storages behind the unsharded parameters seen so far."""
-        for p in self.model.parameters():
+    def _post_forward(self, name: str):
+        def hook(module, args, output):
+            self.sample(f"post {name}")
+            if isinstance(output, torch.Tensor) and output.requires_grad:
+                output.register_hook(self._hook(f"backward {name}"))  # after FSDP's own hook on this tensor
+        return hook
+
+    def _plain_params(self) -> list[torch.Tensor]:
+        """The plain parameter tensors seen so far (alive), remembering new ones and hooking their gradients."""
+        for name, p in self.model.named_parameters():
             if not isinstance(p, DTensor) and not any(r() is p for r in self.refs):
                 self.refs.append(weakref.ref(p))
+                if p.requires_grad:
+                    self.handles.append(p.register_post_accumulate_grad_hook(self._hook(f"grad {name}")))
+        return [t for t in (r() for r in self.refs) if t is not None]
+
+    @staticmethod
+    def _storage_bytes(tensors) -> int:
         storages = {}
-        for ref in self.refs:
-            t = ref()
+        for t in tensors:
             if t is not None and t.untyped_storage().nbytes() > 0:
                 storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
         return sum(storages.values())
 
+    def live(self) -> int:
+        """Bytes of distinct, non-empty storages behind the unsharded parameters seen so far."""
+        return self._storage_bytes(self._plain_params())
+
+    def grad_bytes(self) -> int:
+        """Bytes of the gradients of those unsharded parameters."""
+        return self._storage_bytes(p.grad for p in self._plain_params())
+
+    def buffer_bytes(self) -> int:
+        """Bytes of FSDP's all-gather outputs and reduce-scatter inputs alive now (read from private FSDP state)."""
+        buffers = []
+        for state in self.fsdp_states:
+            for group in state._fsdp_param_groups:
+                if group._all_gather_result is not None:
+                    buffers.append(group._all_gather_result.all_gather_output)
+            ctx = state._comm_ctx
+            if ctx.all_gather_state is not None:
+                buffers.append(ctx.all_gather_state.all_gather_result.all_gather_output)
+            buffers.extend(s.reduce_scatter_input for s in ctx.reduce_scatter_states)
+        return self._storage_bytes(buffers)
+
     def sharded(self) -> int:
         """Bytes of distinct storages behind the local pieces of the model's DTensor parameters."""
-        storages = {}
-        for p in self.model.parameters():
-            if isinstance(p, DTensor):
-                storage = p.to_local().untyped_storage()
-                storages[storage.data_ptr()] = storage.nbytes()
-        return sum(storages.values())
+        return self._storage_bytes(p.to_local() for p in self.model.parameters() if isinstance(p, DTensor))
 
     def sample(self, label: str) -> int:
-        """Record ``(label, live())`` and return the unsharded bytes."""
+        """Record ``(label, params, grads, buffers)`` and return the unsharded parameter bytes."""
         value = self.live()
-        self.samples.append((label, value))
+        self.samples.append((label, value, self.grad_bytes(), self.buffer_bytes()))
         return value
 
     def remove(self) -> None:
@@ -249,6 +308,7 @@ def main() -> None:
     parser.add_argument("--sgd-lr", type=float, default=0.1, help="plain SGD's learning rate (the equality checks)")
     parser.add_argument("--tol", type=float, default=1e-5, help="|difference| counted as 'differs' in fraction_over_tol")
     parser.add_argument("--hidden", type=int, nargs="+", default=[256, 128])
+    parser.add_argument("--small-eps", type=float, default=1e-12, help="AdamW's eps in the run that shows a check passing the sum")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint", default=None, help="folder for a DCP checkpoint of the float32 FSDP run")
     args = parser.parse_args()
@@ -272,7 +332,10 @@ def main() -> None:
         results: dict = {"world": world, "steps": args.steps, "batch": len(x), "n_params": sum(p.numel() for p in base.parameters()),
                          "param_bytes": sum(p.nbytes for p in base.parameters()),
                          "layer_bytes": {n: sum(p.nbytes for p in m.parameters()) for n, m in base.named_modules()
-                                         if isinstance(m, nn.Linear)}}
+                                         if isinstance(m, nn.Linear)},
+                         # what FSDP really allocates for a gathered layer: dim 0 padded to a multiple of the world size
+                         "padded_layer_bytes": {n: sum(padded_nbytes(p, world) for p in m.parameters())
+                                                for n, m in base.named_modules() if isinstance(m, nn.Linear)}}
 
         # ---- AdamW: the layout in bytes, bfloat16, and the checkpoint --------------------------------
         reference = copy.deepcopy(base)
@@ -314,6 +377,18 @@ def main() -> None:
         losses, _, _ = train(model, local_x, local_y, args.steps, adamw, reduce_losses=True)
         results["fsdp_sum_adamw"] = {"losses": losses, "max_diff": max_diff(model, reference), "fraction_over_tol": fraction_over(model, reference, args.tol)}
         del model
+        # The sum acts like AdamW with eps / world (2 m / (2 sqrt(v) + eps) = m / (sqrt(v) + eps / 2)): with a smaller
+        # eps fewer gradients are near it, and the same check passes the wrong reduction. Reference and sum, eps = --small-eps.
+        def adamw_small_eps(params):
+            return torch.optim.AdamW(params, lr=args.lr, eps=args.small_eps)
+
+        reference_small_eps = copy.deepcopy(base)
+        train(reference_small_eps, x, y, args.steps, adamw_small_eps, reduce_losses=False)
+        model = _sum_instead_of_mean(shard_mlp(copy.deepcopy(base)))
+        train(model, local_x, local_y, args.steps, adamw_small_eps, reduce_losses=True)
+        results["fsdp_sum_adamw_small_eps"] = {"eps": args.small_eps, "max_diff": max_diff(model, reference_small_eps),
+                                               "fraction_over_tol": fraction_over(model, reference_small_eps, args.tol)}
+        del model, reference_small_eps
 
         # ---- plain SGD: equality of gradients and parameters, negative controls, measured memory -------
         reference = copy.deepcopy(base)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from . import exercise
+from . import Hint, exercise
 
 # --------------------------------------------------------------------------
 # 26.local_shard_shapes
@@ -70,13 +70,15 @@ def _test_local_shard_shapes(candidate) -> None:
         if len(got) != world:
             raise AssertionError(f"{label}: return one shape per rank ({world} of them), also for ranks whose shard is empty; got {len(got)}")
         if dim is not None and [s[dim] for s in got] == [shape[dim] // world + (r < shape[dim] % world) for r in range(world)]:
-            raise AssertionError(f"{label}: that is numpy.array_split's split (or a round-robin deal: sizes differ by at "
-                                 f"most one); DTensor "
-                                 f"follows torch.chunk: blocks of ceil(n / world), the last ranks get what is left, "
-                                 f"possibly nothing. Expected {want}, got {got}")
+            raise Hint(f"{label}: your sizes differ by at most one from rank to rank, like numpy.array_split or a "
+                       f"round-robin deal; DTensor's Shard does not split that way. Expected {want}, got {got}",
+                       "Shard(d) splits the way torch.chunk does: look up torch.chunk's rule for the size of each "
+                       "chunk, and what it leaves for the last ranks when the rows run out.")
         if dim is not None and all(s[dim] == shape[dim] // world for s in got):
-            raise AssertionError(f"{label}: n // world drops the remainder rows; the blocks are ceil(n / world) "
-                                 f"long and the last rank(s) get fewer. Expected {want}, got {got}")
+            raise Hint(f"{label}: every rank got n // world rows, so the remainder rows are lost "
+                       f"(the pieces no longer add up to {shape[dim]}). Expected {want}, got {got}",
+                       "No row may be dropped: Shard(d) splits like torch.chunk, so see how torch.chunk sizes its "
+                       "chunks when n does not divide evenly.")
         if dim is None:
             raise AssertionError(f"{label}: Replicate() gives every rank a full copy: expected {want}, got {got}")
         raise AssertionError(f"{label}: expected {want}, got {got}")
