@@ -66,6 +66,8 @@ CLIP_VAL = 1.5  # gradient_clip_val (max gradient norm) of the clipping run
 ACCUMULATE = 4  # accumulate_grad_batches of the clipping run
 RESUME_FIRST_EPOCHS = 1  # the "interrupted" run trains this many epochs
 RESUME_TOTAL_EPOCHS = 2  # the resumed run continues up to this many epochs
+RESUME_BATCHES = 10  # training batches per epoch in the resume runs (limit_train_batches), to keep them short
+REPRO_BATCHES = 20  # training batches of each reproducibility run
 MIN_TEST_ACCURACY = 0.80  # test accuracy the checks require (chance is 0.10)
 ACC_TOLERANCE = 0.02  # largest allowed |test accuracy(plain loop) - test accuracy(Lightning)|
 BF16_TOLERANCE = 0.03  # largest allowed |test accuracy(32-true) - test accuracy(bf16-mixed)|
@@ -413,6 +415,12 @@ print("(module.training, autograd on) seen inside the steps:", {k: sorted(v) for
 assert main_model.modes_seen == {"train": {(True, True)}, "val": {(False, False)}}, "Lightning should switch eval/no-grad for validation and back"
 
 # %% [markdown]
+# The `LeafSpec` warnings caught during `fit` come from Lightning's code, not ours:
+# torch 2.14 deprecates `torch.utils._pytree.LeafSpec` (a `FutureWarning`),
+# and Lightning 2.6 still creates one in
+# `lightning/pytorch/utilities/_pytree.py`. They are harmless, and there is
+# nothing to change in your own code.
+#
 # `EarlyStopping.stopped_epoch` is the (0-based) epoch after which it
 # stopped the run, and `trainer.current_epoch` the number of epochs that
 # ran. With `min_delta=0` (the default), "not improved" means "not lower
@@ -564,8 +572,24 @@ for path in event_files:
     tags |= set(events.Tags()["scalars"])
 print("scalar tags:", ", ".join(sorted(tags)))
 print("hparams.yaml:", (tb_dir / "hparams.yaml").read_text().strip().replace("\n", "; "))
+hp_values = []
+for path in event_files:
+    with quietly():
+        events = EventAccumulator(str(path))
+        events.Reload()
+    if "hp_metric" in events.Tags()["scalars"]:
+        hp_values += [e.value for e in events.Scalars("hp_metric")]
+print("values of hp_metric:", hp_values)
 assert event_files, "TensorBoardLogger should have written an event file"
 assert {"train_loss_epoch", "val_loss", "val_acc", "lr-Adam", "test_acc"} <= tags, f"missing scalars in {sorted(tags)}"
+assert hp_values and set(hp_values) == {-1.0}, f"hp_metric should be TensorBoardLogger's placeholder -1, got {hp_values}"
+
+# %% [markdown]
+# Two tags were never logged by us: `epoch`, which Lightning adds to every
+# row of metrics it hands to a logger (the CSV's `epoch` column), and
+# `hp_metric`, a placeholder of -1 that `TensorBoardLogger` writes with the
+# hyperparameters (`default_hp_metric=True`) so that TensorBoard's HParams
+# tab has a column; log a real `hp_metric` or pass `default_hp_metric=False`.
 
 # %% [markdown]
 # ## The plain loop and Lightning, side by side
@@ -578,13 +602,17 @@ assert {"train_loss_epoch", "val_loss", "val_acc", "lr-Adam", "test_acc"} <= tag
 
 # %%
 def plain_training(model, dm, epochs, lr, lr_step_epochs, device):
-    """The loop Lightning runs for LitClassifier, written out (without checkpoints and logging)."""
+    """The loop Lightning runs for LitClassifier, written out (without checkpoints and logging).
+
+    Returns the validation loss and the wall-clock seconds of each epoch (training plus validation).
+    """
     model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=lr_step_epochs, gamma=0.5)
     train_loader = dm.train_dataloader()  # one loader for all epochs: its generator gives a new order each epoch
-    val_losses = []
+    val_losses, seconds = [], []
     for _epoch in range(epochs):
+        start = time.perf_counter()
         model.train()
         for x, y in train_loader:
             x, y = x.to(device), y.to(device)
@@ -597,7 +625,20 @@ def plain_training(model, dm, epochs, lr, lr_step_epochs, device):
             total = sum(F.cross_entropy(model(x.to(device)), y.to(device), reduction="sum").item() for x, y in dm.val_dataloader())
         val_losses.append(total / len(dm.val_set))
         scheduler.step()  # once per epoch, after the optimizer steps
-    return val_losses
+        seconds.append(time.perf_counter() - start)
+    return val_losses, seconds
+
+
+def steady_median(seconds):
+    """(median, count) of the per-epoch seconds without the first epoch, a warm-up; all of them if there is one."""
+    steady = seconds[1:] or seconds
+    return statistics.median(steady), len(steady)
+
+
+def timing_note(seconds):
+    """How steady_median(seconds) was taken, for the printed tables."""
+    n = len(seconds[1:] or seconds)
+    return f"median of {n} epochs after a first, warm-up epoch" if len(seconds) > 1 else "1 epoch, warm-up included"
 
 
 @torch.no_grad()
@@ -608,11 +649,10 @@ def test_accuracy(model, dm, device):
 
 
 plain_model = new_mlp()
-start = time.perf_counter()
-plain_val = plain_training(plain_model, dm, EPOCHS, LR, LR_STEP_EPOCHS, device)
-plain_seconds = (time.perf_counter() - start) / EPOCHS
+plain_val, plain_epoch_seconds = plain_training(plain_model, dm, EPOCHS, LR, LR_STEP_EPOCHS, device)
+plain_seconds, _ = steady_median(plain_epoch_seconds)
 plain_acc = test_accuracy(plain_model, dm, device)
-print(f"plain loop: {EPOCHS} epochs, {plain_seconds:.2f} s per epoch, val loss per epoch {[round(v, 4) for v in plain_val]}, test accuracy {plain_acc:.2%}")
+print(f"plain loop: {EPOCHS} epochs, val loss per epoch {[round(v, 4) for v in plain_val]}, test accuracy {plain_acc:.2%}")
 
 # %% [markdown]
 # And the Lightning version: the `LitClassifier` from above, a Trainer, one
@@ -648,12 +688,13 @@ with quietly():
     lightning_trainer.fit(lightning_model, datamodule=dm)
     lightning_val = lightning_trainer.callback_metrics["val_loss"].item()  # read it before test() replaces the metrics
     lightning_acc = lightning_trainer.test(lightning_model, datamodule=dm, verbose=False)[0]["test_acc"]
-lightning_seconds = statistics.median(lightning_timer.seconds)
+lightning_seconds, _ = steady_median(lightning_timer.seconds)
 weight_diff = max((a - b.cpu()).abs().max().item() for a, b in zip(plain_model.cpu().parameters(), lightning_model.model.cpu().parameters()))
-print(f"Lightning:  {EPOCHS} epochs, {lightning_seconds:.2f} s per epoch, last val loss {lightning_val:.4f}, test accuracy {lightning_acc:.2%}")
+print(f"Lightning:  last val loss {lightning_val:.4f}, test accuracy {lightning_acc:.2%}")
 print(f"plain loop: last val loss {plain_val[-1]:.4f}, test accuracy {plain_acc:.2%}")
 print(f"largest difference between the two models' weights: {weight_diff:.1e}")
-print(f"time per epoch, Lightning / plain loop: {lightning_seconds / plain_seconds:.2f}x")
+print(f"seconds per epoch (training + validation), {timing_note(plain_epoch_seconds)}:")
+print(f"  plain loop {plain_seconds:.2f} s, Lightning {lightning_seconds:.2f} s; Lightning / plain loop: {lightning_seconds / plain_seconds:.2f}x")
 
 # %%
 if device.type == "cpu":
@@ -679,12 +720,12 @@ _ = report.record("seconds per epoch, Lightning (32-true)", lightning_seconds, "
 # algorithm, atomic additions in backward passes) may sum in a different
 # order, and Adam carries any rounding difference forward. Lightning
 # is not magic, it runs the loop you would write. What it adds is the
-# bookkeeping around the loop, and that costs time: with a model this
-# small each step is so cheap that Lightning's per-step overhead (hooks,
-# `self.log`, the result collection) is a large share of an epoch, which
-# the ratio above shows on a quiet machine (on a busy one, noise from other
-# programs can hide it). With a real model the step dominates and the
-# overhead disappears in it.
+# bookkeeping around the loop (hooks, `self.log`, the result collection),
+# a fixed cost per step; the ratio printed above is what that cost this
+# machine for this tiny model, in this run (other programs on a shared
+# machine move it from run to run). That cost does not grow with the
+# model, so with a real model, whose steps take far longer, its share of
+# an epoch shrinks.
 #
 # ## Precision: `bf16-mixed`
 #
@@ -718,11 +759,12 @@ bf16_model = LitClassifier(new_mlp(), LR, LR_STEP_EPOCHS)
 with quietly() as caught:
     bf16_trainer.fit(bf16_model, datamodule=dm)
     bf16_acc = bf16_trainer.test(bf16_model, datamodule=dm, verbose=False)[0]["test_acc"]
-bf16_seconds = statistics.median(bf16_timer.seconds)
+bf16_seconds, _ = steady_median(bf16_timer.seconds)
 weight_dtype = next(bf16_model.parameters()).dtype
 plugin = bf16_trainer.precision_plugin
 print(f"precision plugin: {type(plugin).__name__}(precision={plugin.precision!r}, device={plugin.device!r}), scaler: {plugin.scaler}")
 print(f"inside training_step the logits were {bf16_model.logits_dtype}; the weights stayed {weight_dtype}")
+print(f"seconds per epoch: {timing_note(bf16_timer.seconds)} (the same for both rows)")
 print(f"{'precision':>11s} {'s/epoch':>8s} {'test acc':>9s}")
 print(f"{'32-true':>11s} {lightning_seconds:8.2f} {lightning_acc:9.2%}")
 print(f"{'bf16-mixed':>11s} {bf16_seconds:8.2f} {bf16_acc:9.2%}")
@@ -737,10 +779,11 @@ _ = report.record("time per epoch bf16-mixed / 32-true", bf16_seconds / lightnin
 # %% [markdown]
 # The two accuracies are close (the check allows `BF16_TOLERANCE`):
 # bfloat16's 8 significant bits are enough for the forward pass of a
-# classifier. The time ratio is this machine's answer for this model, and
-# for a model this small it says little: most of each step is Python and
-# Lightning bookkeeping, not arithmetic, so the ratio lands near 1 and
-# other programs on a shared machine can push it either way. bfloat16
+# classifier. The time ratio printed above is this machine's answer for
+# this model, in this run, and for a model this small it says little about
+# bfloat16 itself: a good part of each step is Python and Lightning
+# bookkeeping rather than arithmetic, and other programs on a shared
+# machine can push the ratio either way. bfloat16
 # pays off when large matrix products dominate and the hardware has fast
 # bfloat16 units (GPUs with bfloat16 tensor cores, CPUs with AMX); measure
 # your own model before you switch a run to `bf16-mixed`.
@@ -751,8 +794,9 @@ _ = report.record("time per epoch bf16-mixed / 32-true", bf16_seconds / lightnin
 #
 # - **Gradient clipping** (chapter 10): `gradient_clip_val=CLIP_VAL` with
 #   `gradient_clip_algorithm="norm"` rescales all gradients together so
-#   that their total L2 norm is at most `CLIP_VAL` (1.5 by default), just
-#   before each optimizer step (`"value"` would clamp every element to
+#   that their total L2 norm is at most `CLIP_VAL` (this chapter's
+#   parameter, 1.5 here; Lightning's own default is `None`, no clipping),
+#   just before each optimizer step (`"value"` would clamp every element to
 #   ±`CLIP_VAL` instead).
 # - **Gradient accumulation**: `accumulate_grad_batches=4` adds up the
 #   gradients of 4 batches and steps the optimizer once, which trains like
@@ -760,8 +804,8 @@ _ = report.record("time per epoch bf16-mixed / 32-true", bf16_seconds / lightnin
 #   each batch's loss by 4 (`ClosureResult.from_training_step_output` in
 #   `lightning/pytorch/loops/optimization/automatic.py`), so the summed
 #   gradient is the mean. If an epoch ends in the middle of a group, it
-#   steps with what it has (each loss still divided by 4, so that last
-#   gradient comes out a little smaller).
+#   steps with what it has, each loss still divided by 4, so that last
+#   gradient comes out smaller. Both are checked after the clipping run.
 #
 # Flags are easy to set and easy to mistype, so we check that they did
 # what they say. A LightningModule may override the hook
@@ -837,6 +881,86 @@ plt.show()
 # `on_before_optimizer_step` would have shown only the "before" curve:
 # Lightning calls it before it clips.)
 #
+# ### What accumulation computes
+#
+# That hook is the right place to look at accumulation, though: it runs
+# once per optimizer step, after the group's last backward pass and before
+# the step. A probe keeps each batch, and at each step the gradients and
+# the weights they were computed at. Without clipping, with
+# `accumulate_grad_batches=ACCUMULATE` and an epoch cut to `ACCUMULATE`
+# batches plus a partial group of half as many (`limit_train_batches`), we
+# compare each step's gradient with a single backward pass of the mean loss
+# over the same samples, at the same weights:
+
+
+# %%
+class AccumulationProbe(LitClassifier):
+    """LitClassifier that keeps each training batch, and the gradients and weights at each optimizer step."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.batches, self.step_grads, self.step_weights = [], [], []
+
+    def training_step(self, batch, batch_idx):
+        self.batches.append([t.detach().clone() for t in batch])
+        return super().training_step(batch, batch_idx)
+
+    def on_before_optimizer_step(self, optimizer):  # after the group's last backward, before the step
+        self.step_grads.append([p.grad.detach().clone() for p in self.model.parameters()])
+        self.step_weights.append(copy.deepcopy(self.model.state_dict()))
+
+
+def one_backward(weights, batches):
+    """The gradients of the mean loss over all samples of `batches`, from one backward pass at `weights`."""
+    model = new_mlp().to(device)
+    model.load_state_dict(weights)
+    x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+    F.cross_entropy(model(x), y).backward()
+    return [p.grad for p in model.parameters()]
+
+
+partial_group = max(1, ACCUMULATE // 2)  # batches in the last, partial group (ACCUMULATE >= 2)
+acc_trainer = L.Trainer(
+    max_epochs=1,
+    limit_train_batches=ACCUMULATE + partial_group,
+    limit_val_batches=0,
+    accumulate_grad_batches=ACCUMULATE,  # and no gradient_clip_val: nothing changes the gradients
+    accelerator=device.type,
+    devices=1,
+    logger=False,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+)
+acc_model = AccumulationProbe(new_mlp(), LR, LR_STEP_EPOCHS)
+with quietly():
+    acc_trainer.fit(acc_model, datamodule=dm)
+groups = [acc_model.batches[:ACCUMULATE], acc_model.batches[ACCUMULATE:]]
+single = [one_backward(w, g) for w, g in zip(acc_model.step_weights, groups)]
+first_rel = max((a - b).abs().max().item() for a, b in zip(acc_model.step_grads[0], single[0])) / max(b.abs().max().item() for b in single[0])
+last_scale = [((a * b).sum() / (b * b).sum()).item() for a, b in zip(acc_model.step_grads[1], single[1])]  # per parameter
+last_rel = max((a - partial_group / ACCUMULATE * b).abs().max().item() for a, b in zip(acc_model.step_grads[1], single[1])) / max(
+    b.abs().max().item() for b in single[1])
+print(f"{len(acc_model.batches)} batches of {[len(b[1]) for b in acc_model.batches]} samples -> {acc_trainer.global_step} optimizer steps")
+print(f"step 1 ({ACCUMULATE} batches): largest |accumulated - one backward pass| / largest gradient = {first_rel:.1e}")
+print(f"step 2 ({partial_group} batches): accumulated gradient / one backward pass, per parameter: "
+      f"{[round(r, 4) for r in last_scale]} (= {partial_group}/{ACCUMULATE}), rest {last_rel:.1e}")
+
+# %%
+assert acc_trainer.global_step == 2 == len(acc_model.step_grads), "a full group, then the partial group at the end of the epoch"
+assert len({len(b[1]) for b in acc_model.batches}) == 1, "equal batches: the mean of the batch means is the mean over all samples"
+assert first_rel < 1e-5, f"the accumulated gradient should be the mean-loss gradient up to float32 rounding, off by {first_rel:.2g}"
+assert all(abs(r - partial_group / ACCUMULATE) < 1e-5 for r in last_scale), f"the partial group should be scaled by {partial_group}/{ACCUMULATE}"
+assert last_rel < 1e-5, f"the partial group's gradient should be {partial_group}/{ACCUMULATE} of the mean-loss gradient, off by {last_rel:.2g}"
+
+# %% [markdown]
+# The first step's gradient is the gradient of the mean loss over all
+# `ACCUMULATE` batches, up to float32 rounding (the sum is taken in another
+# order). The last, partial group's gradient points the same way but is
+# `partial_group / ACCUMULATE` as long, because each of its losses was
+# still divided by `ACCUMULATE`: a gradient scaled down, not a wrong one
+# (with plain SGD, a proportionally smaller last step).
+#
 # ## Resuming from a checkpoint
 #
 # A long run gets interrupted: a time limit on a shared cluster, a crash,
@@ -846,7 +970,9 @@ plt.show()
 # were. `trainer.fit(model, datamodule=dm, ckpt_path=...)` restores all of
 # it from a checkpoint. We simulate the interruption with a run of
 # `RESUME_FIRST_EPOCHS` epochs, then continue it to `RESUME_TOTAL_EPOCHS`
-# with a *new* model object and a *new* Trainer, as after a restart. A small
+# with a *new* model object and a *new* Trainer, as after a restart. To keep
+# these runs short, each epoch is cut to its first `RESUME_BATCHES` batches
+# (`limit_train_batches`; Lightning counts such an epoch as complete). A small
 # callback looks at the state at the moment training resumes.
 
 
@@ -872,6 +998,8 @@ class ResumeProbe(Callback):
 def resume_trainer(max_epochs, probe, checkpoint_dir):
     return L.Trainer(
         max_epochs=max_epochs,
+        limit_train_batches=RESUME_BATCHES,  # short epochs: resuming works the same on a cut epoch
+        limit_val_batches=1,
         accelerator=device.type,
         devices=1,
         logger=False,
@@ -907,12 +1035,13 @@ print(f"resumed run ended at:   global_step {resumed.global_step}, {resumed.curr
 # %%
 saved_state = interrupted["optimizer_states"][0]["state"][0]
 assert first_probe.global_step == 0 and first_probe.adam_step == 0, "a fresh run starts from zero"
-assert resumed_probe.global_step == interrupted["global_step"] == RESUME_FIRST_EPOCHS * batches_per_epoch, "the step counter continues"
+resume_steps = min(RESUME_BATCHES, batches_per_epoch)  # optimizer steps per (cut) epoch
+assert resumed_probe.global_step == interrupted["global_step"] == RESUME_FIRST_EPOCHS * resume_steps, "the step counter continues"
 assert resumed_probe.epoch == RESUME_FIRST_EPOCHS, "training continues with the next epoch"
 assert resumed_probe.adam_step == saved_state["step"].item(), "Adam's step count is restored"
 assert torch.equal(resumed_probe.exp_avg, saved_state["exp_avg"]), "Adam's first moment is restored exactly"
 assert resumed_probe.lr == LR * 0.5**RESUME_FIRST_EPOCHS, "the scheduler's learning rate is restored"
-assert resumed.global_step == RESUME_TOTAL_EPOCHS * batches_per_epoch, "the resumed run ends where an uninterrupted one would"
+assert resumed.global_step == RESUME_TOTAL_EPOCHS * resume_steps, "the resumed run ends where an uninterrupted one would"
 _ = report.record("global_step when the run resumed", resumed_probe.global_step, "steps")
 
 # %% [markdown]
@@ -1035,17 +1164,22 @@ _ = report.record("largest weight difference, resumed vs uninterrupted (epoch-se
 # `Trainer(deterministic=True)` calls
 # `torch.use_deterministic_algorithms(True)` (chapter 15): an operation
 # without a deterministic implementation then raises an error instead of
-# running. Two runs with the same seed then give bit-identical weights:
+# running. Two runs with the same seed then give bit-identical weights,
+# and, as a control, a run with `SEED + 1` must not. Each run trains
+# `REPRO_BATCHES` batches of an MLP with dropout, so random numbers are
+# drawn in every step:
 
 # %%
-def seeded_run():
-    L.seed_everything(SEED, workers=True)
+def seeded_run(seed, deterministic=True):
+    L.seed_everything(seed, workers=True)
     model = LitClassifier(MLP(in_features=28 * 28, hidden=HIDDEN, num_classes=10, dropout=0.2), LR, LR_STEP_EPOCHS)
     trainer = L.Trainer(
         max_epochs=1,
+        limit_train_batches=REPRO_BATCHES,
+        limit_val_batches=0,
         accelerator=device.type,
         devices=1,
-        deterministic=True,
+        deterministic=deterministic or None,  # None: Lightning leaves torch's switch alone
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -1056,20 +1190,36 @@ def seeded_run():
     return model
 
 
-run_a, run_b = seeded_run(), seeded_run()
-identical = all(torch.equal(a, b) for a, b in zip(run_a.parameters(), run_b.parameters()))
+def same_weights(m1, m2):
+    return all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
+
+
+run_plain = seeded_run(SEED, deterministic=False)  # first, before deterministic=True flips the switch
+run_other, run_a, run_b = seeded_run(SEED + 1), seeded_run(SEED), seeded_run(SEED)
+identical, differs = same_weights(run_a, run_b), not same_weights(run_a, run_other)
 print(f"PL_GLOBAL_SEED={os.environ.get('PL_GLOBAL_SEED')}, PL_SEED_WORKERS={os.environ.get('PL_SEED_WORKERS')}")
 print(f"deterministic algorithms on: {torch.are_deterministic_algorithms_enabled()}")
-print(f"two seeded runs (with dropout) give bit-identical weights: {identical}")
+print(f"seed {SEED} twice, deterministic=True: bit-identical weights: {identical}")
+print(f"seed {SEED + 1} (the control): weights differ from seed {SEED}'s: {differs}")
+print(f"seed {SEED} without deterministic=True, on {device.type}: identical to the deterministic run: {same_weights(run_a, run_plain)}")
 assert identical, "same seed, same data, deterministic=True: the weights should be identical"
+assert differs, "another seed draws other initial weights and dropout masks: the weights should differ"
+if device.type == "cpu":
+    assert same_weights(run_a, run_plain), "on the CPU these kernels are deterministic already: the seed alone should suffice"
 assert torch.are_deterministic_algorithms_enabled(), "deterministic=True should have left the process-wide switch on"
 torch.use_deterministic_algorithms(False)  # deterministic=True changed a process-wide switch: reset it
 
 # %% [markdown]
-# This MLP now has dropout, so the runs draw random numbers in every step,
-# and still agree to the last bit. Note that `deterministic=True` flips a
-# setting of the whole process, which stays on after `fit` returns; the
-# last line turns it off again.
+# The runs draw random numbers in every step and still agree to the last
+# bit, while one more seed changes the result: the seed is what makes them
+# repeat. On the CPU the seed alone is enough (the run without
+# `deterministic=True` matched too): the CPU kernels used here always sum
+# in the same order. `deterministic=True` matters on GPUs, where some
+# kernels (those using atomic additions, such as `torch.index_add` or the
+# backward of an embedding on CUDA) may sum in a different order from run
+# to run; with the flag they pick a deterministic implementation or raise.
+# Note also that `deterministic=True` flips a setting of the whole process,
+# which stays on after `fit` returns; the last line turns it off again.
 #
 # ## Pitfalls
 #
@@ -1188,12 +1338,11 @@ result = check("24.plateau_config", plateau_config)
 # `trainer.global_step` counts optimizer steps, not batches, and a
 # scheduler with `"interval": "step"` (OneCycle, warm-up) must know in
 # advance how many there will be. Write `optimizer_steps(num_samples,
-# batch_size, epochs, accumulate_grad_batches=1, drop_last=False)`: a
-# `DataLoader` makes `num_samples / batch_size` batches, rounded up (down
-# with `drop_last=True`); Lightning steps the optimizer after every
-# `accumulate_grad_batches` batches and after the last batch of each epoch.
-# The clipping run above is one data point: `optimizer_steps(TRAIN_SIZE,
-# BATCH_SIZE, 1, ACCUMULATE)` must equal its `global_step`.
+# batch_size, epochs, accumulate_grad_batches=1, drop_last=False)`: the
+# `global_step` after `epochs` epochs over a `DataLoader` of `num_samples`
+# samples with that `batch_size` and `drop_last`, trained with that
+# `accumulate_grad_batches`. The clipping run above is one data point; the
+# checker also runs a tiny real `Trainer` on a random case and compares.
 
 
 # %%
@@ -1225,8 +1374,9 @@ assert reference_steps == clip_trainer.global_step, "the reference formula shoul
 #   `CSVLogger`'s `metrics.csv` and read `TensorBoardLogger`'s event files.
 # - `precision="bf16-mixed"`, `gradient_clip_val` and
 #   `accumulate_grad_batches` are one flag each; we checked that the forward
-#   pass ran in bfloat16, that the gradient norms were capped, and how many
-#   optimizer steps ran. Whether bfloat16 is faster depends on the hardware:
+#   pass ran in bfloat16, that the gradient norms were capped, how many
+#   optimizer steps ran, and that an accumulated gradient equals one
+#   backward pass over the same samples (a partial last group: scaled down). Whether bfloat16 is faster depends on the hardware:
 #   measure it.
 # - `trainer.fit(..., ckpt_path=...)` resumes the weights, optimizer,
 #   scheduler, counters and callbacks, but not a plain `DataLoader`'s
@@ -1235,7 +1385,8 @@ assert reference_steps == clip_trainer.global_step, "the reference formula shoul
 #   `trainer.test(ckpt_path="best")` tests the best checkpoint, not the
 #   last weights.
 # - `L.seed_everything(seed, workers=True)` plus `deterministic=True` made
-#   two runs bit-identical.
+#   two runs bit-identical, and another seed changed the weights; on the
+#   CPU the seed alone was enough, while the flag matters for some GPU kernels.
 #
 # **Next:** chapter 25 trains on several processes with
 # DistributedDataParallel. With Lightning that is `Trainer(devices=2,

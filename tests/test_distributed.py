@@ -188,3 +188,18 @@ def test_fake_download_and_get_file(tmp_path):
     assert not is_complete(path)
     fake_download(path)
     assert is_complete(path)
+
+
+def test_fake_download_pauses_after_its_first_chunk(tmp_path):
+    """The naive race's hook runs once, when exactly one chunk is on disk: a reader then sees a torn file."""
+    from helpers.distributed.ddp_train import CHUNK_BYTES, fake_download, get_file, is_complete
+
+    path = tmp_path / "data.bin"
+    seen = []
+
+    def look():
+        seen.append((path.stat().st_size, is_complete(path), get_file(path)))  # what another rank would find
+
+    fake_download(path, after_first_chunk=look)
+    assert seen == [(CHUNK_BYTES, False, False)], seen
+    assert is_complete(path)

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import math
+import random
 
+import pytest
 import torch
 
 from helpers.exercises import check
+from helpers.exercises.ch24 import (
+    _STEP_CASES,
+    _optimizer_steps,
+    _random_step_case,
+    _trainer_global_step,
+)
 from tests.exercise_support import assert_rejected
 
 # --------------------------------------------------------------------------
@@ -117,7 +125,7 @@ def test_steps_floor_of_accumulation_fails():
         batches = n // b if drop_last else math.ceil(n / b)
         return e * (batches // k)
 
-    assert_rejected("24.optimizer_steps", floor_steps, "math.ceil")
+    assert_rejected("24.optimizer_steps", floor_steps, "middle of an accumulation group")
 
 
 def test_steps_always_dropping_last_batch_fails():
@@ -153,14 +161,14 @@ def test_steps_one_epoch_only_fails():
     def one_epoch(n, b, e, k=1, drop_last=False):
         return math.ceil((n // b if drop_last else math.ceil(n / b)) / k)
 
-    assert_rejected("24.optimizer_steps", one_epoch, "multiply by epochs")
+    assert_rejected("24.optimizer_steps", one_epoch, "one epoch")
 
 
 def test_steps_float_division_fails():
     def fractional(n, b, e, k=1, drop_last=False):
         return e * n / b / k
 
-    assert_rejected("24.optimizer_steps", fractional, "whole numbers")
+    assert_rejected("24.optimizer_steps", fractional, "whole number")
 
 
 def test_steps_samples_over_effective_batch_is_accepted():
@@ -169,3 +177,20 @@ def test_steps_samples_over_effective_batch_is_accepted():
         return e * -(-batches // k)
 
     assert check("24.optimizer_steps", effective_batch, show=False).passed
+
+
+def test_steps_right_on_the_fixed_cases_only_fails():
+    """An answer that knows the fixed cases by heart is caught by the random case, run on a real Trainer."""
+    table = {case: _optimizer_steps(*case) for case in _STEP_CASES}
+
+    def memorised(n, b, e, k=1, drop_last=False):
+        return table.get((n, b, e, k, drop_last), -1)  # never right on a case it does not know
+
+    assert_rejected("24.optimizer_steps", memorised, "real Lightning Trainer")
+
+
+@pytest.mark.parametrize("case", [(5000 // 10, 64 // 4, 2, 4, False), (50, 16, 1, 3, True), (33, 8, 2, 5, False)]
+                         + [_random_step_case(random.Random(seed)) for seed in range(3)])
+def test_reference_matches_a_real_trainer(case):
+    """The checker's ground truth: the reference formula equals a real Trainer's global_step."""
+    assert _optimizer_steps(*case) == _trainer_global_step(*case), case

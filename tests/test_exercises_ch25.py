@@ -46,6 +46,27 @@ def test_sampler_indices_padding_once_fails():
     assert_rejected("25.sampler_indices", pad_once, "ceil(n / world_size)")
 
 
+def test_sampler_indices_calling_distributed_sampler_fails():
+    from torch.utils.data.distributed import DistributedSampler
+
+    def shortcut(n, world_size, rank):
+        return list(DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=False))
+
+    assert_rejected("25.sampler_indices", shortcut, "DistributedSampler")
+
+
+def test_sampler_indices_subclassing_distributed_sampler_fails():
+    import torch.utils.data
+
+    class MySampler(torch.utils.data.DistributedSampler):
+        pass
+
+    def subclass(n, world_size, rank):
+        return list(MySampler(range(n), num_replicas=world_size, rank=rank, shuffle=False))
+
+    assert_rejected("25.sampler_indices", subclass, "DistributedSampler")
+
+
 # --------------------------------------------------------------------------
 # 25.ddp_gradient
 # --------------------------------------------------------------------------

@@ -13,11 +13,13 @@ on the 10,000 test images at the end. Rank 0 writes ``<out>/ddp_train.json``:
 - ``replica_max_diff``: the largest difference of any parameter between rank 0 and the others (0: in sync);
 - ``samples_per_rank``, ``steps_per_epoch``, ``world_size``, ``seconds``;
 - ``download_race``: a fake, slow, non-atomic "download" of one file into ``<out>/download``,
-  done twice: ``naive`` (every rank: "if the file is missing, download it"; rank r starts
-  ``r * --stagger`` seconds late, as ranks of a real job start at slightly different times)
-  and ``rank_zero_first`` (rank 0 downloads, the others wait at a barrier). For each:
+  done twice: ``naive`` (every rank: "if the file is missing, download it") and
+  ``rank_zero_first`` (rank 0 downloads, the others wait at a barrier). In the naive case the
+  race is forced, so that it goes wrong on every run rather than by chance: the other ranks
+  wait (a barrier) until rank 0 has written its first chunk, look at the file, and only then
+  let rank 0 (a second barrier) write the rest. For each case:
   ``{"downloaded_by": [ranks that downloaded], "incomplete_on": [ranks that then read an
-  incomplete file]}``;
+  incomplete file]}``; the naive case always gives ``[0]`` and ``[1, ..., W - 1]``;
 - ``spawned``: before joining the process group, each rank launches ``--spawn`` children with
   ``torch.multiprocessing.start_processes`` (what an ``mp.spawn`` script does); each child writes
   its pid, parent pid, spawn index and the ``RANK`` and ``MASTER_PORT`` it inherited. ``{"children": [...],
@@ -31,6 +33,7 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -65,12 +68,18 @@ def rank_zero_first(ctx: Context):
         dist.barrier()  # release the others
 
 
-def fake_download(path: Path) -> None:
-    """A slow download that writes straight into ``path`` (not atomically), chunk by chunk."""
+def fake_download(path: Path, after_first_chunk: Callable[[], None] | None = None) -> None:
+    """A slow download that writes straight into ``path`` (not atomically), chunk by chunk.
+
+    ``after_first_chunk``, if given, is called once the first chunk is on disk (the naive race
+    uses it to hold rank 0 there while the other ranks look at the file).
+    """
     with open(path, "wb") as f:
         for i in range(CHUNKS):
             f.write(bytes([i]) * CHUNK_BYTES)
             f.flush()
+            if i == 0 and after_first_chunk is not None:
+                after_first_chunk()
             time.sleep(CHUNK_PAUSE)
 
 
@@ -78,28 +87,37 @@ def is_complete(path: Path) -> bool:
     return path.read_bytes() == b"".join(bytes([i]) * CHUNK_BYTES for i in range(CHUNKS))
 
 
-def get_file(path: Path) -> bool:
+def get_file(path: Path, after_first_chunk: Callable[[], None] | None = None) -> bool:
     """The usual "download unless it is there"; True if this call downloaded."""
     if path.exists():
         return False
-    fake_download(path)
+    fake_download(path, after_first_chunk)
     return True
 
 
-def download_race(ctx: Context, folder: Path, stagger: float) -> dict:
+def download_race(ctx: Context, folder: Path) -> dict:
     """The naive pattern and rank_zero_first, each on a fresh file; what every rank did and read."""
     folder.mkdir(parents=True, exist_ok=True)
     results = {}
     for name in ("naive", "rank_zero_first"):
         path = folder / f"{name}.bin"
-        dist.barrier()  # the ranks start together ...
-        time.sleep(ctx.rank * stagger)  # ... and arrive a little apart, as in a real job
+        dist.barrier()  # the ranks start together
         if name == "naive":
-            downloaded = get_file(path)
+            # Forced interleaving (two barriers): rank 0 writes one chunk and waits; the others then run
+            # the naive "download unless it is there" on a file that exists but is incomplete, read it,
+            # and only then let rank 0 finish. Without the barriers this happens only by chance.
+            if ctx.is_main:
+                downloaded = get_file(path, after_first_chunk=lambda: (dist.barrier(), dist.barrier()))
+                complete = is_complete(path)
+            else:
+                dist.barrier()  # rank 0 has written its first chunk
+                downloaded = get_file(path)
+                complete = is_complete(path)  # what this rank would now load
+                dist.barrier()  # let rank 0 write the rest
         else:
             with rank_zero_first(ctx):
                 downloaded = get_file(path)
-        complete = is_complete(path)  # what this rank would now load
+            complete = is_complete(path)  # what this rank would now load
         seen = gather_object((downloaded, complete))
         results[name] = {
             "downloaded_by": [r for r, (d, _) in enumerate(seen) if d],
@@ -142,7 +160,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--stagger", type=float, default=0.2, help="seconds between the ranks' arrivals (download race)")
     parser.add_argument("--spawn", type=int, default=2, help="children each rank starts like an mp.spawn script (0: none)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
@@ -153,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         spawn_dir.mkdir(parents=True, exist_ok=True)
         mp.start_processes(spawned_child, args=(str(spawn_dir),), nprocs=args.spawn, start_method="fork")
     with process_group() as ctx:
-        race = download_race(ctx, args.out / "download", args.stagger)
+        race = download_race(ctx, args.out / "download")
         torchrun_pids = gather_object(os.getpid())
         with rank_zero_first(ctx):  # rank 0 copies MNIST from the mirror (or downloads it) first, if it has to
             train_ds = as_tensors(True, args.train_size)

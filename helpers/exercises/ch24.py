@@ -5,17 +5,23 @@
   Lightning's own parser, so its real error messages come back as hints.
 - ``24.optimizer_steps``: how many optimizer steps (``trainer.global_step``)
   a run makes, given the data size, batch size, epochs and
-  ``accumulate_grad_batches``.
+  ``accumulate_grad_batches``. Checked on fixed cases and on one random case
+  against a tiny real ``Trainer`` (``_trainer_global_step``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import math
+import random
+import warnings
 
 import torch
 from torch import nn
 
-from helpers.exercises import exercise
+from helpers.exercises import Hint, exercise
 
 # --------------------------------------------------------------------------
 # 24.plateau_config
@@ -128,43 +134,110 @@ _STEP_CASES = [
 ]
 
 
+def _trainer_global_step(num_samples: int, batch_size: int, epochs: int, accumulate_grad_batches: int, drop_last: bool) -> int:
+    """``trainer.global_step`` of a real, tiny Lightning run: the ground truth for ``24.optimizer_steps``.
+
+    A ``Linear(2, 1)`` trained with SGD on ``num_samples`` random samples (a ``DataLoader`` with
+    ``batch_size`` and ``drop_last``, no shuffling), on the CPU, without validation, logging or
+    checkpoints. Lightning's warnings and log lines are kept out of the learner's output, and the
+    global random state is left as it was. Takes a fraction of a second once Lightning is imported.
+    """
+    import lightning as L  # slow to import: only when this check runs
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return nn.functional.mse_loss(self.layer(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
+    levels = [lg.level for lg in loggers]
+    try:
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            torch.manual_seed(0)
+            data = torch.utils.data.TensorDataset(torch.randn(num_samples, 2), torch.randn(num_samples, 1))
+            loader = torch.utils.data.DataLoader(data, batch_size=batch_size, drop_last=drop_last)
+            trainer = L.Trainer(max_epochs=epochs, accumulate_grad_batches=accumulate_grad_batches, accelerator="cpu",
+                                devices=1, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False)
+            trainer.fit(Tiny(), train_dataloaders=loader)
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+    return trainer.global_step
+
+
+def _random_step_case(rng: random.Random) -> tuple[int, int, int, int, bool]:
+    """(num_samples, batch_size, epochs, accumulate_grad_batches, drop_last), small enough for a quick real run."""
+    batch_size = rng.randint(2, 16)
+    return rng.randint(batch_size, 12 * batch_size), batch_size, rng.randint(1, 2), rng.randint(1, 5), rng.random() < 0.5
+
+
 @exercise(
     "24.optimizer_steps",
-    task="optimizer_steps(num_samples, batch_size, epochs, accumulate_grad_batches=1, drop_last=False) returns the "
-    "number of optimizer steps (Lightning's trainer.global_step) after `epochs` epochs: a DataLoader makes "
-    "ceil(num_samples / batch_size) batches (floor with drop_last=True), and Lightning steps the optimizer every "
-    "accumulate_grad_batches batches AND after the last batch of each epoch.",
+    task="optimizer_steps(num_samples, batch_size, epochs, accumulate_grad_batches=1, drop_last=False) returns "
+    "trainer.global_step after Lightning trains for `epochs` epochs on a DataLoader of num_samples samples "
+    "(that batch_size and drop_last) with that accumulate_grad_batches. The checker also compares it with a "
+    "real Trainer on a random case.",
     reference=_optimizer_steps,
+    hint="count the batches one epoch yields first, then the optimizer steps Lightning makes over them; "
+    "mind the last, smaller batch and the last, incomplete group of batches",
 )
 def _test_optimizer_steps(candidate) -> None:
-    for n, b, e, k, drop in _STEP_CASES:
+    def answer(n, b, e, k, drop):
         got = candidate(n, b, e, k, drop)
-        want = _optimizer_steps(n, b, e, k, drop)
         if isinstance(got, bool) or not isinstance(got, (int, float)) and not (isinstance(got, torch.Tensor) and got.numel() == 1):
             raise AssertionError(f"return an int, got {type(got).__name__}")
-        got = float(got)
+        return float(got)
+
+    for n, b, e, k, drop in _STEP_CASES:
+        got = answer(n, b, e, k, drop)
+        want = _optimizer_steps(n, b, e, k, drop)
         if got == want:
             continue
         args = f"optimizer_steps({n}, {b}, {e}, {k}, drop_last={drop})"
         if got != int(got):
-            raise AssertionError(f"{args} returned {got}: steps are whole numbers (round up, with math.ceil)")
+            raise Hint(f"{args} returned {got}: a number of optimizer steps is a whole number.",
+                       "a smaller last batch is still one batch, and an incomplete group of batches still gets one "
+                       "step: each counts once, never as a fraction (math.ceil rounds up)")
+        got = int(got)
         batches = n // b if drop else math.ceil(n / b)
         if not drop and got == e * math.ceil((n // b) / k):
-            raise AssertionError(f"{args} = {int(got)}, expected {want}: the last, smaller batch still counts (drop_last=False)")
+            raise Hint(f"{args} = {got}, expected {want}: with drop_last=False your count misses the last, smaller batch.",
+                       "a DataLoader with drop_last=False yields the leftover samples as one more, smaller batch")
         if drop and got == e * math.ceil(math.ceil(n / b) / k):
-            raise AssertionError(f"{args} = {int(got)}, expected {want}: with drop_last=True the last, smaller batch is dropped")
+            raise Hint(f"{args} = {got}, expected {want}: with drop_last=True you still counted the last, smaller batch.",
+                       "drop_last=True discards the leftover samples that do not fill a batch")
         if got == e * (batches // k) or got == (e * batches) // k:
-            raise AssertionError(
-                f"{args} = {int(got)}, expected {want}: when an epoch ends in the middle of an accumulation, "
-                "Lightning still steps the optimizer with what it has (round up: math.ceil)"
-            )
+            raise Hint(f"{args} = {got}, expected {want}: your count misses the step at the end of an epoch that ends "
+                       "in the middle of an accumulation group.",
+                       "Lightning steps the optimizer after the last batch of every epoch with the gradients it has, "
+                       "even when that group holds fewer than accumulate_grad_batches batches")
         if got == e * batches:
-            raise AssertionError(f"{args} = {int(got)}, expected {want}: divide by accumulate_grad_batches (one step per k batches)")
+            raise Hint(f"{args} = {got}, expected {want}: that is one step per batch, as if accumulate_grad_batches were 1.",
+                       "with accumulate_grad_batches=k Lightning adds up the gradients of k batches, then steps once")
         if got == math.ceil(batches / k):
-            raise AssertionError(f"{args} = {int(got)}, expected {want}: that is one epoch; multiply by epochs")
+            raise Hint(f"{args} = {got}, expected {want}: that is the count of one epoch.",
+                       "global_step keeps counting over all the epochs of a fit")
         if got == math.ceil(e * batches / k):
-            raise AssertionError(
-                f"{args} = {int(got)}, expected {want}: accumulation restarts in every epoch, so round up per epoch, "
-                "then multiply by epochs"
-            )
-        raise AssertionError(f"{args} = {int(got)}, expected {want}")
+            raise Hint(f"{args} = {got}, expected {want}: your accumulation groups run on across the end of an epoch, "
+                       "but accumulation restarts in every epoch.",
+                       "count the steps of one epoch (with its last, incomplete group), then scale by the epochs")
+        raise AssertionError(f"{args} = {got}, expected {want}")
+
+    n, b, e, k, drop = _random_step_case(random.Random())
+    want = _trainer_global_step(n, b, e, k, drop)
+    got = answer(n, b, e, k, drop)
+    if got != want:
+        raise Hint(f"optimizer_steps({n}, {b}, {e}, {k}, drop_last={drop}) = {got:g}, but a real Lightning Trainer "
+                   f"made {want} optimizer steps (trainer.global_step) on that case.",
+                   "compare your count with Lightning's for this case by hand: batches per epoch, then steps per epoch")

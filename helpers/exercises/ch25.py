@@ -47,8 +47,10 @@ def _true_indices(n: int, world_size: int, rank: int) -> list[int]:
 @exercise(
     "25.sampler_indices",
     "return the list of dataset indices that DistributedSampler(dataset of length n, num_replicas=world_size, "
-    "rank=rank, shuffle=False, drop_last=False) yields for that rank.",
+    "rank=rank, shuffle=False, drop_last=False) yields for that rank, without using DistributedSampler.",
     reference=_sampler_indices,
+    shortcuts=("torch.utils.data.distributed.DistributedSampler",),
+    goal="the sampler's padding and dealing",
 )
 def _test_sampler_indices(candidate) -> None:
     cases = [(8, 2, 0), (8, 2, 1), (10, 4, 0), (10, 4, 1), (10, 4, 3), (7, 3, 2), (5, 2, 1), (3, 4, 3), (1, 3, 2), (12, 1, 0)]
