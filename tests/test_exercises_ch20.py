@@ -170,13 +170,21 @@ def test_a_source_given_as_a_plain_string_is_accepted():
     assert check("20.l2_normalize_rows", REF, show=False).passed  # same source as the reference: no new compile
 
 
+PARALLEL_FOR = "at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {"
 WRONG = {
-    # name: (how the reference is changed, words the hint must contain)
-    "no_contiguity_check": (("  TORCH_CHECK(x.is_contiguous(),", "  if (false) TORCH_CHECK(x.is_contiguous(),"), ("accepted", "transposed")),
-    "no_dtype_check": (("  TORCH_CHECK(x.scalar_type() == at::kFloat", "  if (false) TORCH_CHECK(x.scalar_type() == at::kFloat"), ("float16", "float")),
-    "no_sqrt": (("std::max(std::sqrt(sumsq), eps)", "std::max(sumsq, eps)"), ("square root",)),
-    "norm_plus_eps": (("std::max(std::sqrt(sumsq), eps)", "(std::sqrt(sumsq) + eps)"), ("norm + eps",)),
-    "range_from_zero": (("for (int64_t r = begin; r < end; ++r)", "for (int64_t r = 0; r < end - begin; ++r)"), ("parallel_for", "2 threads", "rows b, b + 1")),
+    # name: (how the reference is changed: (old, new) pairs, words the hint must contain)
+    "no_contiguity_check": ([("  TORCH_CHECK(x.is_contiguous(),", "  if (false) TORCH_CHECK(x.is_contiguous(),")], ("accepted", "transposed")),
+    "no_dtype_check": ([("  TORCH_CHECK(x.scalar_type() == at::kFloat", "  if (false) TORCH_CHECK(x.scalar_type() == at::kFloat")], ("float16", "float")),
+    "no_sqrt": ([("std::max(std::sqrt(sumsq), eps)", "std::max(sumsq, eps)")], ("square root",)),
+    "norm_plus_eps": ([("std::max(std::sqrt(sumsq), eps)", "(std::sqrt(sumsq) + eps)")], ("norm + eps",)),
+    "range_from_zero": ([("for (int64_t r = begin; r < end; ++r)", "for (int64_t r = 0; r < end - begin; ++r)")], ("parallel_for", "2 threads", "rows b, b + 1")),
+    # Two dodges of the parallel_for requirement that give the right values: a serial loop beside an empty
+    # parallel_for (the name is in the source, nothing is split), and a grain as large as the range (serial).
+    "serial_beside_an_empty_parallel_for": (
+        [(PARALLEL_FOR, "at::parallel_for(0, 1, 1, [](int64_t, int64_t) {});\n    const int64_t begin = 0, end = rows;\n    {"),
+         ("    });\n  });\n  return y;", "    }\n  });\n  return y;")],
+        ("not split", "[(0, 1)]", "[0, 4096)")),
+    "grain_as_large_as_the_rows": ([(PARALLEL_FOR, PARALLEL_FOR.replace("grain,", "rows,"))], ("one call", "[(0, 4096)]", "grain")),
 }
 SHORTCUT = """
 at::Tensor tensor_method_shortcut(const at::Tensor& x, double eps) {
@@ -191,9 +199,11 @@ at::Tensor tensor_method_shortcut(const at::Tensor& x, double eps) {
 def wrong_ops():
     """Every wrong answer that must run, as functions of one source: one compile for all of them."""
     parts = [REF]
-    for name, ((old, new), _words) in WRONG.items():
+    for name, (changes, _words) in WRONG.items():
         body = REF.split("// y[r] = x[r]")[1].split("\n", 1)[1]  # the function, without the includes
-        parts.append(_replace(body, old, new).replace("at::Tensor l2_normalize_rows(", f"at::Tensor {name}(", 1))
+        for old, new in changes:
+            body = _replace(body, old, new)
+        parts.append(body.replace("at::Tensor l2_normalize_rows(", f"at::Tensor {name}(", 1))
     parts.append(SHORTCUT)
     return ch20._compile("\n".join(parts), ops=("l2_normalize_rows", *WRONG, "tensor_method_shortcut"))
 

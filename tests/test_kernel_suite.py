@@ -96,6 +96,20 @@ def test_a_nan_in_the_wrong_place_fails():
     assert not suite.compare(torch.nan_to_num(torch.softmax(x, dim=-1)), x)["ok"], "zeros where torch gives NaN"
 
 
+def test_nan_and_plus_inf_cases_give_nan_rows_like_torch_and_the_cpp_op_matches():
+    cases = suite.correctness_cases()
+    nan_case, inf_case = cases["NaN in a block-path row (3, 4099)"], cases["+inf entry (4, 2000): NaN row, like torch"]
+    assert torch.isnan(torch.softmax(nan_case, -1)).all(-1).tolist() == [False, True, False]
+    # torch.softmax of a row holding +inf is NaN (inf - max = inf - inf), also with a -inf beside it.
+    assert torch.isnan(torch.softmax(inf_case, -1)).all(-1).tolist() == [False, True, False, True]
+    assert not suite.compare(torch.nan_to_num(torch.softmax(inf_case, -1)), inf_case)["ok"], "zeros where torch gives NaN"
+    one_hot = torch.where(torch.isinf(inf_case) & (inf_case > 0), 1.0, 0.0)  # what a kernel that "handles" +inf might return
+    assert not suite.compare(torch.where(torch.isnan(torch.softmax(inf_case, -1)), one_hot, torch.softmax(inf_case, -1)), inf_case)["ok"]
+    if has_compiler:
+        for x in (nan_case, inf_case):
+            assert suite.compare(kernels.softmax_cpu(x), x)["ok"]
+
+
 def test_switch_point_widths_cover_both_sides_and_both_load_paths_and_are_seeded():
     widths = suite.switch_point_widths(seed=0)
     for s in suite.SWITCH_POINTS:
@@ -130,3 +144,14 @@ def test_the_tolerances_are_tight_enough_to_see_a_lost_partial_sum():
     # losing one of 1,024 equal partial sums is a 1e-3 error; the tolerance must be far below that at any width
     assert suite.row_sum_tolerance(1_000_000) < 2e-4
     assert suite.relative_tolerance(1024) < 1e-5
+
+
+def test_benchmark_runs_on_cpu_and_its_table_shows_the_samples():
+    rows = suite.benchmark({"torch.softmax": lambda x: torch.softmax(x, -1)}, shapes=[(8, 256)], device="cpu", min_run_time=0.01)
+    assert [r["op"] for r in rows] == ["copy (y.copy_(x))", "torch.softmax"]
+    for r in rows:
+        assert r["blocks"] >= 5 and r["calls"] >= r["blocks"], r
+        assert r["gbps"] == pytest.approx(suite.softmax_bytes(8, 256) / (r["median_us"] * 1e-6) / 1e9)
+    table = suite.markdown_table(rows).splitlines()
+    assert table[0].endswith("| calls | blocks |")
+    assert table[3].endswith(f"| {rows[1]['calls']} | {rows[1]['blocks']} |")

@@ -220,6 +220,25 @@ def test_the_operators_have_schemas_and_cpu_kernels(ops):
 
 
 @needs_compiler
+def test_the_fake_kernel_checks_the_kernels_metadata_rules(ops):
+    """Meta tensors: float32 and float64 pass for course.softmax (the CPU kernel takes both), float32 only for
+    the CUDA-only softmax_naive; empty, 1-D, non-contiguous and float16 inputs are refused like the kernels do."""
+    for dtype in (torch.float32, torch.float64):
+        y = torch.ops.course.softmax(torch.empty(3, 7, dtype=dtype, device="meta"))
+        assert y.dtype == dtype and y.shape == (3, 7)
+    assert torch.ops.course.softmax_naive(torch.empty(3, 7, device="meta")).shape == (3, 7)
+    with pytest.raises(RuntimeError, match="softmax_naive: expected dtype torch.float32; got torch.float64"):
+        torch.ops.course.softmax_naive(torch.empty(3, 7, dtype=torch.float64, device="meta"))
+    bad = [(torch.empty(0, 7, device="meta"), "non-empty"), (torch.empty(7, device="meta"), "2-D"),
+           (torch.empty(7, 3, device="meta").t(), "contiguous"), (torch.empty(3, 7, dtype=torch.half, device="meta"), "float16")]
+    for x, word in bad:
+        with pytest.raises(RuntimeError, match=word):
+            torch.ops.course.softmax(x)
+    with pytest.raises(RuntimeError, match="non-empty"):  # the real kernel says the same
+        torch.ops.course.softmax(torch.empty(0, 7))
+
+
+@needs_compiler
 def test_python_registration_is_idempotent(ops):
     before = torch._C._dispatch_dump("course::softmax")
     assert kernels.register_python_parts() == [], "a second registration must change nothing"
@@ -440,15 +459,25 @@ def _cuda_cases():
 
 @needs_gpu
 @pytest.mark.parametrize("op", ["softmax_naive", "softmax_fast"])
-def test_cuda_softmax_matches_torch(op):
+def test_cuda_softmax_passes_the_correctness_suite(op):
+    """The chapter's suite on the GPU: relative tolerances and row sums (an absolute 1e-6 passes a lost
+    partial sum on the million-wide row), every switch point, NaN and +inf rows, and the bad inputs;
+    then this file's own cases through the same comparison."""
+    from helpers.kernels import suite
+
     fn = getattr(kernels.load_cuda_ops(), op)
+    max_cols = suite.NAIVE_MAX_COLS if op == "softmax_naive" else None  # one thread walks the whole row: slow
+    results = suite.correctness(fn, "cuda", max_cols=max_cols)
+    failed = [(r["case"], r["tol_used"], r["worst_row_sum_err"]) for r in results if not r["ok"]]
+    assert not failed, f"{op} fails the suite: {failed}"
+    refused = suite.check_rejections(fn, "cuda")
+    assert all(r["ok"] for r in refused), f"{op} accepts or misreports bad input: {refused}"
     for label, x in _cuda_cases().items():
-        if op == "softmax_naive" and x.shape[1] > 100_000:
-            continue  # one thread walks the whole row three times: correct, but needlessly slow
+        if max_cols is not None and x.shape[1] > max_cols:
+            continue
         x = x.cuda()
-        torch.testing.assert_close(fn(x), torch.softmax(x, -1), atol=1e-6, rtol=1e-5, msg=lambda m, label=label: f"{label}: {m}")
-    rows = torch.tensor([[-INF] * 40, [0.0] * 39 + [math.nan]], device="cuda")
-    assert torch.isnan(fn(rows)).all(), "an all -inf row and a row with a NaN give NaN, like torch.softmax"
+        verdict = suite.compare(fn(x), x)
+        assert verdict["ok"], f"{op}, {label}: {verdict}"
 
 
 @needs_gpu

@@ -216,6 +216,52 @@ _ALLOWED_OPS = frozenset({"aten.empty_like", "aten.empty", "aten.empty_strided",
                           "aten.zero_", "aten.fill_"})
 _modules: dict[str, object] = {}
 
+#: Force-included (``-include``) before the learner's source by :func:`_compile`. It includes the real
+#: ``<ATen/Parallel.h>`` first, then renames ``parallel_for`` with a macro, so that every call of
+#: ``at::parallel_for`` in the learner's code goes to a wrapper that records the ``[begin, end)`` range
+#: each call of the body receives (with the number of the ``parallel_for`` call it came from), then runs
+#: the body. ``_course_parallel_ranges()`` (registered beside the op) returns and clears the records as a
+#: flat list of (call, begin, end) triples. Line numbers of the learner's source are unchanged.
+_PARALLEL_SHIM = r"""
+#pragma once
+#include <ATen/Parallel.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace course_check {
+inline std::mutex& ranges_mutex() { static std::mutex m; return m; }
+inline std::vector<int64_t>& ranges() { static std::vector<int64_t> r; return r; }
+inline std::atomic<int64_t>& calls() { static std::atomic<int64_t> n{0}; return n; }
+inline std::vector<int64_t> take_ranges() {
+  const std::lock_guard<std::mutex> hold(ranges_mutex());
+  std::vector<int64_t> out;
+  out.swap(ranges());
+  return out;
+}
+}  // namespace course_check
+
+namespace at {
+template <class F>
+inline void course_recorded_parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
+  const int64_t call = course_check::calls()++;
+  at::parallel_for(begin, end, grain, [&](int64_t b, int64_t e) {
+    {
+      const std::lock_guard<std::mutex> hold(course_check::ranges_mutex());
+      auto& r = course_check::ranges();
+      r.insert(r.end(), {call, b, e});
+    }
+    f(b, e);
+  });
+}
+}  // namespace at
+
+#define parallel_for course_recorded_parallel_for
+"""
+_RANGES_OP = "_course_parallel_ranges"
+
 
 def _strip_comments_and_strings(src: str) -> str:
     """``src`` without C++ comments and string/char literals (so a message or a comment is not mistaken for code)."""
@@ -275,7 +321,8 @@ def _compile(src: str, ops: tuple[str, ...] = (_OP,)):
     without it) and with only the headers the source includes (``no_implicit_headers``: no
     ``torch/extension.h``, no pybind11, about three times faster to compile). One build per
     distinct source: the extension name and the operator namespace carry a hash
-    of the source, the build goes to ``helpers.kernels.extension_dir(name)`` (under build/), and a
+    of the source (and of :data:`_PARALLEL_SHIM`, force-included with ``-include``, which records the
+    row ranges ``at::parallel_for`` hands out; ``_course_parallel_ranges`` is registered beside the ops), the build goes to ``helpers.kernels.extension_dir(name)`` (under build/), and a
     second call with the same source returns the namespace from memory (a new process finds the
     build on disk: ninja has nothing to do). Returns ``torch.ops.<namespace>``.
 
@@ -286,20 +333,25 @@ def _compile(src: str, ops: tuple[str, ...] = (_OP,)):
 
     from helpers import kernels
 
-    digest = hashlib.sha256("\0".join([src, *ops, torch.__version__]).encode()).hexdigest()[:12]
+    digest = hashlib.sha256("\0".join([src, *ops, _PARALLEL_SHIM, torch.__version__]).encode()).hexdigest()[:12]
     name = f"ch20_l2_{digest}"
     if name in _modules:
         return _modules[name]
     kernels.check_toolchain()
     folder = kernels.extension_dir(name)
     folder.mkdir(parents=True, exist_ok=True)
+    shim = folder / "course_parallel_shim.h"
+    if not shim.is_file() or shim.read_text() != _PARALLEL_SHIM:  # rewritten only when it changed: ninja tracks it
+        shim.write_text(_PARALLEL_SHIM)
     registration = f"\n#include <torch/library.h>\nTORCH_LIBRARY({name}, m) {{\n" + "".join(
-        f'  m.def("{op}{_SCHEMA}", &{op});\n' for op in ops) + "}\n"
+        f'  m.def("{op}{_SCHEMA}", &{op});\n' for op in ops) + f'  m.def("{_RANGES_OP}", &course_check::take_ranges);\n}}\n'
     ext = kernels._cpp_extension()
     try:
         # -fopenmp: at::parallel_for is a header template, and without OpenMP it runs every range on one thread.
+        # -include: the shim that records the ranges at::parallel_for hands out, before line 1 of the source.
         ext.load_inline(name=name, cpp_sources=[src, registration], is_python_module=False, no_implicit_headers=True,
-                        extra_cflags=["-fopenmp", "-Wfatal-errors"], extra_ldflags=["-fopenmp"], build_directory=str(folder), verbose=False)
+                        extra_cflags=["-fopenmp", "-Wfatal-errors", "-include", str(shim)], extra_ldflags=["-fopenmp"],
+                        build_directory=str(folder), verbose=False)
     except (RuntimeError, OSError) as err:
         from helpers.paths import rel
 
@@ -430,8 +482,11 @@ def _check_op(op) -> None:
             raise _wrong_formula_hint(label, x, eps, got)
     # On 2 threads, above the grain: at::parallel_for hands out row ranges that do not start at 0.
     split = [cases[2], ("a (4096, 512) float32 tensor", torch.randn(4096, 512, generator=g), 1e-12)]
+    take_ranges = getattr(getattr(torch.ops, op._qualified_op_name.split("::")[0]), _RANGES_OP)
     for label, x, eps in split:
+        take_ranges()  # forget the ranges of the runs above
         got = _on_threads(max(2, torch.get_num_threads()), lambda x=x, eps=eps: op(x, eps))
+        ranges = take_ranges()
         want = _reference(x, eps)
         if not _close(got, want):
             tol = {torch.float32: (1e-5, 1e-7), torch.float64: (1e-10, 1e-14)}[x.dtype]
@@ -440,6 +495,38 @@ def _check_op(op) -> None:
                        f"{len(wrong)} of its {x.shape[0]} rows are wrong (the first is row {int(wrong[0])}).",
                        "at::parallel_for calls your function with ranges [b, e) of the rows; each call must handle "
                        "rows b, b + 1, ..., e - 1, not 0 .. e - b - 1.")
+        if x.shape[0] == 4096:
+            _check_split(ranges, x.shape[0])
+
+
+def _check_split(flat: list[int], rows: int) -> None:
+    """Raise Hint unless one ``at::parallel_for`` call split ``[0, rows)`` into at least two ranges that tile it.
+
+    ``flat`` holds (call, begin, end) triples recorded by :data:`_PARALLEL_SHIM` during one run of the op on
+    2 or more threads.
+    """
+    by_call: dict[int, list[tuple[int, int]]] = {}
+    for call, begin, end in zip(flat[0::3], flat[1::3], flat[2::3], strict=True):
+        by_call.setdefault(call, []).append((begin, end))
+    tilings = []
+    for pieces in by_call.values():
+        pieces.sort()
+        starts, ends = [b for b, _ in pieces], [e for _, e in pieces]
+        if starts[0] == 0 and ends[-1] == rows and starts[1:] == ends[:-1]:
+            tilings.append(pieces)
+    if any(len(pieces) >= 2 for pieces in tilings):
+        return
+    if tilings:
+        raise Hint(f"on 2 threads your at::parallel_for gave all {rows} rows of the (4096, 512) input to one call of "
+                   f"your function, {tilings[0]}: nothing ran in parallel.",
+                   "The third argument, the grain, is the fewest rows worth giving a thread: if it is as large as the "
+                   "number of rows, at::parallel_for never splits them. Derive it from the row length (this chapter's "
+                   "kernels give each piece about 32k elements).")
+    seen = sorted({r for pieces in by_call.values() for r in pieces})
+    raise Hint(f"the rows of the (4096, 512) input are not split by at::parallel_for: the ranges it handed your "
+               f"function were {seen[:4]}{' ...' if len(seen) > 4 else ''}, not pieces of [0, {rows}).",
+               "Call at::parallel_for over all the rows, [0, rows), and do each row's work inside the function you "
+               "give it, for the rows of the range it receives.")
 
 
 @exercise(

@@ -493,11 +493,28 @@ def load_cuda_ops(verbose: bool = False) -> ModuleType:
 # ------------------------------------------------ the Python-side parts -------
 
 
+#: dtypes each kernel accepts, by the device type of its input. A fake (meta) kernel sees a tensor's
+#: device: a FakeTensor traced by torch.compile or torch.export keeps its real device ("cpu", "cuda"),
+#: a plain "meta" tensor does not say which kernel will run, so it gets the union of the op's kernels.
+_KERNEL_DTYPES = {
+    "softmax": {"cpu": (torch.float32, torch.float64), "cuda": (torch.float32,), "meta": (torch.float32, torch.float64)},
+    "softmax_naive": {"cuda": (torch.float32,), "meta": (torch.float32,)},  # a CUDA kernel only
+}
+
+
 def _check_fake_input(x: torch.Tensor, op: str) -> None:
-    """The kernels' checks that depend only on metadata, so tracing fails as early and as clearly."""
-    allowed = (torch.float32, torch.float64) if x.device.type == "cpu" else (torch.float32,)
+    """Every check of ``softmax_common.h`` that depends only on metadata (dtype, dims, non-empty,
+    contiguity), so that tracing fails as early and as clearly as the kernel would.
+
+    The dtype rule (:data:`_KERNEL_DTYPES`): the dtypes of the kernel for ``x.device.type``; for a
+    "meta" tensor, those of any of the op's kernels. The device itself is not checked: the
+    dispatcher, not the fake kernel, refuses a device the op has no kernel for.
+    """
+    by_device = _KERNEL_DTYPES[op]
+    allowed = by_device.get(x.device.type, by_device["meta"])
     torch._check(x.dtype in allowed, lambda: f"{op}: expected dtype {' or '.join(map(str, allowed))}; got {x.dtype}")
     torch._check(x.dim() == 2, lambda: f"{op}: expected a 2-D tensor (rows, cols), softmax over the last dim; got {x.dim()}-D")
+    torch._check(x.numel() > 0, lambda: f"{op}: expected a non-empty tensor; got shape {tuple(x.shape)}")
     torch._check(x.is_contiguous(), lambda: f"{op}: expected a contiguous tensor. Call .contiguous() first")
 
 

@@ -27,7 +27,8 @@ row of 1,000,000 every probability is about 1e-6, so a kernel that loses a parti
 and is 0.1 % off everywhere still passes it (see ``tests/test_kernel_suite.py``).
 
 **Cases.** The edge cases of the chapter (one column, huge magnitudes, ``-inf`` masks,
-an all ``-inf`` row, a row of a million) plus, seeded, widths around every switch
+an all ``-inf`` row, a NaN in one row of the block path, a ``+inf`` entry, for which
+``torch.softmax`` returns a NaN row because ``inf - inf`` is NaN, a row of a million) plus, seeded, widths around every switch
 point of ``softmax_cuda.cu``'s fast kernel (:data:`SWITCH_POINTS`): a warp per row up to
 1,024 columns, then a block per row of 256 threads up to 4,096, 512 up to 16,384 and
 1,024 beyond; float4 loads only when ``cols % 4 == 0`` and both pointers are 16-byte
@@ -148,6 +149,11 @@ def correctness_cases(device: str | torch.device = "cpu", seed: int = 0) -> dict
     masked[:, 1::3] = -INF  # an attention-style mask
     one_finite = torch.full((4, 4096), -INF)
     one_finite[:, -1] = 0.0  # most threads see only -inf: their partial (m, d) = (-inf, 0) must merge without NaN
+    with_nan = torch.randn(3, 4099, generator=g)
+    with_nan[1, 2050] = math.nan  # one NaN in the middle row, on the block path: that row is NaN, the others are not
+    with_inf = torch.randn(4, 2000, generator=g)
+    with_inf[1, 7] = INF  # torch.softmax gives a NaN row here (inf - inf), and ordinary rows around it
+    with_inf[3, [5, 1500]] = torch.tensor([INF, -INF])
     cases = {
         "one column (64, 1)": torch.randn(64, 1, generator=g),
         "short odd rows (1000, 7)": torch.randn(1000, 7, generator=g),
@@ -159,6 +165,8 @@ def correctness_cases(device: str | torch.device = "cpu", seed: int = 0) -> dict
         "-inf masks (64, 1000)": masked,
         "one finite entry, rest -inf (4, 4096)": one_finite,
         "an all -inf row (NaN, like torch)": torch.full((2, 40), -INF),
+        "NaN in a block-path row (3, 4099)": with_nan,
+        "+inf entry (4, 2000): NaN row, like torch": with_inf,
     }
     for cols in switch_point_widths(seed):
         cases[f"width {cols} ({fast_kernel_path(cols)})"] = torch.randn(3, cols, generator=g) * 2
@@ -328,9 +336,14 @@ def benchmark(
             label containing "naive" is skipped on rows longer than NAIVE_MAX_COLS.
         shapes: (rows, cols) pairs.
 
+        device: where the inputs are made ("cuda", or "cpu" for the same method on CPU ops).
+        min_run_time: seconds of timed calls per measurement (helpers.bench.measure).
+
     Returns:
         One dict per (shape, op) including the copy: ``shape``, ``op``,
-        ``median_us``, ``gbps`` and ``of_copy`` (fraction of the copy's GB/s).
+        ``median_us``, ``gbps``, ``of_copy`` (fraction of the copy's GB/s), and
+        ``calls`` and ``blocks``, the samples the median rests on (see
+        :class:`helpers.bench.Timing`).
     """
     from helpers.bench import measure
 
@@ -341,21 +354,23 @@ def benchmark(
         nbytes = softmax_bytes(rows, cols, x.element_size())
         copy = measure(lambda x=x, y=y: y.copy_(x), label="copy", min_run_time=min_run_time)
         copy_gbps = gbps(nbytes, copy.median_s)
-        rows_out.append({"shape": [rows, cols], "op": "copy (y.copy_(x))", "median_us": copy.median_s * 1e6, "gbps": copy_gbps, "of_copy": 1.0})
+        rows_out.append({"shape": [rows, cols], "op": "copy (y.copy_(x))", "median_us": copy.median_s * 1e6, "gbps": copy_gbps,
+                         "of_copy": 1.0, "calls": copy.calls, "blocks": copy.blocks})
         for label, fn in ops.items():
             if "naive" in label and cols > NAIVE_MAX_COLS:
                 continue
             t = measure(lambda fn=fn, x=x: fn(x), label=label, min_run_time=min_run_time)
             rate = gbps(nbytes, t.median_s)
-            rows_out.append({"shape": [rows, cols], "op": label, "median_us": t.median_s * 1e6, "gbps": rate, "of_copy": rate / copy_gbps})
+            rows_out.append({"shape": [rows, cols], "op": label, "median_us": t.median_s * 1e6, "gbps": rate,
+                             "of_copy": rate / copy_gbps, "calls": t.calls, "blocks": t.blocks})
         del x, y
     return rows_out
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """The :func:`benchmark` rows as a markdown table."""
-    lines = ["| shape | op | median (us) | GB/s | of copy |", "| --- | --- | ---: | ---: | ---: |"]
+    """The :func:`benchmark` rows as a markdown table, with the calls and blocks each median rests on."""
+    lines = ["| shape | op | median (us) | GB/s | of copy | calls | blocks |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         shape = "x".join(str(s) for s in r["shape"])
-        lines.append(f"| {shape} | {r['op']} | {r['median_us']:.1f} | {r['gbps']:.0f} | {r['of_copy']:.0%} |")
+        lines.append(f"| {shape} | {r['op']} | {r['median_us']:.1f} | {r['gbps']:.0f} | {r['of_copy']:.0%} | {r['calls']} | {r['blocks']} |")
     return "\n".join(lines)
