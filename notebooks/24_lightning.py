@@ -733,7 +733,9 @@ _ = report.record("seconds per epoch, Lightning (32-true)", lightning_seconds, "
 # `"32-true"`: float32 everywhere. `"bf16-mixed"` keeps the weights and the
 # optimizer in float32 but runs the forward pass under `torch.autocast`
 # with bfloat16 (chapter 15): matrix multiplications get bfloat16 inputs,
-# while reductions and the loss stay in float32. On the CPU the
+# while the ops on autocast's float32 list, such as `cross_entropy`, run in
+# float32 (others, such as a `sum` of a bfloat16 tensor, stay in bfloat16).
+# On the CPU the
 # autocast dtype is bfloat16; `"16-mixed"` (float16 with a `GradScaler`)
 # is for GPUs. bfloat16 has float32's range, so no loss scaling is
 # needed. It saves time and memory only where the hardware has fast

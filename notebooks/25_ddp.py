@@ -293,8 +293,10 @@ print(f"all {len(expected) + 1} collectives gave the expected result on all {NPR
 # %% [markdown]
 # Note `all_reduce SUM / world` equals `all_reduce AVG`: that is exactly what
 # DDP does with gradients (a SUM, then a division by the world size, the
-# form every backend supports). And `reduce_scatter` is an `all_to_all`
-# followed by a local sum; the real one moves less data.
+# form every backend supports). And `reduce_scatter` gives the same result
+# as an `all_to_all` followed by a local sum; the real collective sends as
+# many bytes per rank, but it adds the pieces as they arrive, so it never
+# holds every rank's piece at once.
 
 # %% [markdown]
 # ## 3. DDP: the same step as one big batch
@@ -377,8 +379,11 @@ else:
 #   `seed + rank`, for dropout and augmentation; if they all draw the same
 #   masks, the extra ranks add less than new data.)
 # - **Uneven batches**: DDP averages the ranks' gradients, not the samples'.
-#   A last batch of 6 samples on one rank and 2 on the other weighs those 2
-#   samples three times as much as one process would (exercise 2).
+#   A last batch of 6 samples on one rank and 2 on the other gives each of
+#   those 2 samples a weight of 1/4 in the averaged gradient, twice the 1/8
+#   that one process with all 8 would give, and three times the 1/12 of
+#   each sample on the other rank (exercise 2). `DistributedSampler` pads
+#   the dataset so that every rank gets the same number of samples.
 #
 # ### Gradient accumulation and `no_sync()`
 #
@@ -772,7 +777,9 @@ assert result.restarts == 1 and elastic["restart_count"] == 1, f"expected one re
 assert crash and crash[0].rank == 1 and "crashed at step" in crash[0].last_line, "rank 1's crash should be the root cause"
 assert elastic["resumed_from"] == last_checkpoint, f"should resume from step {last_checkpoint}, not {elastic['resumed_from']}"
 assert elastic["final_step"] == ELASTIC_STEPS, f"final step {elastic['final_step']} != planned {ELASTIC_STEPS}"
-assert elastic["max_abs_diff"] < 1e-6, f"resumed run differs from an uninterrupted one by {elastic['max_abs_diff']:.3g}"
+# gloo on the CPU repeats every step bit for bit; on GPUs (NCCL) the reduction order may vary, so allow rounding there
+elastic_tol = 0.0 if backend(NPROC) == "gloo" else 1e-6
+assert elastic["max_abs_diff"] <= elastic_tol, f"resumed run differs from an uninterrupted one by {elastic['max_abs_diff']:.3g}"
 print(f"restarts: {elastic['restart_count']}; resumed from step {elastic['resumed_from']}, "
       f"ran {elastic['steps_this_attempt']} more steps, final step {elastic['final_step']} of {ELASTIC_STEPS}")
 print(f"max |difference| from an uninterrupted run: {elastic['max_abs_diff']:.3g}")
@@ -784,7 +791,8 @@ _ = report.record("elastic run: max |param diff| vs uninterrupted", f"{elastic['
 # %% [markdown]
 # Nothing was lost: the steps between the last checkpoint and the crash
 # (with the defaults, steps 41 to 45) were done again, with the same batches, and the
-# final parameters equal those of a run that never crashed. Three things
+# final parameters equal those of a run that never crashed (exactly, with
+# gloo on the CPU: asserted above). Three things
 # made that possible: a checkpoint that holds *everything* the next step
 # depends on (the optimizer's momentum too; with dropout, the RNG states),
 # a data order that is a function of the step, and a checkpoint that is

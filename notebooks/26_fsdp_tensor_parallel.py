@@ -353,7 +353,9 @@ for name in ("fsdp_sum", "no_allreduce"):  # the negative controls: the same com
 assert abs(sgd_runs["fsdp_sum"]["grad_scale"] - fsdp["world"]) < 1e-3, "summing over the ranks should scale the gradient by the world size"
 assert sgd_runs["fsdp_sum"]["fraction_over_tol"] > 0.5, "under SGD a doubled gradient should move most parameters"
 assert adamw_sum["fraction_over_tol"] < 0.05, "AdamW was expected to hide a constant gradient factor in almost every parameter"
-assert adamw_sum["max_diff"] > PARALLEL_TOL, f"the weights with gradients near eps were expected to give the sum away ({adamw_sum['max_diff']:.1e})"
+# Whether the few weights with gradients near eps give the sum away depends on the run (the model, the
+# steps): printed, not asserted. The default run's first AdamW line shows that they did.
+print("AdamW's parameter check", "caught" if adamw_sum["max_diff"] > PARALLEL_TOL else "missed", "the sum in this run")
 assert adamw_sum_loss_gap < 10 * PARALLEL_TOL, f"the AdamW sum run's losses differ by {adamw_sum_loss_gap:.1e}: a loss check would catch it"
 assert adamw_small["max_diff"] < PARALLEL_TOL, \
     f"with eps {adamw_small['eps']:.0e} the sum was expected to pass the parameter check, but it is off by {adamw_small['max_diff']:.1e}"
@@ -380,17 +382,18 @@ _ = report.record("FSDP bf16 max |loss diff| vs fp32", float(f"{bf16_gap:.2g}"),
 # - **Why not AdamW.** Doubling the gradient doubles `m` and `sqrt(v)`, so
 #   AdamW's update `2m / (2 sqrt(v) + eps)` is the correct one with `eps`
 #   halved: the sum acts only where a gradient is about as small as `eps`
-#   (1e-8). Here that was enough to give it away, through few weights: a
-#   small fraction of them, those whose gradients are near `eps`, moved by
-#   more than `PARALLEL_TOL` (the fraction and the largest difference are on
-#   the first AdamW line), while the losses changed by less than the loss
+#   (1e-8). In the default run that was enough to give it away, through few
+#   weights: a small fraction of them, those whose gradients are near `eps`,
+#   moved by more than `PARALLEL_TOL` (the fraction and the largest
+#   difference are on the first AdamW line; the verdict line printed with
+#   the checks says whether your run caught it), while the losses changed by less than the loss
 #   tolerance the assert uses, `10 * PARALLEL_TOL`. With `eps = 1e-12` the
 #   same wrong reduction leaves every weight within `PARALLEL_TOL` (the
 #   second AdamW line, asserted): the check passes it. SGD is the check here
 #   because it does not hinge on `eps`: twice the gradient is twice every
 #   update.
 # - **bfloat16.** With the mixed-precision policy the losses agree only to
-#   about 2-3 digits (the last line printed): bfloat16 keeps
+#   a few digits (the gap is on the last line printed): bfloat16 keeps
 #   8 significant bits, so forward and backward are rounded, even though the
 #   parameters and the gradient reduction stay float32. On a GPU bfloat16 is
 #   the usual setting (it halves the all-gather traffic and uses the tensor
@@ -1202,9 +1205,9 @@ for strategy, measured in (("ddp", ddp_bytes[0]), ("fsdp", fsdp_bytes[0])):
 #   dominant layer FSDP's training state here is barely below DDP's.
 # - Checked with SGD, FSDP and DDP match one process to float rounding, and
 #   the same check fails a sum-instead-of-mean reduction and a missing
-#   all-reduce. Under AdamW the sum showed only in the few weights whose
-#   gradients are near `eps`, not in the loss, and with a smaller `eps` not
-#   at all. A `MixedPrecisionPolicy` computes in bfloat16 and reduces in
+#   all-reduce. Under AdamW the sum showed (in the default run) only in the
+#   few weights whose gradients are near `eps`, not in the loss, and with a
+#   smaller `eps` not at all. A `MixedPrecisionPolicy` computes in bfloat16 and reduces in
 #   float32.
 # - **Tensor parallelism** splits the matrix multiplies: `ColwiseParallel`
 #   then `RowwiseParallel` needs one all-reduce per MLP, two per transformer
