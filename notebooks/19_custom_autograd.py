@@ -151,11 +151,17 @@ assert naive_results["torch.where"][0][-1] == 100 and torch.isnan(naive_results[
 
 # %% [markdown]
 # A stable forward is max(x, 0) + log1p(e^(−|x|)): `exp` now only sees
-# arguments ≤ 0, so it never overflows. Autograd would differentiate that
-# correctly too, but it would save several intermediate tensors and run a
-# chain of small backward kernels. By hand, the derivative is just σ(x),
-# which `torch.sigmoid` computes stably. That is what a custom Function is
-# for: **you** decide what the backward computes and what it keeps.
+# arguments ≤ 0, so it never overflows. Autograd can differentiate that
+# expression too, but not well. At x = 0 both max(x, 0) and |x| have a kink,
+# and autograd uses a fixed value for each derivative there: 0 for `clamp`
+# at its bound and sign(0) = 0 for `abs`. Each is a valid choice on its
+# own, but together they give a gradient of 0 at x = 0 instead of the true
+# σ(0) = 0.5 (measured below): the kinks cancel in the sum, their
+# derivatives do not. It also saves several intermediate tensors for the
+# backward. By hand, the derivative is just σ(x), which
+# `torch.sigmoid` computes stably from the one saved input. That is the
+# motivation for a custom Function: **you** decide what the backward
+# computes and what it keeps.
 #
 # ## 2. `torch.autograd.Function`, the current style
 #
@@ -213,17 +219,23 @@ print("grad_fn of the output:", type(y.grad_fn).__name__)
 # the naive formula is fine up to x ≈ 709):
 
 # %%
-grid = torch.linspace(-100, 100, 4001, requires_grad=True)
+def softplus_stable_autograd(x):
+    return x.clamp(min=0) + torch.log1p(torch.exp(-x.abs()))  # Softplus's forward, differentiated by autograd
+
+
+SOFTPLUS_VERSIONS = [("naive", softplus_naive), ("torch.where", softplus_where),
+                     ("autograd of the stable formula", softplus_stable_autograd), ("custom Function", Softplus.apply)]
+grid = (torch.arange(-2000, 2001) * 0.05).requires_grad_()  # [-100, 100] in steps of 0.05, with x = 0 exactly
 x64 = grid.detach().double()
 ref_value, ref_grad = torch.log1p(torch.exp(x64)), torch.sigmoid(x64)
 curves = {}
-for name, fn in [("naive", softplus_naive), ("torch.where", softplus_where), ("custom Function", Softplus.apply)]:
+for name, fn in SOFTPLUS_VERSIONS:
     y = fn(grid)
     (g,) = torch.autograd.grad(y.sum(), grid)
     curves[name] = (y.detach(), g)
     value_err = (y.detach().double() - ref_value).abs().max().item()
     grad_err = (g.double() - ref_grad).abs().max().item()
-    print(f"{name:16s} max |value - float64|: {value_err:9.2e}   max |gradient - float64|: {grad_err:9.2e}"
+    print(f"{name:30s} max |value - float64|: {value_err:9.2e}   max |gradient - float64|: {grad_err:9.2e}"
           f"   non-finite gradients: {(~torch.isfinite(g)).sum().item()}")
 custom_value_err = (curves["custom Function"][0].double() - ref_value).abs().max().item()
 custom_grad_err = (curves["custom Function"][1].double() - ref_grad).abs().max().item()
@@ -237,23 +249,56 @@ assert custom_value_err < 1e-4 and custom_grad_err < 1e-6, (
     f"the custom Function should match float64 (value error {custom_value_err:.1e}, gradient error {custom_grad_err:.1e})"
 )
 assert (~torch.isfinite(curves["torch.where"][1])).sum() > 0, "the torch.where version should have NaN gradients"
+stable_autograd_grad_err = (curves["autograd of the stable formula"][1].double() - ref_grad).abs().max().item()
+assert abs(stable_autograd_grad_err - 0.5) < 1e-6, (
+    f"autograd of the stable formula should be off by 0.5 at the grid point x = 0, got {stable_autograd_grad_err:.2e}"
+)
+
+# %% [markdown]
+# The stable formula under autograd is finite everywhere; its one wrong
+# point is x = 0. We evaluate both versions there, and count the tensors
+# each saves for its backward with `torch.autograd.graph.saved_tensors_hooks`
+# (its pack hook is called once per tensor saved):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+saved_counts, grads_at_zero = {}, {}
+for name, fn in [("autograd of the stable formula", softplus_stable_autograd), ("custom Function", Softplus.apply)]:
+    x_zero = torch.zeros(1, requires_grad=True)
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t, saved=packed: saved.append(t) or t, lambda t: t):
+        y = fn(x_zero)
+    (g,) = torch.autograd.grad(y.sum(), x_zero)
+    saved_counts[name], grads_at_zero[name] = len(packed), g.item()
+    print(f"{name:30s} gradient at x = 0: {g.item():.4f} (sigmoid(0) = 0.5)   tensors saved for backward: {len(packed)}")
+
+# %%
+assert abs(grads_at_zero["autograd of the stable formula"] - 0.5) > 0.4, (
+    f"autograd of the stable formula should be off by about 0.5 at x = 0, got {grads_at_zero}"
+)
+assert abs(grads_at_zero["custom Function"] - 0.5) < 1e-6, f"the custom Function should give sigmoid(0) = 0.5: {grads_at_zero}"
+assert saved_counts["custom Function"] == 1 < saved_counts["autograd of the stable formula"], (
+    f"the custom Function should save only x, autograd of the formula more: {saved_counts}"
+)
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(9, 3))
-for name, style in [("naive", "-"), ("torch.where", "--"), ("custom Function", ":")]:
+for name, style in [("naive", "-"), ("torch.where", "--"), ("autograd of the stable formula", "-."), ("custom Function", ":")]:
     value, g = curves[name]
     axes[0].plot(grid.detach(), value.clamp(max=150), style, label=name)  # inf drawn at the top
     axes[1].plot(grid.detach(), torch.where(torch.isfinite(g), g, torch.tensor(-0.1)), style, label=name)
 axes[0].set(title="softplus(x) in float32 (inf clipped to 150)", xlabel="x")
 axes[1].set(title="gradient (NaN drawn at -0.1)", xlabel="x")
-axes[1].legend(fontsize=8)
+axes[1].legend(fontsize=7)
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
 # The naive forward jumps to `inf` at x ≈ 88.7, where e^x leaves float32;
-# both naive gradients become NaN from the same point on. The custom
-# Function follows the float64 reference everywhere.
+# both naive gradients become NaN from the same point on. Autograd of the
+# stable formula is right except at the single grid point x = 0 (the dip in
+# the right panel: its largest gradient error is 0.5, see the table above).
+# The custom Function follows the float64 reference everywhere.
 #
 # ## 3. `ctx.save_for_backward`, and why not `ctx.x = x`
 #
@@ -379,8 +424,9 @@ print("gradcheck with x constant:", torch.autograd.gradcheck(LinearFunction.appl
 
 # %% [markdown]
 # In the MNIST demo (section 9) the first layer's input is the images, so
-# every training step skips the largest matrix multiplication of its
-# backward.
+# every training step skips one of the two equal-size matrix
+# multiplications of that layer's backward (grad_x, [B, out] @ [out, in], and
+# grad_W, [out, B] @ [B, in], each take B·in·out multiply-adds).
 #
 # ## 5. Outputs without gradients: `mark_non_differentiable`, `set_materialize_grads`
 #
@@ -849,7 +895,7 @@ eager_value = loss_with_op(op_x, op_w)
 (eager_grad,) = torch.autograd.grad(eager_value, op_w)
 value_diff = (compiled_value - eager_value).abs().item()
 grad_diff = ((compiled_grad - eager_grad).abs().max() / eager_grad.abs().max()).item()
-print(f"backend {COMPILE_BACKEND!r}: first call with backward {compile_seconds:.1f} s")
+print(f"backend {COMPILE_BACKEND!r}: first call with backward {compile_seconds:.1f} s (one wall-clock run, not a benchmark)")
 print(f"loss eager {eager_value.item():.4f}, compiled {compiled_value.item():.4f}; "
       f"largest gradient difference {grad_diff:.1e} (relative to the largest gradient)")
 _ = report.record(f"custom op under torch.compile ({COMPILE_BACKEND}): max relative gradient difference", grad_diff, digits=8)
@@ -861,21 +907,79 @@ assert value_diff <= 1e-4 * abs(eager_value.item()) and grad_diff < 1e-4, (
 )
 
 # %% [markdown]
-# The compiled graph calls `course19.softplus` as one opaque node: Dynamo
-# did not need to read the NumPy code, AOTAutograd took the backward from
-# our registration, and Inductor generated the code around it. That is the
-# general recipe for any kernel that PyTorch cannot see into: wrap it in a
-# `custom_op`, give it a fake kernel and (if it needs gradients) an
-# autograd formula, and check all three with `opcheck`. Chapter 20
-# registers its C++ and CUDA kernels the same way, with the schema declared
-# in C++ (`TORCH_LIBRARY`) in place of `custom_op`.
+# What did the compiler see? A backend built with `aot_autograd` hands its
+# `fw_compiler` and `bw_compiler` the forward and backward graphs that
+# AOTAutograd traced (as `torch.fx.GraphModule`s, in ATen operators). Ours
+# record them and run them as they are (`make_boxed_func` adapts a plain
+# function to the calling convention AOTAutograd expects):
+
+# %%
+from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
+
+captured_graphs = {}
+
+
+def recording_compiler(kind):
+    def compiler(graph_module, example_inputs):
+        captured_graphs[kind] = graph_module
+        return make_boxed_func(graph_module.forward)
+
+    return compiler
+
+
+torch._dynamo.reset()
+recording_backend = aot_autograd(fw_compiler=recording_compiler("forward"), bw_compiler=recording_compiler("backward"))
+recorded_value = torch.compile(loss_with_op, fullgraph=True, backend=recording_backend)(op_x, op_w)
+torch.autograd.grad(recorded_value, op_w)
+graph_ops = {kind: [str(node.target) for node in gm.graph.nodes if node.op == "call_function"]
+             for kind, gm in captured_graphs.items()}
+for kind, ops in graph_ops.items():
+    print(f"{kind:8s} graph: {', '.join(ops)}")
+
+# %%
+forward_targets = [node.target for node in captured_graphs["forward"].graph.nodes]
+backward_targets = [node.target for node in captured_graphs["backward"].graph.nodes]
+assert torch.ops.course19.softplus.default in forward_targets, f"the forward graph should call our op: {graph_ops['forward']}"
+assert torch.ops.aten.sigmoid.default in backward_targets and torch.ops.course19.softplus.default not in backward_targets, (
+    f"the backward graph should use our formula (sigmoid), not the op: {graph_ops['backward']}"
+)
+
+# %% [markdown]
+# The forward graph calls `course19.softplus` as one opaque node between
+# the matrix multiplication and the square: Dynamo did not read the NumPy
+# code. The backward graph has no softplus at all, but `sigmoid` and the
+# multiplications of our registered formula: AOTAutograd took the backward
+# from `register_autograd`. With Inductor, these are the graphs it generates
+# code for. That is the general recipe for any kernel that PyTorch cannot
+# see into: wrap it in a `custom_op`, give it a fake kernel and (if it needs
+# gradients) an autograd formula, and check all three with `opcheck`.
+# Chapter 20 registers its C++ and CUDA kernels the same way, with the
+# schema declared in C++ (`TORCH_LIBRARY`) in place of `custom_op`.
 #
 # `custom_op` or `autograd.Function`? A Function is quicker to write and
-# enough for eager code; under `torch.compile`, Dynamo traces *into* its
-# forward and backward, which works when they are ordinary PyTorch code
-# (like `Softplus`) but breaks the graph when they are opaque (like
-# `NumpySoftplus`). A custom op is the way to make opaque code a first-class
-# operator.
+# enough for eager code. Under `torch.compile`, Dynamo traces *into* its
+# forward and backward. That works for ordinary PyTorch code (`Softplus`),
+# and even for `NumpySoftplus`: Dynamo translates common NumPy calls such as
+# `np.logaddexp` into PyTorch operations (its `torch._numpy` layer), so both
+# compile with `fullgraph=True`:
+
+# %%
+function_x = torch.randn(6, dtype=torch.float64)
+compiled_functions = {}
+for cls in (Softplus, NumpySoftplus):
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t, cls=cls: cls.apply(t), fullgraph=True, backend="eager")
+    compiled_functions[cls.__name__] = torch.allclose(compiled(function_x), cls.apply(function_x))
+    print(f"torch.compile(fullgraph=True) of {cls.__name__}.apply: compiled, equals eager: {compiled_functions[cls.__name__]}")
+assert compiled_functions == {"Softplus": True, "NumpySoftplus": True}, compiled_functions
+
+# %% [markdown]
+# What Dynamo cannot trace is code it cannot read or translate: the
+# `np.errstate` block of `numpy_softplus_kernel` above (the `Unsupported`
+# error), a C++ or CUDA kernel, another library's compiled code. Inside a
+# Function that is a graph break (an error with `fullgraph=True`); as a
+# custom op it is a first-class operator, one node in the graph.
 #
 # ## 9. Custom Functions in a real training step: MNIST
 #
@@ -961,7 +1065,7 @@ train_seconds = time.perf_counter() - start
 model.eval()
 with torch.no_grad():
     test_accuracy = (model(test_x.to(device)).argmax(dim=1).cpu() == test_y).float().mean().item()
-print(f"{MNIST_STEPS} steps in {train_seconds:.1f} s; test accuracy {test_accuracy:.1%}")
+print(f"{MNIST_STEPS} steps in {train_seconds:.1f} s (one wall-clock run, not a benchmark); test accuracy {test_accuracy:.1%}")
 print(f"backward matmuls done: {backward_matmuls['done']}, skipped thanks to needs_input_grad: {backward_matmuls['skipped']} "
       f"(one per step: the gradient w.r.t. the input images)")
 _ = report.record("MNIST MLP with custom Functions: test accuracy", 100 * test_accuracy, "%", digits=1)
@@ -1114,8 +1218,26 @@ print("NumpySoftplus.forward(x).requires_grad:", NumpySoftplus.forward(x_apply).
 
 # %% [markdown]
 # **Fix:** always `YourFunction.apply(...)`; in a module, wrap it in
-# `forward` as `CustomLinear` does. (Instantiating a Function and calling the
-# instance is deprecated and warns.)
+# `forward` as `CustomLinear` does. Treating the Function as an object is no
+# better: instantiating one gives a `DeprecationWarning`, and calling the
+# instance raises a `RuntimeError` (that call style belonged to the legacy,
+# non-static Functions):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    softplus_instance = Softplus()
+for warning in caught:
+    print(f"Softplus(): {warning.category.__name__}: {warning.message}")
+try:
+    softplus_instance(x_apply)
+    instance_call_error = None
+except RuntimeError as err:
+    instance_call_error = err
+    print(f"Softplus()(x): {type(err).__name__}: {err}")
+assert any(issubclass(w.category, DeprecationWarning) for w in caught), "instantiating a Function should warn"
+assert instance_call_error is not None and "Legacy autograd function" in str(instance_call_error)
 #
 # ## Exercises
 #
@@ -1128,11 +1250,15 @@ print("NumpySoftplus.forward(x).requires_grad:", NumpySoftplus.forward(x_apply).
 #
 # Write `LogSumExp`, an `autograd.Function` in the current style, computing
 # lse(x) = log Σᵢ exp(xᵢ) over the **last** dimension (x [..., n] →
-# [...]). It must be stable: rows like [1000, 1000, −1000] give 1000.69, not
-# `inf` (hint: with m the row maximum, lse = m + log Σ exp(xᵢ − m)). Write
-# the backward by hand: ∂lse/∂xᵢ = softmax(x)ᵢ = exp(xᵢ − lse), times the
-# incoming gradient broadcast over the last dimension. The checker runs
-# `gradcheck` in float64 and tries large float32 inputs.
+# [...]), without calling `torch.logsumexp` (the checker refuses it). It must
+# be stable: rows like [1000, 1000, −1000] give 1000.69, not `inf`. Write
+# the backward by hand: work out ∂lse/∂xᵢ, and multiply by the incoming
+# gradient. A fully masked row, all −∞ (as in attention with every key
+# masked), must give −∞, as `torch.logsumexp` does, and a gradient of 0
+# for that row (`torch.logsumexp`'s own backward gives NaN there, which
+# would spread to every parameter). The checker runs `gradcheck` in float64
+# and tries large float32 inputs and masked rows; `hint("19.logsumexp")`
+# gives a fuller hint.
 
 
 # %%
@@ -1164,7 +1290,9 @@ if result.passed:
 # dtype. Write its fake kernel `pairwise_sqdist_fake(x, y)`: it receives
 # fake tensors (no data, so no NumPy and no `.item()`) and returns an empty
 # tensor with the right shape, dtype and device. The checker registers it
-# with `register_fake` and runs `torch.library.opcheck`.
+# with `register_fake` and runs `torch.library.opcheck`, and also calls it on
+# tensors on the `meta` device (metadata only), where the output must be on
+# `meta` too.
 
 
 # %%
@@ -1183,13 +1311,14 @@ result = check("19.fake_kernel", pairwise_sqdist_fake)
 #   gradient: the `torch.where` patch fixes softplus's value but its
 #   gradient is still NaN, because 0 · ∞ = NaN in the unused branch. A
 #   custom `autograd.Function` with a stable forward and a hand-written
-#   backward (σ(x)) matched float64 over [−100, 100].
+#   backward (σ(x)) matched float64 over [−100, 100]; autograd of the same
+#   stable formula was off by 0.5 at x = 0 and saved more tensors.
 # - Current style: `forward(*args)` without ctx, `setup_context(ctx, inputs,
 #   output)`, `backward(ctx, *grads)` returning one value per input (`None`
 #   for non-tensors), called with `.apply`.
 # - `ctx.save_for_backward` checks versions and avoids reference cycles;
-#   `ctx.needs_input_grad` skips unneeded gradients (one large matmul per
-#   MNIST step here); `mark_non_differentiable` for indices;
+#   `ctx.needs_input_grad` skips unneeded gradients (one of fc1's two
+#   equal-size backward matmuls per MNIST step here); `mark_non_differentiable` for indices;
 #   `set_materialize_grads(False)` passes `None` instead of zeros.
 # - Check every backward with `gradcheck` and `gradgradcheck` in float64. A
 #   backward made of differentiable operations supports double backward;
@@ -1198,7 +1327,8 @@ result = check("19.fake_kernel", pairwise_sqdist_fake)
 #   (PyTorch-only code) or a hand-written `vmap` rule.
 # - `torch.library.custom_op` + `register_fake` + `register_autograd`,
 #   verified by `opcheck`, makes opaque code an operator that
-#   `torch.compile(fullgraph=True)` can trace around.
+#   `torch.compile(fullgraph=True)` keeps as one node, with the registered
+#   backward in the backward graph (we captured both graphs).
 #
 # **Next:** chapter 20 moves the same ideas into compiled kernels: C++ and
 # CUDA code loaded with `load_inline`, with its own input checks, registered

@@ -126,26 +126,72 @@ def test_hvp_finite_differences_fails():
         g = torch.func.grad(f)
         return (g(x + eps * v) - g(x)) / eps
 
-    assert_rejected("21.hvp", finite, "finite differences")
+    assert_rejected("21.hvp", finite, "close, but not exact")
+
+
+def test_hvp_central_finite_differences_with_small_step_fails():
+    def central(f, x, v, eps=1e-6):
+        g = torch.func.grad(f)
+        return (g(x + eps * v) - g(x - eps * v)) / (2 * eps)
+
+    assert_rejected("21.hvp", central, "close, but not exact")
 
 
 def test_hvp_diagonal_only_fails():
     def diagonal(f, x, v):
-        H = torch.func.hessian(f)(x).reshape(x.numel(), x.numel())
+        H = torch.autograd.functional.hessian(f, x).reshape(x.numel(), x.numel())
         return (H.diagonal() * v.flatten()).reshape(x.shape)
 
-    assert_rejected("21.hvp", diagonal, "diagonal")
+    assert_rejected("21.hvp", diagonal, "yourself", "torch.autograd.functional.hessian")
 
 
-def test_hvp_via_full_hessian_and_vjp_are_accepted():
+def test_hvp_full_hessian_is_a_shortcut():
     def full(f, x, v):
         H = torch.func.hessian(f)(x).reshape(x.numel(), x.numel())
         return (H @ v.flatten()).reshape(x.shape)
 
+    assert_rejected("21.hvp", full, "yourself", "torch.func.hessian")
+
+
+def test_hvp_jacfwd_of_grad_is_a_shortcut():
+    def jacobian_of_grad(f, x, v):
+        H = torch.func.jacfwd(torch.func.grad(f))(x).reshape(x.numel(), x.numel())
+        return (H @ v.flatten()).reshape(x.shape)
+
+    assert_rejected("21.hvp", jacobian_of_grad, "yourself", "torch.func.jacfwd")
+
+
+def test_hvp_jacrev_of_grad_is_a_shortcut():
+    def jacobian_of_grad(f, x, v):
+        H = torch.func.jacrev(torch.func.grad(f))(x).reshape(x.numel(), x.numel())
+        return (H @ v.flatten()).reshape(x.shape)
+
+    assert_rejected("21.hvp", jacobian_of_grad, "yourself", "torch.func.jacrev")
+
+
+def test_hvp_autograd_functional_hvp_is_a_shortcut():
+    def library(f, x, v):
+        return torch.autograd.functional.hvp(f, x, v)[1]
+
+    assert_rejected("21.hvp", library, "yourself", "torch.autograd.functional.hvp")
+
+
+def test_hvp_reverse_over_reverse_with_vjp_is_a_shortcut():
     def reverse_over_reverse(f, x, v):
         _, pullback = torch.func.vjp(torch.func.grad(f), x)
         return pullback(v)[0]
 
-    assert check("21.hvp", full, show=False).passed
-    assert check("21.hvp", reverse_over_reverse, show=False).passed
+    assert_rejected("21.hvp", reverse_over_reverse, "yourself", "torch.func.vjp")
+
+
+def test_hvp_double_backward_is_a_shortcut():
+    def double_backward(f, x, v):
+        x = x.detach().requires_grad_()
+        (g,) = torch.autograd.grad(f(x), x, create_graph=True)
+        return torch.autograd.grad(g, x, grad_outputs=v)[0]
+
+    assert_rejected("21.hvp", double_backward, "yourself", "torch.autograd.grad")
+
+
+def test_hvp_reference_is_accepted():
     assert check("21.hvp", solution("21.hvp"), show=False).passed

@@ -8,7 +8,7 @@ from torch.autograd import Function
 from torch.autograd.function import BackwardCFunction
 from torch.autograd.gradcheck import GradcheckError
 
-from . import exercise
+from . import Hint, exercise
 
 # --------------------------------------------------------------------------
 # 19.logsumexp
@@ -22,6 +22,9 @@ class _LogSumExp(Function):
     ``exp`` sees a positive argument. Backward: d lse / d x_i = softmax(x)_i
     = ``exp(x_i - lse)``, computed from the saved output (no overflow either),
     times the incoming gradient broadcast over the last dimension.
+    A fully masked row (every entry ``-inf``) gives ``-inf``, as
+    ``torch.logsumexp`` does, and a gradient of 0 for that row (where
+    ``torch.logsumexp``'s backward gives NaN, which would poison a whole batch).
     Shapes: ``x`` [..., n] -> [...].
     """
 
@@ -39,7 +42,10 @@ class _LogSumExp(Function):
     @staticmethod
     def backward(ctx, grad_out):
         x, out = ctx.saved_tensors
-        return grad_out.unsqueeze(-1) * torch.exp(x - out.unsqueeze(-1))
+        out = out.unsqueeze(-1)
+        masked = torch.isneginf(out)  # a row of -inf: exp(-inf - (-inf)) would be NaN; its gradient is 0
+        weights = torch.exp(x - torch.where(masked, torch.zeros_like(out), out))
+        return grad_out.unsqueeze(-1) * torch.where(masked, torch.zeros_like(weights), weights)
 
 
 def _as_apply(candidate):
@@ -56,11 +62,20 @@ def _as_apply(candidate):
     return candidate
 
 
+_LSE_SHORTCUTS = ("torch.logsumexp", "torch.special.logsumexp")
+
+
 @exercise(
     "19.logsumexp",
     "write LogSumExp, a torch.autograd.Function (current style: forward(x), setup_context, backward) computing "
-    "log(sum(exp(x))) over the last dimension, stable for inputs like 1000 or -1000, with a hand-written backward.",
+    "log(sum(exp(x))) over the last dimension, stable for inputs like 1000 or -1000, with a hand-written backward; "
+    "a fully masked row (all -inf) gives -inf and a gradient of 0.",
     reference=_LogSumExp,
+    shortcuts=_LSE_SHORTCUTS,
+    goal="the log-sum-exp",
+    hint="log-sum-exp does not change when you take a constant out of every element and add it back outside "
+         "the log; pick the constant so no exp can overflow. The derivative of lse is a function you met with "
+         "cross-entropy, and the saved output gives it without any overflow.",
 )
 def _test_logsumexp(candidate) -> None:
     apply = _as_apply(candidate)
@@ -77,25 +92,30 @@ def _test_logsumexp(candidate) -> None:
         )
     want = torch.logsumexp(x.detach(), dim=-1)
     if out.shape != want.shape:
-        hint = " (keepdim=True left the summed dimension in place: squeeze it)" if out.shape == (3, 1) else ""
-        raise AssertionError(f"for x of shape [3, 5] the output should have shape [3], got {list(out.shape)}{hint}")
+        hint = " (the summed dimension is still there)" if out.shape == (3, 1) else ""
+        raise Hint(f"for x of shape [3, 5] the output should have shape [3], got {list(out.shape)}{hint}",
+                   "keepdim=True keeps the summed dimension as size 1; remove it from the result (squeeze)")
     if not torch.allclose(out.detach(), want, atol=1e-10, rtol=1e-10):
         raise AssertionError("the forward values differ from torch.logsumexp(x, dim=-1) for ordinary inputs")
     try:
         torch.autograd.gradcheck(apply, (x,), eps=1e-6, atol=1e-5)
     except GradcheckError as err:
         first = str(err).splitlines()[0]
-        raise AssertionError(
-            f"gradcheck (float64) rejects your backward ({first}). d lse/dx_i is softmax(x)_i = exp(x_i - lse); "
-            "multiply it by grad_out, with grad_out.unsqueeze(-1) so it broadcasts over the last dimension"
+        raise Hint(
+            f"gradcheck (float64) rejects your backward ({first})",
+            "the derivative of lse with respect to x_i is the softmax of the row at i; backward returns it "
+            "times the incoming gradient, which has one value per row and needs a trailing dimension of size 1 "
+            "to broadcast over the row (unsqueeze)",
         ) from None
     big = torch.tensor([[1000.0, 1000.0, -1000.0], [-1000.0, 0.0, 1000.0], [-1000.0, -1000.0, -1000.0]], requires_grad=True)
     out = apply(big)
     want = torch.logsumexp(big.detach().double(), dim=-1)
     if not torch.isfinite(out).all():
-        raise AssertionError(
-            f"for rows like [1000, 1000, -1000] your forward gives {out.detach().tolist()}: exp(1000) overflows. "
-            "Subtract the row maximum m first: lse = m + log(sum(exp(x - m)))"
+        raise Hint(
+            f"for rows like [1000, 1000, -1000] your forward gives {out.detach().tolist()}: exp(1000) overflows "
+            "in float32",
+            "lse(x) = c + lse(x - c) for any constant c; choose c per row (the row maximum) so that every exp "
+            "sees an argument <= 0",
         )
     if (out.detach().double() - want).abs().max() > 1e-3:
         raise AssertionError(f"for large inputs the forward gives {out.detach().tolist()}, expected {want.tolist()}")
@@ -103,12 +123,39 @@ def _test_logsumexp(candidate) -> None:
     (grad,) = torch.autograd.grad(out, big, grad_outputs=weights)
     want_grad = weights[:, None].double() * torch.softmax(big.detach().double(), dim=-1)
     if not torch.isfinite(grad).all():
-        raise AssertionError(
-            "for large inputs your gradient has inf or NaN: compute the softmax as exp(x - lse) (using the saved "
-            "output) or from x - max, never exp(x) / sum(exp(x))"
+        raise Hint(
+            "for large inputs your gradient has inf or NaN: something in the backward overflows",
+            "compute the softmax from differences that are <= 0 (x minus the saved output, or minus the row "
+            "maximum), never as exp(x) divided by a sum of exp(x)",
         )
     if (grad.double() - want_grad).abs().max() > 5e-4:  # float32 at |x| = 1000: lse carries ~1e-4 rounding
         raise AssertionError(f"for large inputs the gradient is {grad.tolist()}, expected {want_grad.tolist()}")
+    inf = float("inf")
+    masked = torch.tensor([[0.0, -inf, 1.0], [-inf, -inf, -inf]], requires_grad=True)
+    try:
+        out = apply(masked)
+    except Exception as err:
+        raise Hint(f"with a fully masked row [-inf, -inf, -inf] your forward raised {type(err).__name__}: {err}",
+                   "the row maximum is -inf there; x - max is then NaN: replace a non-finite maximum by 0") from None
+    want = torch.tensor([torch.logsumexp(masked[0].detach(), 0).item(), -inf])
+    if not (torch.isclose(out[0].detach(), want[0], atol=1e-5) and torch.isneginf(out[1].detach())):
+        raise Hint(
+            f"for rows [0, -inf, 1] and [-inf, -inf, -inf] (a fully masked row) your forward gives "
+            f"{out.detach().tolist()}, expected {want.tolist()} (the sum of exp over an all -inf row is 0, and "
+            "log 0 = -inf, as torch.logsumexp gives)",
+            "with every entry -inf the row maximum is -inf and x - max is -inf - (-inf) = NaN: use 0 as the "
+            "shift when the maximum is not finite",
+        )
+    (grad,) = torch.autograd.grad(out, masked, grad_outputs=torch.ones(2))
+    want_grad = torch.tensor([torch.softmax(masked[0].detach(), 0).tolist(), [0.0, 0.0, 0.0]])
+    if not torch.isfinite(grad).all() or (grad - want_grad).abs().max() > 1e-5:
+        raise Hint(
+            f"for rows [0, -inf, 1] and [-inf, -inf, -inf] your gradient is {grad.tolist()}, expected "
+            f"{want_grad.tolist()}: a fully masked row has no element with any weight, so its gradient is 0 "
+            "(a NaN there would spread to every parameter)",
+            "exp(x - lse) is exp(-inf - (-inf)) = NaN on that row; select 0 there (torch.where on the saved "
+            "output being -inf)",
+        )
 
 
 # --------------------------------------------------------------------------
@@ -143,7 +190,7 @@ def _define_op(fake):
     "19.fake_kernel",
     "write the fake kernel of a NumPy custom op pairwise_sqdist(x [N, D], y [M, D]) -> [N, M]: a function that, "
     "given tensors without data, returns an empty tensor with the output's shape, dtype and device, so that "
-    "torch.library.opcheck passes.",
+    "torch.library.opcheck passes (the checker also calls it on device='meta' tensors).",
     reference=_pairwise_sqdist_fake,
 )
 def _test_fake_kernel(candidate) -> None:
@@ -159,10 +206,10 @@ def _test_fake_kernel(candidate) -> None:
             except NotImplementedError:
                 raise
             except Exception as err:
-                raise AssertionError(
-                    f"on tensors without data your fake kernel raised {type(err).__name__}: {err}. A fake kernel "
-                    "must not read values (.numpy(), .item(), printing): compute only the output's shape, dtype "
-                    "and device, e.g. with x.new_empty(...)"
+                raise Hint(
+                    f"on tensors without data your fake kernel raised {type(err).__name__}: {err}",
+                    "a fake kernel must not read values (.numpy(), .item(), printing): compute only the output's "
+                    "shape, dtype and device, e.g. with a new_* method of an input",
                 ) from None
         del mode
         if not isinstance(out, torch.Tensor):
@@ -175,9 +222,21 @@ def _test_fake_kernel(candidate) -> None:
                 f"rows), your fake kernel says {list(out.shape)}"
             )
         if out.dtype != dtype:
-            raise AssertionError(
-                f"for {dtype} inputs the op returns {dtype}, your fake kernel says {out.dtype}: torch.empty "
-                "defaults to float32; x.new_empty(...) keeps x's dtype and device"
+            raise Hint(
+                f"for {dtype} inputs the op returns {dtype}, your fake kernel says {out.dtype}",
+                "torch.empty defaults to float32; a new_* method of an input (x.new_empty) keeps its dtype and device",
+            )
+    for dtype in (torch.float32, torch.float64):  # the device: meta tensors are not on the CPU
+        x = torch.empty(4, 3, dtype=dtype, device="meta")
+        y = torch.empty(6, 3, dtype=dtype, device="meta")
+        out = candidate(x, y)
+        if not isinstance(out, torch.Tensor) or out.device != x.device or out.dtype != dtype or tuple(out.shape) != (4, 6):
+            got = f"{out.dtype} [{', '.join(map(str, out.shape))}] on {out.device}" if isinstance(out, torch.Tensor) else type(out).__name__
+            raise Hint(
+                f"for {dtype} inputs [4, 3] and [6, 3] on device 'meta' the op returns {dtype} [4, 6] on meta, "
+                f"your fake kernel says {got}",
+                "the output lives on the inputs' device (a GPU tensor gives a GPU output): torch.empty without "
+                "device= makes a CPU tensor; a new_* method of an input (x.new_empty) keeps its dtype and device",
             )
     op = _define_op(candidate)
     g = torch.Generator().manual_seed(19)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from . import exercise
+from . import Hint, exercise
 
 # --------------------------------------------------------------------------
 # 21.clip_per_sample
@@ -144,33 +144,62 @@ def _hvp(f, x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return jvp(grad(f), (x,), (v,))[1]
 
 
+HVP_LARGE_N = 100_000  # elements of x in the large case: its Hessian would have 10^10 entries (80 GB in float64)
+
+
 def _hvp_cases():
+    """(label, f, x, v, expected H v or None for "compare with the full Hessian"), all float64."""
     g = torch.Generator().manual_seed(2121)
     A = torch.randn(5, 5, generator=g, dtype=torch.float64)
     W = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    w = torch.randn(8, generator=g, dtype=torch.float64)
+    w_large = torch.randn(HVP_LARGE_N, generator=g, dtype=torch.float64) / HVP_LARGE_N**0.5
+    x_large = torch.randn(HVP_LARGE_N, generator=g, dtype=torch.float64)
+    v_large = torch.randn(HVP_LARGE_N, generator=g, dtype=torch.float64)
+    # H of the large f is diag(-9 sin(3x)) + w w^T: its product with v, without the matrix
+    large_want = -9 * torch.sin(3 * x_large) * v_large + w_large * (w_large @ v_large)
     return [
         ("a quadratic 0.5 x^T A x with a non-symmetric A", lambda x: 0.5 * x @ A @ x,
-         torch.randn(5, generator=g, dtype=torch.float64), torch.randn(5, generator=g, dtype=torch.float64)),
+         torch.randn(5, generator=g, dtype=torch.float64), torch.randn(5, generator=g, dtype=torch.float64), None),
         ("the Rosenbrock function", lambda x: (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum(),
-         torch.randn(6, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64)),
+         torch.randn(6, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64), None),
         ("log-sum-exp of a matrix-shaped x", lambda x: torch.logsumexp((W * x).flatten(), dim=0) + (x ** 3).sum(),
-         torch.randn(3, 4, generator=g, dtype=torch.float64), torch.randn(3, 4, generator=g, dtype=torch.float64)),
+         torch.randn(3, 4, generator=g, dtype=torch.float64), torch.randn(3, 4, generator=g, dtype=torch.float64), None),
+        # large gradient (1e6) and large higher derivatives (sin(10 x)): finite differences of the gradient
+        # are off by 1e-5 or more for every step size, far outside the tolerance
+        ("1e6 * sum(x) + sum(sin(10 x)) + (w . x)^2 / 2", lambda x: 1e6 * x.sum() + torch.sin(10 * x).sum() + 0.5 * (w @ x) ** 2,
+         torch.randn(8, generator=g, dtype=torch.float64), torch.randn(8, generator=g, dtype=torch.float64), None),
+        (f"sum(sin(3 x)) + (w . x)^2 / 2 with x of {HVP_LARGE_N:,} elements",
+         lambda x: torch.sin(3 * x).sum() + 0.5 * (w_large @ x) ** 2, x_large, v_large, large_want),
     ]
+
+
+_HVP_SHORTCUTS = (
+    "torch.func.hessian", "torch.func.jacfwd", "torch.func.jacrev",  # build (blocks of) the Hessian
+    "torch.func.vjp", "torch.autograd.grad",  # reverse over reverse, where the task asks for forward over reverse
+    "torch.autograd.functional.*",  # hvp, vhp, hessian: the answer in one call
+)
 
 
 @exercise(
     "21.hvp",
     "return the Hessian-vector product H(x) v of a scalar function f at x along v (v has x's shape; return a tensor "
-    "of x's shape), with torch.func: the forward-mode derivative (jvp) of grad(f), along v.",
+    "of x's shape), exactly and without building H, with torch.func transforms composed forward over reverse.",
     reference=_hvp,
+    shortcuts=_HVP_SHORTCUTS,
+    goal="the Hessian-vector product (forward over reverse)",
+    hint="H(x) v is the derivative of the gradient function in the direction v; one torch.func transform gives "
+         "a gradient function, and forward mode gives directional derivatives.",
 )
 def _test_hvp(candidate) -> None:
     from torch.autograd.functional import hessian
 
-    for label, f, x, v in _hvp_cases():
+    for label, f, x, v, want in _hvp_cases():
         x_before, v_before = x.clone(), v.clone()
-        H = hessian(f, x).reshape(x.numel(), x.numel())
-        want = (H @ v.flatten()).reshape(x.shape)
+        H = None
+        if want is None:
+            H = hessian(f, x).reshape(x.numel(), x.numel())
+            want = (H @ v.flatten()).reshape(x.shape)
         got = candidate(f, x, v)
         if not torch.equal(x, x_before) or not torch.equal(v, v_before):
             raise AssertionError("leave x and v unchanged")
@@ -182,9 +211,10 @@ def _test_hvp(candidate) -> None:
             raise AssertionError(f"return a tensor, got {type(got).__name__}")
         got = got.detach()
         if got.numel() == 1 and x.numel() > 1:
-            raise AssertionError(
-                f"{label}: you returned one number; H(x) v is a vector with the shape of x {tuple(x.shape)}. "
-                "(grad(f)(x) @ v is the directional derivative of f, a first derivative)"
+            raise Hint(
+                f"{label}: you returned one number; H(x) v is a vector with the shape of x {tuple(x.shape)}",
+                "grad(f)(x) @ v is the directional derivative of f, a first derivative; H v is the directional "
+                "derivative of the gradient function",
             )
         if got.shape != x.shape:
             raise AssertionError(f"{label}: H(x) v should have x's shape {tuple(x.shape)}, got {tuple(got.shape)}")
@@ -192,18 +222,20 @@ def _test_hvp(candidate) -> None:
             continue
         gradient = torch.func.grad(f)(x)
         if torch.allclose(got.double(), gradient * v, rtol=1e-6, atol=1e-8):
-            raise AssertionError(
-                f"{label}: you returned grad(f)(x) * v, a first derivative times v. Differentiate the gradient "
-                "function along v instead: jvp(grad(f), (x,), (v,))"
+            raise Hint(
+                f"{label}: you returned grad(f)(x) * v, a first derivative times v",
+                "H v is the derivative of the gradient function itself in the direction v; forward mode "
+                "(torch.func.jvp) computes directional derivatives of any function, gradient functions included",
             )
-        if torch.allclose(got.double(), (H.diagonal() * v.flatten()).reshape(x.shape), rtol=1e-6, atol=1e-8):
+        if H is not None and torch.allclose(got.double(), (H.diagonal() * v.flatten()).reshape(x.shape), rtol=1e-6, atol=1e-8):
             raise AssertionError(f"{label}: you used only the diagonal of the Hessian; H v needs the whole matrix")
         if torch.allclose(got.double(), want, rtol=1e-2, atol=1e-3):
-            raise AssertionError(
-                f"{label}: close, but not exact (largest difference {(got.double() - want).abs().max():.2e}). "
-                "finite differences of the gradient are approximate; jvp gives the exact product"
+            raise Hint(
+                f"{label}: close, but not exact (largest difference {(got.double() - want).abs().max():.2e})",
+                "finite differences of the gradient are approximate, and for this f (a large gradient, large "
+                "higher derivatives) no step size is accurate; forward-mode AD gives the exact product",
             )
         raise AssertionError(
-            f"{label}: H(x) v differs from the Hessian (torch.autograd.functional.hessian) times v by up to "
+            f"{label}: H(x) v differs from the exact Hessian-vector product by up to "
             f"{(got.double() - want).abs().max():.3g}"
         )
