@@ -6,8 +6,13 @@ imports the course's code (no ``helpers``, no model class, no training loop)::
     python -I helpers/serve_exported.py --pt2 build/22_export/mlp.pt2 \\
         --onnx build/22_export/mlp.onnx [--aoti build/22_export/mlp_aoti.pt2] < requests.jsonl
 
-``-I`` (isolated mode) also keeps the script's own folder and ``PYTHONPATH`` off
-``sys.path``: only installed packages (torch, onnxruntime, numpy) can be imported.
+``-I`` (isolated mode) keeps the script's own folder and ``PYTHONPATH`` off
+``sys.path``, but that is not enough on its own: the course package is an
+editable install, so ``import helpers`` would still work. Run as a script, the
+server therefore first *blocks* the course's packages (``sys.modules[name] =
+None``, which makes any later ``import helpers`` raise ``ImportError``), then
+loads the artefacts. A file that needed the course's code to load or run would
+fail here.
 
 Protocol (JSON lines on stdin and stdout):
 
@@ -15,8 +20,13 @@ Protocol (JSON lines on stdin and stdout):
   a batch of B normalised MNIST images (float32 values, the preprocessing of
   chapter 05), shape ``[B, 784]`` or ``[B, 1, 28, 28]``;
 - the first output line describes the server: ``{"ready": true, "load_s": {runtime:
-  seconds}, "threads": int, "course_modules": [names of imported modules from the
-  course, expected empty]}``;
+  seconds of the first load}, "reload_s": {runtime: seconds of a second load of the
+  same file}, "threads": int, "course_modules": [names of imported modules from the
+  course, expected empty], "course_importable": {package: whether it could be found
+  before it was blocked}, "course_import": {package: the error ``import package`` raises
+  after loading, or "imported" when it did not fail}}``. The first load of each kind
+  includes the imports torch makes lazily the first time (``torch.export``'s
+  deserialiser, the AOTInductor loader); the reload is the file's own cost;
 - then one line per request: ``{"id": ..., "logits": {runtime: [[10 floats] * B]},
   "predictions": {runtime: [B ints]}}``, with the logits as exact float32 values.
 
@@ -27,13 +37,51 @@ is non-zero. The caller (the notebook) compares the answers with its own model.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import sys
 import time
 
+COURSE_PACKAGES = ("helpers", "notebooks", "tests")
+"""Top-level names of the course's own code, which the server must neither import nor need."""
 
-def load_runtimes(pt2: str | None, onnx: str | None, aoti: str | None, threads: int) -> tuple[dict, dict]:
-    """Load each artefact that was given.
+
+def block_course_imports(packages: tuple[str, ...] = COURSE_PACKAGES) -> dict[str, bool]:
+    """Make ``import <package>`` fail for each of ``packages``; return whether each was findable first.
+
+    Sets ``sys.modules[package] = None``, Python's documented way to make an import
+    raise ``ImportError``. Call it only in a process of its own (the server run as a
+    script): it would break the course package in the process that calls it.
+
+    Returns:
+        package name -> True when ``importlib.util.find_spec`` found it before blocking
+        (an editable install makes ``helpers`` findable even under ``python -I``).
+    """
+    findable = {}
+    for name in packages:
+        try:
+            findable[name] = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            findable[name] = False
+        sys.modules[name] = None  # type: ignore[assignment]
+    return findable
+
+
+def try_imports(packages: tuple[str, ...] = COURSE_PACKAGES) -> dict[str, str]:
+    """``import`` each package; return package -> ``"ImportError: ..."`` or ``"imported"``."""
+    result = {}
+    for name in packages:
+        try:
+            importlib.import_module(name)
+            result[name] = "imported"
+        except ImportError as err:
+            result[name] = f"{type(err).__name__}: {err}"
+    return result
+
+
+def load_runtimes(pt2: str | None, onnx: str | None, aoti: str | None, threads: int) -> tuple[dict, dict, dict]:
+    """Load each artefact that was given, twice (the first load pays torch's lazy imports).
 
     Args:
         pt2: path of a ``torch.export.save`` archive, or None.
@@ -42,19 +90,26 @@ def load_runtimes(pt2: str | None, onnx: str | None, aoti: str | None, threads: 
         threads: intra-op threads for torch and onnxruntime.
 
     Returns:
-        ``(runtimes, load_s)``: runtime name -> callable taking a float32 numpy array
-        ``[B, 1, 28, 28]`` and returning float32 logits ``[B, 10]``; and runtime name ->
-        seconds its loading took.
+        ``(runtimes, load_s, reload_s)``: runtime name -> callable taking a float32 numpy
+        array ``[B, 1, 28, 28]`` and returning float32 logits ``[B, 10]``; runtime name ->
+        seconds of its first load; runtime name -> seconds of a second load of the same
+        file (the one served).
     """
     import numpy as np
     import torch
 
     torch.set_num_threads(threads)
-    runtimes, load_s = {}, {}
+    runtimes, load_s, reload_s = {}, {}, {}
+
+    def timed_twice(name, load):
+        for seconds in (load_s, reload_s):
+            start = time.perf_counter()
+            loaded = load()
+            seconds[name] = time.perf_counter() - start
+        return loaded
+
     if pt2:
-        start = time.perf_counter()
-        program = torch.export.load(pt2).module()
-        load_s["torch.export .pt2"] = time.perf_counter() - start
+        program = timed_twice("torch.export .pt2", lambda: torch.export.load(pt2).module())
 
         def run_pt2(x, program=program):
             with torch.no_grad():
@@ -62,9 +117,7 @@ def load_runtimes(pt2: str | None, onnx: str | None, aoti: str | None, threads: 
 
         runtimes["torch.export .pt2"] = run_pt2
     if aoti:
-        start = time.perf_counter()
-        runner = torch._inductor.aoti_load_package(aoti)
-        load_s["AOTInductor .pt2"] = time.perf_counter() - start
+        runner = timed_twice("AOTInductor .pt2", lambda: torch._inductor.aoti_load_package(aoti))
 
         def run_aoti(x, runner=runner):
             with torch.no_grad():
@@ -74,11 +127,14 @@ def load_runtimes(pt2: str | None, onnx: str | None, aoti: str | None, threads: 
     if onnx:
         import onnxruntime
 
-        start = time.perf_counter()
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        session = onnxruntime.InferenceSession(onnx, options, providers=["CPUExecutionProvider"])
-        load_s["onnxruntime .onnx"] = time.perf_counter() - start
+        def open_session():
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = threads
+            # Idle worker threads sleep instead of spinning, so they do not take the cores from others.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            return onnxruntime.InferenceSession(onnx, options, providers=["CPUExecutionProvider"])
+
+        session = timed_twice("onnxruntime .onnx", open_session)
 
         def run_onnx(x, session=session):
             return session.run(["logits"], {"images": x})[0]
@@ -86,11 +142,15 @@ def load_runtimes(pt2: str | None, onnx: str | None, aoti: str | None, threads: 
         runtimes["onnxruntime .onnx"] = run_onnx
     for run in runtimes.values():  # one warm-up call each, as a server does before taking traffic
         np.asarray(run(np.zeros((1, 1, 28, 28), dtype=np.float32)))
-    return runtimes, load_s
+    return runtimes, load_s, reload_s
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Load the artefacts, announce readiness, answer every request on stdin; 0 on success."""
+def main(argv: list[str] | None = None, *, importable: dict[str, bool] | None = None) -> int:
+    """Load the artefacts, announce readiness, answer every request on stdin; 0 on success.
+
+    ``importable``: what :func:`block_course_imports` returned, when the caller blocked
+    the course's packages (the script does, before anything else); reported as is.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pt2", help="torch.export .pt2 archive")
     parser.add_argument("--onnx", help="ONNX file (input 'images', output 'logits')")
@@ -102,9 +162,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
-    runtimes, load_s = load_runtimes(args.pt2, args.onnx, args.aoti, args.threads)
-    course = sorted(m for m in sys.modules if m.split(".")[0] in {"helpers", "notebooks", "tests"})
-    print(json.dumps({"ready": True, "load_s": load_s, "threads": args.threads, "course_modules": course}), flush=True)
+    runtimes, load_s, reload_s = load_runtimes(args.pt2, args.onnx, args.aoti, args.threads)
+    course = sorted(m for m in sys.modules if m.split(".")[0] in COURSE_PACKAGES and sys.modules[m] is not None)
+    ready = {"ready": True, "load_s": load_s, "reload_s": reload_s, "threads": args.threads, "course_modules": course,
+             "course_importable": importable or {}, "course_import": try_imports() if importable else {}}
+    print(json.dumps(ready), flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -121,4 +183,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    findable = block_course_imports()  # first: nothing below may import, or need, the course's code
+    sys.exit(main(importable=findable))

@@ -38,11 +38,11 @@
 # - AOTInductor: the exported program compiled ahead of time into a package
 #   that runs without Python's overhead;
 # - serving: the `.pt2`, `.onnx` and AOTInductor files loaded by a fresh
-#   process that has none of the course's code, answering requests, with its
-#   answers checked against the model; and what serves models in production
-#   today (TorchServe is in limited maintenance);
-# - a measured latency table: eager, `torch.compile`, the exported program,
-#   onnxruntime and AOTInductor;
+#   process in which importing the course's code fails, answering requests,
+#   with its answers checked against the model; and what serves models in
+#   production today (TorchServe is in limited maintenance);
+# - a latency table timed in interleaved rounds: eager, `torch.compile`, the
+#   exported program, onnxruntime and AOTInductor;
 # - pitfalls with their real messages: a dimension specialised away, an
 #   operator ONNX cannot express, a non-tensor output, and exporting a model
 #   still in training mode.
@@ -60,7 +60,8 @@ MIN_TEST_ACCURACY = 0.90  # the trained MLP's test accuracy the checks require (
 MAX_BATCH = 1024  # the largest batch the exported program and the ONNX model accept
 CHECK_BATCHES = [1, 7, 256]  # batch sizes of the parity checks (all <= MAX_BATCH)
 BENCH_BATCHES = [1, 256]  # batch sizes of the latency table
-MIN_RUN_TIME = 0.3  # seconds of timed calls per measurement (helpers.bench.measure)
+BENCH_ROUNDS = 3  # interleaved timing rounds: every runner once per round, the order reversed every other round
+MIN_RUN_TIME = 0.1  # seconds of timed calls per runner and round (helpers.bench.measure)
 PARITY_ATOL = 1e-4  # largest absolute difference in logits accepted between PyTorch and another runtime
 RUN_COMPILE = True  # time torch.compile too (its first call compiles: about 10 s on 2 cores)
 RUN_AOTI = True  # build an AOTInductor package (compiles C++: the slowest cell, tens of seconds on 2 cores)
@@ -284,8 +285,11 @@ with torch.no_grad():
 # %% [markdown]
 # ### TorchScript is deprecated
 #
-# Every `torch.jit` call above warned. TorchScript has been in maintenance
-# since PyTorch 2.0, and in 2.14 each entry point says so with a
+# Every `torch.jit` call above warned. The documentation says the same:
+# the TorchScript pages of PyTorch's docs open with "TorchScript is
+# deprecated, please use torch.export instead", and the docstrings of the
+# installed `torch.jit` functions mark the deprecation with its release
+# (printed below). In 2.14 each entry point also warns at run time, with a
 # `FutureWarning` that names its replacements:
 #
 # - for **speed inside Python**, `torch.compile` (chapter 16): it captures
@@ -303,6 +307,9 @@ with torch.no_grad():
 # rewrites (such as fusing operations, or oneDNN layouts for convolutions).
 
 # %%
+deprecated = re.search(r"deprecated:: ([\d.]+)\s+(.+)", torch.jit.freeze.__doc__)
+assert deprecated, "torch.jit.freeze's docstring should carry a `deprecated::` note"
+print(f"torch.jit.freeze's docstring: deprecated since {deprecated.group(1)}: {deprecated.group(2).strip()}")
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     scripted_mlp = torch.jit.script(model)
@@ -563,12 +570,17 @@ print("operators:", [node.op_type for node in onnx_model.graph.node])
 # %% [markdown]
 # onnxruntime loads the file into an `InferenceSession`. It takes NumPy
 # arrays by input name and returns a list of arrays. We give it as many
-# threads as PyTorch uses, so that the timings below compare like with like,
-# and compare its logits with PyTorch's at several batch sizes:
+# threads as PyTorch uses, so that the timings below compare like with like.
+# By default its idle worker threads keep *spinning* (busy-waiting for the
+# next call, to answer it sooner), which on a small machine takes the cores
+# from everything else in the process, PyTorch's own threads included; the
+# session option `session.intra_op.allow_spinning = "0"` makes them sleep.
+# Then we compare its logits with PyTorch's at several batch sizes:
 
 # %%
 options = onnxruntime.SessionOptions()
 options.intra_op_num_threads = torch.get_num_threads()
+options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # idle threads sleep, not spin
 session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
 print("session inputs:", [(i.name, i.shape) for i in session.get_inputs()])
 onnx_diff = 0.0
@@ -635,11 +647,19 @@ else:
 # (one JSON line per request, a batch of images), and writes one JSON line
 # per answer with every runtime's logits. We start it as a **new Python
 # process** with `python -I` (isolated mode: neither the script's folder
-# nor `PYTHONPATH` is on `sys.path`), so it *cannot* import the course's
-# code. It never sees the `MLP` class, the training loop or the
-# preprocessing code; it reports the course modules it imported, which must
-# be none. The requests are test images the parity checks above did not
-# use; the notebook then compares the server's answers with its own model.
+# nor `PYTHONPATH` is on `sys.path`). That alone would not keep the
+# course's code out: `helpers` is installed into the environment (in
+# editable mode), so an isolated Python can still import it. The server's
+# first act is therefore to block it: `sys.modules["helpers"] = None` (and
+# the same for `notebooks` and `tests`) makes every later `import helpers`
+# fail with an `ImportError`. Only then does it load the files. It reports
+# whether `helpers` could be found before the block, what `import helpers`
+# raises after loading, and which course modules it has imported. So what
+# this measures is precise: the server does not import the course's code,
+# and importing it would fail; a file that needed the `MLP` class or the
+# training code to load or run would have failed here. The requests are
+# test images the parity checks above did not use; the notebook then
+# compares the server's answers with its own model.
 
 # %%
 serve_script = Path(helpers.plotting.__file__).with_name("serve_exported.py")
@@ -660,7 +680,10 @@ if served.returncode != 0:
 ready, *replies = [json.loads(line) for line in served.stdout.splitlines()]
 print(f"one server process: started, loaded {len(ready['load_s'])} artefacts and answered {len(replies)} requests "
       f"in {serve_s:.1f} s; its stderr held {len(served.stderr.splitlines())} log lines")
-print("loading took:", {name: f"{secs:.2f} s" for name, secs in ready["load_s"].items()})
+print("loading took (first load, then the same file again):",
+      {name: f"{secs:.2f} s, {ready['reload_s'][name]:.2f} s" for name, secs in ready["load_s"].items()})
+print("course packages findable before the server blocked them:", ready["course_importable"])
+print("`import helpers` in the server, after loading:", ready["course_import"]["helpers"])
 print("course modules imported by the server:", ready["course_modules"])
 serve_diff, serve_agree = {}, {}
 with torch.no_grad():
@@ -679,6 +702,9 @@ _ = report.record("fresh-process server: largest logit difference", max(serve_di
 
 # %%
 assert ready["course_modules"] == [], f"the server imported course code: {ready['course_modules']}"
+assert ready["course_import"]["helpers"].startswith(("ImportError", "ModuleNotFoundError")), (
+    f"`import helpers` should fail in the server, but gave: {ready['course_import']['helpers']}"
+)
 assert len(replies) == len(requests), f"{len(requests)} requests, {len(replies)} answers"
 for name, diff in serve_diff.items():
     assert diff <= PARITY_ATOL, f"{name} in the fresh process differs from the model by {diff:.1e}"
@@ -686,9 +712,14 @@ for name, diff in serve_diff.items():
 
 # %% [markdown]
 # The files are enough: a process with PyTorch and onnxruntime installed,
-# and nothing of ours, gives the model's answers. Load times differ by
-# runtime (printed above); a real server pays them once at start-up, and
-# does a warm-up call before taking traffic, as this one does.
+# in which our code cannot even be imported, gives the model's answers.
+# Read the load times with care. The first load of each kind includes the
+# imports PyTorch makes lazily on first use (the `.pt2` deserialiser, the
+# AOTInductor loader and what they pull in), so the first figures depend
+# on which runtime happens to load first; the second load of the same file
+# (printed after it) is the file's own cost. A real server pays both once
+# at start-up, and does a warm-up call before taking traffic, as this one
+# does.
 #
 # ### What serves models in production
 #
@@ -706,9 +737,10 @@ for name, diff in serve_diff.items():
 #   through backends (PyTorch, ONNX Runtime, TensorRT and others), with
 #   dynamic batching and model ensembles.
 # - **KServe** runs model servers on Kubernetes (an `InferenceService`
-#   resource, with autoscaling). Its default runtime for the `pytorch` model
-#   format was still TorchServe in early 2026, so check which runtime a
-#   KServe deployment actually uses.
+#   resource, with autoscaling). Its documentation lists `kserve-torchserve`
+#   among its built-in runtimes for the `pytorch` model format, so with
+#   TorchServe in limited maintenance, check which runtime a KServe
+#   deployment actually uses.
 # - **Ray Serve** and **BentoML** are Python-first: you write the request
 #   handler in Python around whichever runtime you load (one of the files
 #   above, for instance), and they handle scaling, batching and deployment.
@@ -716,9 +748,10 @@ for name, diff in serve_diff.items():
 #   servers (Triton among them) run ONNX files with.
 # - For large language models, dedicated engines handle what a generic
 #   server does not (the key-value cache, batching requests of different
-#   lengths token by token): **vLLM** and **SGLang**. Hugging Face's
-#   **Text Generation Inference** (TGI) is in maintenance mode since late
-#   2025, and Hugging Face points its users to vLLM and SGLang.
+#   lengths token by token): **vLLM** and **SGLang**, and Hugging Face's
+#   **Text Generation Inference** (TGI). This part of the landscape changes
+#   quickly: read a project's repository for its maintenance status before
+#   you build on it.
 #
 # Whichever you choose, the artefact is the interface: an exported program,
 # an AOTInductor package or an ONNX file, checked for parity like this
@@ -733,6 +766,18 @@ for name, diff in serve_diff.items():
 # `torch.compile` is asked for `dynamic=True`, like the exported program,
 # so that one compile serves every batch size; its first call (the compile)
 # is done once before the timings.
+#
+# A machine's speed drifts while a cell runs (other programs, the clock,
+# the caches), and timing the runners one after the other would hand each
+# drift to whichever runner was being timed. So they take turns:
+# `BENCH_ROUNDS` rounds, every runner once per round, in the order A B C D
+# E, then E D C B A, and so on. The table shows, for each runner, its round
+# with the median time (a real measurement, with its IQR and sample
+# counts); each round's median is printed under it. Each runner is then
+# compared with eager **round by round** (eager's time in a round over the
+# runner's in the same round), and a verdict is given only when every round
+# agrees. A row whose IQR is larger than its median is flagged: its samples
+# spread more than the quantity measured, so it says nothing about speed.
 
 # %%
 runners = {"eager": model, "exported (.module())": exported_module}
@@ -757,18 +802,50 @@ def torch_call(runner, images):
     return call
 
 
-timings = {}
+def onnx_call(images):
+    feed = {"images": images.numpy()}
+    return lambda: session.run(["logits"], feed)
+
+
+def noisy(timing):
+    """True when the spread of a measurement's samples exceeds the measurement."""
+    return timing.iqr_s > timing.median_s
+
+
+timings, rounds, verdicts = {}, {}, {}
 for size in BENCH_BATCHES:
     images = test_x[:size]
-    row = [measure(torch_call(runner, images), label=f"{name}, batch {size}", min_run_time=MIN_RUN_TIME)
-           for name, runner in runners.items()]
-    feed = {"images": images.numpy()}
-    row.append(measure(lambda feed=feed: session.run(["logits"], feed), label=f"onnxruntime, batch {size}",
-                       min_run_time=MIN_RUN_TIME))
-    timings[size] = row
-    print(timing_table(row), end="\n\n")
-    for timing in row:
+    calls = {name: torch_call(runner, images) for name, runner in runners.items()}
+    calls["onnxruntime"] = onnx_call(images)
+    per_round = {name: [] for name in calls}
+    for r in range(BENCH_ROUNDS):
+        for name in (list(calls) if r % 2 == 0 else list(calls)[::-1]):  # A B C D E, then E D C B A, ...
+            per_round[name].append(measure(calls[name], label=f"{name}, batch {size}", min_run_time=MIN_RUN_TIME))
+    rounds[size] = per_round
+    timings[size] = [sorted(ts, key=lambda t: t.median_s)[len(ts) // 2] for ts in per_round.values()]
+    print(timing_table(timings[size]))
+    for timing, ts in zip(timings[size], per_round.values()):
+        flag = "   <- IQR > median: too noisy to read, rerun the cell" if noisy(timing) else ""
+        print(f"  {timing.label:<31} rounds: " + ", ".join(f"{t.median_s * 1e6:,.0f}{'*' if noisy(t) else ''}" for t in ts)
+              + f" us{flag}")
+    for name, ts in per_round.items():
+        if name == "eager":
+            continue
+        ratios = [base.median_s / t.median_s for base, t in zip(per_round["eager"], ts)]
+        if any(noisy(t) for t in ts + per_round["eager"]):
+            verdict = "no verdict (a round's IQR exceeds its median)"
+        elif min(ratios) > 1:
+            verdict = "faster than eager in every round"
+        elif max(ratios) < 1:
+            verdict = "slower than eager in every round"
+        else:
+            verdict = "no verdict (the rounds disagree)"
+        verdicts[(name, size)] = verdict
+        print(f"  batch {size}, {name} vs eager, round by round: " + ", ".join(f"{q:.2f}x" for q in ratios) + f" -> {verdict}")
+    print("  (* marks a round whose IQR exceeds its median)\n")
+    for timing in timings[size]:
         report.record(f"latency {timing.label}", timing.median_s * 1e6, "us", digits=1)
+_ = report.record("latency rows with IQR > median", sum(noisy(t) for row in timings.values() for t in row), "")
 
 # %%
 fig, axes = plt.subplots(1, len(BENCH_BATCHES) + 1, figsize=(9, 3))
@@ -797,28 +874,33 @@ if aoti_runner is not None:
     assert kilobytes(aoti_path) > kilobytes(export_path), "the AOTInductor package should add a compiled library"
 
 # %% [markdown]
-# Read the table this run printed, not a rule of thumb. For a model this
-# small, a batch of one takes microseconds, and much of that is overhead
-# per call: Python, the module system, dispatching each operator. The
-# runtimes that skip Python for the whole call (onnxruntime, AOTInductor's
-# compiled library) have the least of it, so that is where they have a
-# chance to win. `torch.compile` still enters Python on every call (its
-# guards check each input before the compiled code runs), so for a model
-# this small it need not beat eager at all. At a large batch the three
-# matrix products dominate, and what differs is mostly each runtime's
-# matrix kernels and how it uses the threads. The exported program's
-# `.module()` is meant for checking, not for speed: it runs the graph
-# through Python like eager does. The file sizes are mostly the weights
-# (about 1 MB of float32 here); the AOTInductor package adds the compiled
-# library (the figure's cell checks both).
+# Read the verdict lines this run printed, not a rule of thumb; what
+# follows is what to expect and why, and the lines say whether this
+# machine agreed. For a model this small, a batch of one takes
+# microseconds, and much of that is overhead per call: Python, the module
+# system, dispatching each operator. The runtimes that skip Python for the
+# whole call (onnxruntime, AOTInductor's compiled library) have the least
+# of it, so batch 1 is where they should beat eager if they beat it
+# anywhere. `torch.compile` still enters Python on every call (its guards
+# check each input before the compiled code runs), so for a model this
+# small it need not beat eager at all. The exported program's `.module()`
+# is meant for checking, not for speed: it is an `nn.Module` whose
+# `forward` is generated Python code that calls the ATen operators one by
+# one, so it pays per-call overhead much as eager does, plus the guards
+# on its input; expect it near eager, and read its verdict line for where
+# it landed here. At a large batch the three matrix products dominate, and
+# what differs is mostly each runtime's matrix kernels and how it uses the
+# threads. The file sizes are mostly the weights (about 1 MB of float32
+# here); the AOTInductor package adds the compiled library (the figure's
+# cell checks both).
 #
 # Timings on a shared machine are noisy: a large IQR next to a median
 # means other programs competed for the cores, and parallel kernels that
-# wait for each other suffer most. A row far out of line with the others
-# (say, many times slower than eager for one image) is more likely such
-# a collision than a property of the runtime: run the cell again before
-# you conclude anything, and expect the order of close rows to change
-# from run to run. The only check on speed is therefore a robust one:
+# wait for each other suffer most. A flagged row, or a row far out of line
+# with the others (say, eager many times slower at a large batch than the
+# same matrix products run by another runtime), is more likely such a
+# collision than a property of the runtime: run the cell again before you
+# conclude anything. The only check on speed is therefore a robust one:
 # every runtime returns in well under a second for one image.
 
 # %%
@@ -877,7 +959,12 @@ print("exported; batch range:", [(int(r.lower), int(r.upper)) for r in fixed.ran
 # An ONNX graph has tensor inputs and tensor outputs, nothing else. A
 # `forward` that also returns a string (a label, a version tag) exports
 # fine with `torch.export`, but the ONNX translation fails. The error is a
-# long report; its "Exception summary" is the part to read:
+# long report; its "Exception summary" is the part to read. Do not expect a
+# message written for you: the first line is an *internal* error of the
+# exporter, `AttributeError: 'str' object has no attribute 'name'` (its
+# translator took the string for a graph value, which has a `.name`). The
+# useful clue is the second line, the node it failed on: the `return` with
+# `'probabilities'` in it.
 
 
 # %%
@@ -1031,13 +1118,14 @@ result = check("22.dynamic_shapes_spec", dynamic_shapes_for)
 #   stated tolerance of PyTorch (the largest difference is recorded above).
 # - AOTInductor compiles an exported program ahead of time into a package
 #   that loads in Python or C++.
-# - The artefacts served from a fresh, isolated process with none of the
-#   course's code gave the model's answers within the tolerance. Production
+# - The artefacts served from a fresh process, in which importing the
+#   course's code fails, gave the model's answers within the tolerance. Production
 #   serving adds batching, endpoints and scaling: Triton, KServe, Ray Serve
 #   or BentoML, and vLLM or SGLang for language models; TorchServe is in
 #   limited maintenance.
 # - Which runtime is fastest depends on the model and the batch size: the
-#   table above is this machine's answer for this model.
+#   table and verdict lines above (interleaved rounds, noisy rows flagged)
+#   are this machine's answer for this model.
 # - Export in `eval()` mode, and check parity of every artefact against the
 #   model with a tolerance.
 #

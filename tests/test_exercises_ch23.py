@@ -137,4 +137,5 @@ def test_per_channel_scales_only_last_dim_fails_for_conv():
         qmin, qmax = _signed(bits)
         return w.abs().amax(dim=-1) / ((qmax - qmin) / 2)
 
-    assert_rejected("23.per_channel_scales", last_dim, "except 0")
+    result = assert_rejected("23.per_channel_scales", last_dim, "except 0")
+    assert "flatten(1).amax" not in result.message, f"the hint should not paste the solution: {result.message}"

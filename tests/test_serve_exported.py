@@ -42,7 +42,11 @@ def test_isolated_process_answers_every_request_with_the_models_logits(exported)
     assert done.returncode == 0, done.stderr
     ready, *replies = [json.loads(line) for line in done.stdout.splitlines()]
     assert ready["ready"] and ready["course_modules"] == [], ready
-    assert set(ready["load_s"]) == {"torch.export .pt2"}
+    # -I alone would not stop it (editable install): the script blocks the course's packages itself
+    assert set(ready["course_import"]) == set(serve.COURSE_PACKAGES), ready
+    for name, outcome in ready["course_import"].items():
+        assert outcome.startswith(("ImportError", "ModuleNotFoundError")) and "halted" in outcome, (name, outcome)
+    assert set(ready["load_s"]) == set(ready["reload_s"]) == {"torch.export .pt2"}
     assert [r["id"] for r in replies] == ["r0", "r1"]
     for x, reply in zip(images, replies):
         with torch.no_grad():
@@ -51,6 +55,20 @@ def test_isolated_process_answers_every_request_with_the_models_logits(exported)
         assert got.shape == expected.shape
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
         assert reply["predictions"]["torch.export .pt2"] == expected.argmax(dim=1).tolist()
+
+
+def test_block_course_imports_makes_import_fail_and_reports_findability():
+    names = ("helpers", "no_such_package_xyz")
+    saved = {name: sys.modules[name] for name in names if name in sys.modules}
+    try:
+        findable = serve.block_course_imports(names)
+        outcome = serve.try_imports(("helpers",))["helpers"]
+    finally:  # this process keeps its course package
+        for name in names:
+            sys.modules.pop(name, None)
+        sys.modules.update(saved)
+    assert findable == {"helpers": True, "no_such_package_xyz": False}
+    assert outcome.startswith("ModuleNotFoundError") and "halted" in outcome, outcome
 
 
 def test_a_malformed_request_is_an_error_not_an_answer(exported, monkeypatch, capsys):

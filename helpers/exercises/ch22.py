@@ -104,8 +104,9 @@ def _test_rescale_no_branch(candidate) -> None:
             said = f" (torch.jit.trace warned: {str(tracer[0].message).split('.')[0]})" if tracer else ""
             raise AssertionError(
                 f"traced with a {traced_on} input, your function gives wrong values for a {other} input{said}: "
-                "the trace froze one branch. Keep the peak a tensor (no .item(), no `if`) and compute both cases "
-                "in one expression: torch.clamp(peak, min=1.0) or torch.where(peak > 1, ...)"
+                "the trace froze one branch. Keep the peak a tensor (no .item(), no Python `if` on it) and let a "
+                "tensor operation make the choice, so that both cases are one expression in the graph "
+                "(torch.clamp with a lower bound, or torch.where)"
             )
     try:
         with _quiet():

@@ -186,7 +186,8 @@ def _test_per_channel_scales(candidate) -> None:
                 )
             raise AssertionError(
                 f"{label}: expected shape [{w.shape[0]}] (one scale per output channel, dim 0), got {list(got.shape)}; "
-                "for a conv weight reduce over all dimensions except 0, e.g. w.abs().flatten(1).amax(dim=1)"
+                "for a conv weight reduce over all dimensions except 0 (flatten the others into one, or give "
+                "amax a tuple of dims)"
             )
         if torch.allclose(got, want, rtol=1e-5, atol=0):
             continue
