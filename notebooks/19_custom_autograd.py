@@ -96,7 +96,7 @@ from torch.autograd.gradcheck import GradcheckError
 
 from helpers.data import mnist
 from helpers.device import pick_device, seed_everything
-from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
+from helpers.exercises import check, hint, solution  # noqa: F401  (hint, solution: for when you are stuck)
 from helpers.report import ChapterReport
 
 torch._inductor.config.compile_threads = 1
@@ -1238,7 +1238,9 @@ except RuntimeError as err:
     print(f"Softplus()(x): {type(err).__name__}: {err}")
 assert any(issubclass(w.category, DeprecationWarning) for w in caught), "instantiating a Function should warn"
 assert instance_call_error is not None and "Legacy autograd function" in str(instance_call_error)
-#
+
+
+# %% [markdown]
 # ## Exercises
 #
 # Each exercise has a stub for you to fill in, then a checker cell that

@@ -1038,7 +1038,9 @@ for w in caught:
 for old, new in migration.items():
     print(f"{old:36s} -> {new}")
 assert len(migration) == 4, f"each functorch call should warn and name its replacement: {migration}"
-#
+
+
+# %% [markdown]
 # ## Exercises
 #
 # Each exercise has a stub for you to fill in, then a checker cell that

@@ -91,6 +91,24 @@ def test_logsumexp_function_wrapping_special_logsumexp_is_a_shortcut():
     assert_rejected("19.logsumexp", cls, "yourself", "logsumexp")
 
 
+def test_logsumexp_function_wrapping_aten_logsumexp_is_a_shortcut():
+    cls = _lse_class(lambda x: torch.ops.aten.logsumexp(x, [-1]), _correct_backward)
+    assert_rejected("19.logsumexp", cls, "yourself", "logsumexp")
+
+
+def test_logsumexp_function_wrapping_logcumsumexp_is_a_shortcut():
+    cls = _lse_class(lambda x: torch.logcumsumexp(x, -1)[..., -1], _correct_backward)
+    assert_rejected("19.logsumexp", cls, "yourself", "logcumsumexp")
+
+
+def test_logsumexp_fixed_dim_1_fails():
+    def forward(x):
+        m = x.amax(dim=1, keepdim=True)
+        return (m + torch.log(torch.exp(x - m).sum(dim=1, keepdim=True))).squeeze(1)
+
+    assert_rejected("19.logsumexp", _lse_class(forward, _correct_backward), "shape", "last dimension")
+
+
 def test_logsumexp_masked_row_nan_forward_fails():
     def forward(x):  # stable, but no care for a row whose maximum is -inf
         m = x.amax(dim=-1, keepdim=True)

@@ -8,7 +8,7 @@ from torch.autograd import Function
 from torch.autograd.function import BackwardCFunction
 from torch.autograd.gradcheck import GradcheckError
 
-from . import Hint, exercise
+from . import Hint, Shortcut, exercise
 
 # --------------------------------------------------------------------------
 # 19.logsumexp
@@ -62,7 +62,14 @@ def _as_apply(candidate):
     return candidate
 
 
-_LSE_SHORTCUTS = ("torch.logsumexp", "torch.special.logsumexp")
+_LSE_SHORTCUTS = (  # a Shortcut's message names it, e.g. "torch.logsumexp does it for you"
+    "torch.logsumexp",
+    "torch.special.logsumexp",
+    Shortcut("torch.ops.aten.logsumexp", reached=True),  # any route to the ATen op (x.logsumexp too)
+    # the last entry of a cumulative log-sum-exp along the dimension is the log-sum-exp itself
+    "torch.logcumsumexp",
+    Shortcut("torch.ops.aten.logcumsumexp", reached=True),
+)
 
 
 @exercise(
@@ -97,6 +104,18 @@ def _test_logsumexp(candidate) -> None:
                    "keepdim=True keeps the summed dimension as size 1; remove it from the result (squeeze)")
     if not torch.allclose(out.detach(), want, atol=1e-10, rtol=1e-10):
         raise AssertionError("the forward values differ from torch.logsumexp(x, dim=-1) for ordinary inputs")
+    for shape in ((5,), (2, 3, 4)):  # "over the last dimension", whatever the number of dimensions
+        xs = torch.randn(*shape, generator=g, dtype=torch.float64)
+        want_s = torch.logsumexp(xs, dim=-1)
+        try:
+            got = apply(xs)
+        except (IndexError, RuntimeError) as err:
+            raise Hint(f"for x of shape {list(shape)} your forward raised {type(err).__name__}: {err}",
+                       "reduce over the last dimension (dim=-1), not a fixed dimension number") from None
+        if got.shape != want_s.shape or not torch.allclose(got.detach(), want_s, atol=1e-10, rtol=1e-10):
+            raise Hint(f"for x of shape {list(shape)} the output should be the log-sum-exp over the last dimension, "
+                       f"shape {list(want_s.shape)}; got shape {list(got.shape)}",
+                       "reduce over the last dimension (dim=-1), not a fixed dimension number")
     try:
         torch.autograd.gradcheck(apply, (x,), eps=1e-6, atol=1e-5)
     except GradcheckError as err:
