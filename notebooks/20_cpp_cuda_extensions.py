@@ -284,9 +284,9 @@ assert op_vs_loop > 2, f"the compiled op should beat a Python loop over rows cle
 # kernel over a whole row, so with rows of `CPU_COLS` floats the
 # interpreter's cost per row is spread over many elements. Compare the first
 # two rows of the table: a C++ loop that calls the scalar `std::exp` per
-# element is only a little faster, or about as fast on a busy machine (the
-# line "C++ scalar loop: ..." gives the ratio; it is printed, not asserted,
-# because it sits close to 1), because
+# element is faster only by a small factor (the line "C++ scalar loop: ..."
+# gives the ratio; it is printed, not asserted, because it is small and
+# moves with the machine's load), because
 # the Python loop's per-row calls are vectorised and the C++ loop is not.
 # Compiling a loop is not what makes it fast. The op, vectorised too, is far
 # ahead (the cell asserts more than 2x). With short rows the Python loop's
@@ -459,7 +459,7 @@ else:
 # - **Where step 2's time goes.** The probe without `exp` shows `exp`'s
 #   share of the loop (the line "one thread: exp's share", from the
 #   interleaved rounds; the cell asserts at least `EXP_MIN_SHARE`; the probe
-#   rows of the first table show the same on all threads, less steadily).
+#   rows of the first table point the same way on all threads, less steadily).
 #   The double sum is not the cost: summing in float changes the time by
 #   little (the line's "float sum instead of double"; the cell asserts under
 #   `FLOAT_SUM_MAX`). The double sum is therefore kept in
@@ -821,9 +821,11 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Each upward step of the maximum (left) is matched by a drop in the sum
-# (right): the old terms were rescaled by $e^{m_j - m_{j+1}} < 1$. Between
-# steps the sum only grows.
+# At each upward step of the maximum (left) the old sum is rescaled by
+# $e^{m_j - m_{j+1}} < 1$ before the new chunk's terms are added, so at
+# those chunks the sum (right) grows less than it otherwise would, and it
+# falls when the rescaling outweighs the new terms. Between steps the sum
+# only grows.
 #
 # ## CUDA: threads, warps, blocks
 #
@@ -1129,7 +1131,7 @@ assert all(r["blocks"] >= 5 and r["calls"] >= r["blocks"] for r in cpu_bench_row
 # %% [markdown]
 # On a GPU the shapes are `GPU_SHAPES`. The last, (8, 1,000,000), has only
 # 8 rows: the fast kernel gives each row one block, so it launches 8 blocks,
-# which keep 8 of an H200's 132 SMs busy, and it will sit far below copy,
+# which keep 8 of an H200's 132 SMs busy, and it should sit far below copy,
 # for the same "too few threads" reason as the naive kernel above. The
 # next two cells need a GPU; without one each prints one line saying what
 # stays unverified. `benchmarks/softmax_gpu.py` runs the same suite and

@@ -886,13 +886,14 @@ if aoti_runner is not None:
 # small it need not beat eager at all. The exported program's `.module()`
 # is meant for checking, not for speed: it is an `nn.Module` whose
 # `forward` is generated Python code that calls the ATen operators one by
-# one, so it pays per-call overhead much as eager does, plus the guards
-# on its input; expect it near eager, and read its verdict line for where
-# it landed here. At a large batch the three matrix products dominate, and
-# what differs is mostly each runtime's matrix kernels and how it uses the
-# threads. The file sizes are mostly the weights (about 1 MB of float32
-# here); the AOTInductor package adds the compiled library (the figure's
-# cell checks both).
+# one, so it pays at least eager's per-call overhead, plus the guards on
+# its input; expect it no faster than eager, and at a batch of one, where
+# that overhead is most of the call, possibly clearly slower (its verdict
+# line says where it landed here). At a large batch the three matrix
+# products dominate, and what differs is mostly each runtime's matrix
+# kernels and how it uses the threads. The file sizes are mostly the
+# weights (about 1 MB of float32 here); the AOTInductor package adds the
+# compiled library (the figure's cell checks both).
 #
 # Timings on a shared machine are noisy: a large IQR next to a median
 # means other programs competed for the cores, and parallel kernels that
@@ -1114,8 +1115,9 @@ result = check("22.dynamic_shapes_spec", dynamic_shapes_for)
 #   `torch.where`; a dimension your code fixes), and its guards refuse
 #   inputs outside the declared shapes. `.pt2` files save and load it.
 # - The dynamo ONNX exporter starts from `torch.export`; `onnx.checker`
-#   validates the file; onnxruntime ran it at every batch size within the
-#   stated tolerance of PyTorch (the largest difference is recorded above).
+#   validates the file; onnxruntime ran it at each batch size it was
+#   checked at within the stated tolerance of PyTorch (the largest
+#   difference is recorded above).
 # - AOTInductor compiles an exported program ahead of time into a package
 #   that loads in Python or C++.
 # - The artefacts served from a fresh process, in which importing the

@@ -561,9 +561,9 @@ for t in (lstm_float_time, lstm_dynamic_time, mlp_float_time, mlp_legacy_time):
 # you what one fused int8 kernel per layer does on this particular CPU:
 # compare it with torchao's eager line and with float32 above; the order
 # depends on the CPU's int8 instructions and the layer sizes. Timings of a
-# few milliseconds are noisy on a shared machine,
-# so read the medians and their IQRs together, and rerun the cell before
-# trusting a small difference. The LSTM's time goes into the step-by-step
+# millisecond or so are noisy on a shared machine, so read the medians and
+# their IQRs together, and rerun the cell before trusting a small
+# difference. The LSTM's time goes into the step-by-step
 # recurrence over 30 time steps of small matrices, where per-step overhead
 # is a large part of the cost.
 
@@ -795,12 +795,15 @@ if COMPILE:
 # Then the verdict line. Whether int8 is faster than float32 *once both are
 # compiled* is what decides whether quantising for speed pays, and it
 # depends on the machine: int8 dot products run at several times the float
-# rate only on CPUs with VNNI or AMX instructions, and only when the layers
-# are large enough for arithmetic to dominate. ResNet-20 on 32×32 images
-# has 16 to 64 channels per layer, small matrices in which the quantise,
-# requantise and layout work is a large share of the time, and a shared
-# 2-core machine adds noise. Large convolutional networks (ResNet-50 at
-# 224×224) are where the x86 int8 path is usually measured to pay. Eager
+# rate only on CPUs with VNNI or AMX instructions, and the gain is largest
+# when the layers are large enough for arithmetic to dominate. ResNet-20 on
+# 32×32 images has 16 to 64 channels per layer, small matrices in which the
+# quantise, requantise and layout work is a sizeable share of the time.
+# Even so, oneDNN's int8 convolutions can win clearly at this size (the
+# verdict line says whether they did on this CPU); on a CPU without fast
+# int8 instructions, or on a busy shared machine, the margin can shrink or
+# the rounds disagree. Large convolutional networks (ResNet-50 at 224×224)
+# are where the x86 int8 path is usually measured to pay most. Eager
 # int8 PT2E (the reference graph) is not meant to be fast: it is the float
 # model with BatchNorm folded away and quantise and dequantise ops added,
 # so its eager timing against float32 says something about those two
@@ -821,10 +824,11 @@ print(f"float32 state_dict {resnet_float_bytes / 1e3:,.0f} kB, converted model's
 print("bytes by dtype in the converted state_dict:", {k: f"{v / 1e3:,.0f} kB" for k, v in by_dtype.items()})
 
 # %% [markdown]
-# The graph module still carries the original float parameters (the
-# convolution weights, the BatchNorm parameters and statistics) as
-# attributes, though no node of the graph reads them any more: convert
-# folded BatchNorm into the weights and stored those as new int8 constants.
+# The graph module still carries the original float weights as attributes
+# (the convolutions', for instance: the cell below prints the first names
+# it deletes), though no node of the graph reads them any more:
+# `prepare_pt2e` folded BatchNorm into them, and convert stored the results
+# as new int8 constants.
 # The attributes the graph uses are the targets of its `get_attr` nodes. We
 # delete the others, check that the model gives the same outputs, and save
 # again:
