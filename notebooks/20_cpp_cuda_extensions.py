@@ -69,7 +69,7 @@ FLOAT_SUM_MAX = 1.5  # summing in float may make the scalar loop at most this ma
 THREAD_MIN_SPEEDUP = 1.3  # with >= 2 threads, 2 threads must run the scalar loop on a cache-resident block this many times faster than 1
 TORCH_RATIO_MIN = 0.35  # on one thread, the at::vec op must reach at least this fraction of torch.softmax's speed
 ROUNDS = 5  # interleaved rounds of the one-thread comparison (each round times every kernel once, in a rotated order)
-RUN_INDUCTOR = True  # compile a tiny function around the op once with the inductor backend (5-15 s of C++ codegen on 2 cores)
+RUN_INDUCTOR = True  # compile a tiny function around the op once with the inductor backend (C++ code generation: seconds, more with a cold Inductor cache)
 BUILD_MISTAKES = True  # compile the two broken load_inline examples of the Pitfalls (a few seconds each, every run)
 BUILD_CUDA = True  # compile the CUDA sources when nvcc is present (1-3 min the first time, then cached)
 BUILD_PACKAGE = True  # build extensions/course_kernels with setuptools (about a minute the first time, then cached)
@@ -427,7 +427,7 @@ print(f"one thread: ratio of the at::vec op's speed to torch.softmax's: {vec_vs_
 print(f"one thread: exp's share of the scalar loop's time: {exp_share:.0%}; float sum instead of double: {float_sum_gain:.2f}x")
 _ = report.record("CPU softmax, one thread: at::vec speed-up over the scalar loop", round(vec_speedup_1, 1), "x")
 _ = report.record(f"CPU softmax {x_block.shape[0]}x{CPU_COLS}, one thread: at::vec op / torch.softmax speed ratio", round(vec_vs_torch_1, 2), "x")
-assert exp_share >= EXP_MIN_SHARE, f"without exp the scalar loop is only {exp_share:.0%} faster (need {EXP_MIN_SHARE:.0%}): exp is not the large cost the text says"
+assert exp_share >= EXP_MIN_SHARE, f"leaving exp out removed only {exp_share:.0%} of the scalar loop's time (need {EXP_MIN_SHARE:.0%}): exp is not the large cost the text says"
 assert float_sum_gain < FLOAT_SUM_MAX, f"a float sum made the loop {float_sum_gain:.2f}x faster (limit {FLOAT_SUM_MAX}): the double sum is a real cost here"
 assert vec_speedup_1 >= VEC_MIN_SPEEDUP, f"on one thread the at::vec kernel is only {vec_speedup_1:.1f}x the scalar loop (need {VEC_MIN_SPEEDUP})"
 assert vec_vs_torch_1 >= TORCH_RATIO_MIN, f"on one thread the at::vec op runs at only {vec_vs_torch_1:.2f}x torch.softmax's speed (need {TORCH_RATIO_MIN})"
@@ -969,7 +969,7 @@ cuda_ops = None
 if nvcc_path and BUILD_CUDA:
     start = time.perf_counter()
     cuda_ops = kernels.load_cuda_ops()
-    print(f"compiled and imported {cuda_ops.__name__} in {time.perf_counter() - start:.1f} s (about a second when cached)")
+    print(f"built (or loaded from the build cache) and imported {cuda_ops.__name__} in {time.perf_counter() - start:.1f} s")
     print("build folder:", rel(kernels.extension_dir(kernels.CUDA_EXTENSION)))
     print("functions:", [name for name in dir(cuda_ops) if not name.startswith("_")])
 elif nvcc_path:

@@ -87,6 +87,7 @@ SEED = 0
 # %%
 import inspect
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -109,6 +110,7 @@ from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
 from helpers.data import mnist
 from helpers.device import pick_device, seed_everything
+from helpers.distributed import backend
 from helpers.distributed.launch import DistributedRunError, torchrun
 from helpers.exercises import check, solution  # noqa: F401  (solution: for when you are stuck)
 from helpers.models import MLP
@@ -121,7 +123,8 @@ report = ChapterReport("26_fsdp_tensor_parallel")
 OUT = build_dir() / "ch26"
 OUT.mkdir(parents=True, exist_ok=True)
 launch_seconds = {}  # job name -> wall seconds of its launch (one sample each)
-print(f"torch {torch.__version__}, this notebook on {device}; jobs use {'nccl' if torch.cuda.device_count() >= 2 else 'gloo'}")
+# backend(n): nccl only when there is a GPU for each of the n local ranks, else gloo; the jobs below use 2 and 4 ranks
+print(f"torch {torch.__version__}, this notebook on {device}; jobs on 2 ranks use {backend(2)}, on 4 ranks {backend(4)}")
 print("results go to", rel(OUT))
 
 
@@ -856,6 +859,22 @@ if RUN_2D:
     print("parameter bytes per rank:", [r["param_bytes"] for r in mesh2d["ranks"]], "of", mesh2d["full_param_bytes"])
     print("losses 2-D:", mesh2d["losses"], " one process:", mesh2d["reference_losses"])
     assert mesh2d["max_diff"] < PARALLEL_TOL, f"the 2-D mesh's parameters differ from one process by {mesh2d['max_diff']:.1e}"
+    # the placements the next paragraph explains, checked on the job's JSON ([class, dim, split factor] per mesh dim)
+    tp_size = len(mesh2d["mesh"][0])
+    for name, p in mesh2d["params"].items():
+        if name.startswith(("attn.q.", "attn.k.", "attn.v.", "mlp.fc1.")):  # column-wise: TP and FSDP both split dim 0
+            want, mesh_dims = [["_StridedShard", 0, tp_size], ["Shard", 0, None]], ["dp", "tp"]
+        elif name in ("attn.o.weight", "mlp.fc2.weight"):  # row-wise: TP splits dim 1, FSDP then dim 0
+            want, mesh_dims = [["Shard", 0, None], ["Shard", 1, None]], ["dp", "tp"]
+        elif name in ("attn.o.bias", "mlp.fc2.bias"):  # RowwiseParallel leaves the bias whole on every tp rank
+            want, mesh_dims = [["Shard", 0, None], ["Replicate", None, None]], ["dp", "tp"]
+        else:  # the LayerNorms: not tensor-parallel, so FSDP's 1-D dp mesh only
+            assert name.startswith(("ln1.", "ln2.")), f"unexpected parameter {name}"
+            want, mesh_dims = [["Shard", 0, None]], ["dp"]
+        assert p["kinds"] == want and p["mesh_dims"] == mesh_dims, f"{name}: {p['placements']} on {p['mesh_dims']}, expected {want} on {mesh_dims}"
+    o = mesh2d["params"]["attn.o.weight"]
+    assert math.prod(o["local_shape"]) * len(mesh2d["ranks"]) == math.prod(o["shape"]), "each rank should hold a quarter of attn.o.weight"
+    print(f"placements of all {len(mesh2d['params'])} parameters as expected (split factor {tp_size} = the tp size)")
     _ = report.record("2-D mesh max |param diff|", float(f"{mesh2d['max_diff']:.2g}"), digits=12)
 else:
     print("RUN_2D is False: skipping the 4-process job (FSDP x TP, and the checkpoint at world size 4)")
@@ -867,9 +886,13 @@ else:
 # both splits fall on dimension 0. FSDP cut each TP piece in two, so the
 # rows one `dp` index holds are not one contiguous block of the global
 # weight but one block inside each TP piece; DTensor records that as
-# `_StridedShard(dim=0, sf=2)` (split factor 2), and gathering over `dp`
-# rebuilds exactly the TP piece. The LayerNorm weights are not tensor-parallel, so they are
-# DTensors on the 1-D `dp` mesh only, and are replicated across `tp`.
+# `_StridedShard(dim=0, sf=2)` (split factor 2, the size of `tp`), and
+# gathering over `dp` rebuilds exactly the TP piece. `RowwiseParallel`
+# leaves the biases of the row-wise layers whole on every `tp` rank
+# (`Replicate()` over `tp`; FSDP still splits them over `dp`). The
+# LayerNorm weights are not tensor-parallel, so they are DTensors on the
+# 1-D `dp` mesh only, and are replicated across `tp`. The cell above checks
+# all of these placements on the job's JSON.
 
 # %% [markdown]
 # ## Distributed checkpoints (DCP)

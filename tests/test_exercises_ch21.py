@@ -95,6 +95,34 @@ def test_clip_per_sample_loop_with_clamp_min_is_accepted():
     assert check("21.clip_per_sample", loop, show=False).passed
 
 
+def test_clip_per_sample_loop_of_clip_grad_norm_is_a_shortcut():
+    def library_loop(grads, max_norm):
+        names = list(grads)
+        B = grads[names[0]].shape[0]
+        holders = [torch.nn.Parameter(torch.zeros_like(grads[k][0])) for k in names]
+        total = {k: torch.zeros_like(grads[k][0]) for k in names}
+        for i in range(B):
+            for p, k in zip(holders, names):
+                p.grad = grads[k][i].clone()
+            torch.nn.utils.clip_grad_norm_(holders, max_norm)  # the library clips each example
+            for p, k in zip(holders, names):
+                total[k] += p.grad
+        return {k: v / B for k, v in total.items()}
+
+    assert_rejected("21.clip_per_sample", library_loop, "yourself", "clip_grad_norm_")
+
+
+def test_clip_per_sample_get_total_norm_is_a_shortcut():
+    def library_norms(grads, max_norm):
+        names = list(grads)
+        B = grads[names[0]].shape[0]
+        norms = torch.stack([torch.nn.utils.get_total_norm([grads[k][i] for k in names]) for i in range(B)])
+        factor = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+        return {k: torch.einsum("b,b...->...", factor, g) / B for k, g in grads.items()}
+
+    assert_rejected("21.clip_per_sample", library_norms, "yourself", "get_total_norm")
+
+
 # --------------------------------------------------------------------------
 # 21.hvp
 # --------------------------------------------------------------------------
@@ -191,6 +219,48 @@ def test_hvp_double_backward_is_a_shortcut():
         return torch.autograd.grad(g, x, grad_outputs=v)[0]
 
     assert_rejected("21.hvp", double_backward, "yourself", "torch.autograd.grad")
+
+
+def test_hvp_reverse_over_reverse_with_grad_of_grad_fails():
+    def grad_of_grad(f, x, v):
+        return torch.func.grad(lambda t: (torch.func.grad(f)(t) * v).sum())(x)
+
+    assert_rejected("21.hvp", grad_of_grad, "reverse over reverse", "forward over reverse")
+
+
+def test_hvp_double_backward_with_create_graph_fails():
+    def double_backward(f, x, v):
+        x = x.detach().requires_grad_()
+        f(x).backward(create_graph=True)
+        first = x.grad
+        x.grad = None
+        (first * v).sum().backward()
+        return x.grad
+
+    assert_rejected("21.hvp", double_backward, "double backward", "forward over reverse")
+
+
+def test_hvp_backward_through_func_grad_fails():
+    def backward_through_grad(f, x, v):  # torch.func.grad inside ordinary autograd: reverse over reverse again
+        x = x.detach().requires_grad_()
+        (torch.func.grad(f)(x) * v).sum().backward()
+        return x.grad
+
+    assert_rejected("21.hvp", backward_through_grad, "no forward-mode", "forward over reverse")
+
+
+def test_hvp_forward_mode_variants_are_accepted():
+    import torch.autograd.forward_ad as fwAD
+
+    def linearized(f, x, v):
+        return torch.func.linearize(torch.func.grad(f), x)[1](v)
+
+    def dual_numbers(f, x, v):
+        with fwAD.dual_level():
+            return fwAD.unpack_dual(torch.func.grad(f)(fwAD.make_dual(x, v))).tangent
+
+    assert check("21.hvp", linearized, show=False).passed
+    assert check("21.hvp", dual_numbers, show=False).passed
 
 
 def test_hvp_reference_is_accepted():

@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 from torch.export import Dim
 
-from helpers.exercises import check
+from helpers import exercises
+from helpers.exercises import check, hint
 from tests.exercise_support import assert_rejected
 
 # --------------------------------------------------------------------------
@@ -14,16 +15,23 @@ from tests.exercise_support import assert_rejected
 # --------------------------------------------------------------------------
 
 
-def test_rescale_with_python_if_fails():
+def test_rescale_with_python_if_fails(monkeypatch):
     def with_if(x):
         peak = x.abs().max()
         if peak > 1.0:
             return x / peak
         return x
 
-    result = assert_rejected("22.rescale_no_branch", with_if, "froze one branch", "torch.where")
-    for pasted in ("clamp(peak", "clamp(min=1", "where(peak"):  # the hint names the idea and the APIs, not the code
-        assert pasted not in result.message, result.message
+    monkeypatch.delitem(exercises._failures, "22.rescale_no_branch", raising=False)  # a first attempt
+    first = assert_rejected("22.rescale_no_branch", with_if, "froze one branch", "Python `if`").message
+    assert 'hint("22.rescale_no_branch") gives a fuller hint' in first and "Hint:" not in first, first
+    fuller = hint("22.rescale_no_branch", show=False)
+    assert "tensor operations make the choice" in fuller and "divisor" in fuller, fuller
+    second = check("22.rescale_no_branch", with_if, show=False).message
+    assert "Hint:" in second and fuller in second, second
+    for told in (first, fuller):  # tier 1 names the mistake, tier 2 the idea: neither names the call that is the answer
+        for api in ("clamp", "torch.where", "maximum", "max(peak"):
+            assert api not in told, f"{api!r} in: {told}"
 
 
 def test_rescale_with_item_fails():

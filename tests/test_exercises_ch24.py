@@ -180,7 +180,7 @@ def test_steps_samples_over_effective_batch_is_accepted():
 
 
 def test_steps_right_on_the_fixed_cases_only_fails():
-    """An answer that knows the fixed cases by heart is caught by the random case, run on a real Trainer."""
+    """An answer that knows the fixed cases by heart is caught by the seeded extra case, run on a real Trainer."""
     table = {case: _optimizer_steps(*case) for case in _STEP_CASES}
 
     def memorised(n, b, e, k=1, drop_last=False):

@@ -128,7 +128,11 @@ def main() -> None:
             dist.all_reduce(value, group=mesh.get_group("dp"))
         losses = [round(v.item() / dp_size, 6) for v in losses]
         diff = max((p.full_tensor() - q).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
-        params = {n: {"placements": str(p.placements), "shape": list(p.shape), "local_shape": list(p.to_local().shape)}
+        params = {n: {"placements": str(p.placements), "shape": list(p.shape), "local_shape": list(p.to_local().shape),
+                      # the same placements as data: [class name, dim, split factor] per mesh dimension, and which mesh
+                      "kinds": [[type(pl).__name__, getattr(pl, "dim", None), getattr(pl, "split_factor", None)]
+                                for pl in p.placements],
+                      "mesh_dims": list(p.device_mesh.mesh_dim_names or ())}
                   for n, p in model.named_parameters()}
         mine = {"rank": rank, "coordinate": mesh.get_coordinate(),
                 "param_bytes": sum(p.to_local().nbytes for p in model.parameters())}

@@ -42,6 +42,12 @@ def _norms(grads: dict[str, torch.Tensor]) -> torch.Tensor:
     "example's whole gradient (one L2 norm over all its parameters) to at most max_norm, then return the average "
     "over the batch (a dict: name -> tensor [*shape]), as DP-SGD does before adding noise.",
     reference=_clip_per_sample,
+    shortcuts=(
+        "torch.nn.utils.clip_grad_norm_",  # clips (and measures) the norm for you, whatever you loop over
+        "torch.nn.utils.clip_grads_with_norm_",
+        "torch.nn.utils.get_total_norm",
+    ),
+    goal="the per-example clipping",
 )
 def _test_clip_per_sample(candidate) -> None:
     g = torch.Generator().manual_seed(21)
@@ -181,6 +187,47 @@ _HVP_SHORTCUTS = (
 )
 
 
+class _ModeProbe(torch.overrides.TorchFunctionMode):
+    """Sees how the learner's hvp differentiates: forward mode, or reverse over reverse.
+
+    ``dual``: a forward-mode dual tensor was made (``torch._make_dual``: what
+    ``torch.func.jvp``, ``torch.func.linearize`` and ``torch.autograd.forward_ad.make_dual``
+    all issue). ``double_backward``: ``backward`` was called with ``create_graph=True``.
+    ``reverse_levels``: the most ``torch.func.grad``-like (reverse-mode) transforms active
+    at once while ``f`` ran (2 or more: reverse over reverse).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.dual = False
+        self.double_backward = False
+        self.reverse_levels = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name == "_make_dual":
+            self.dual = True
+        if name == "backward" and (kwargs.get("create_graph") or (len(args) > 3 and args[3])):
+            self.double_backward = True
+        return func(*args, **kwargs)
+
+    def wrap(self, f):
+        from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+        def probed(x):
+            levels = [str(i.key()) for i in retrieve_all_functorch_interpreters()]
+            self.reverse_levels = max(self.reverse_levels, sum(level.endswith("Grad") for level in levels))
+            return f(x)
+
+        return probed
+
+
+_FORWARD_HINT = ("H(x) v is the directional derivative of the gradient function along v, and forward mode "
+                 "(torch.func.jvp) computes directional derivatives: apply it to the function that torch.func.grad "
+                 "returns")
+
+
 @exercise(
     "21.hvp",
     "return the Hessian-vector product H(x) v of a scalar function f at x along v (v has x's shape; return a tensor "
@@ -194,13 +241,17 @@ _HVP_SHORTCUTS = (
 def _test_hvp(candidate) -> None:
     from torch.autograd.functional import hessian
 
+    probes = []
     for label, f, x, v, want in _hvp_cases():
         x_before, v_before = x.clone(), v.clone()
         H = None
         if want is None:
             H = hessian(f, x).reshape(x.numel(), x.numel())
             want = (H @ v.flatten()).reshape(x.shape)
-        got = candidate(f, x, v)
+        probe = _ModeProbe()
+        probes.append(probe)
+        with probe:
+            got = candidate(probe.wrap(f), x, v)
         if not torch.equal(x, x_before) or not torch.equal(v, v_before):
             raise AssertionError("leave x and v unchanged")
         if isinstance(got, tuple):
@@ -238,4 +289,22 @@ def _test_hvp(candidate) -> None:
         raise AssertionError(
             f"{label}: H(x) v differs from the exact Hessian-vector product by up to "
             f"{(got.double() - want).abs().max():.3g}"
+        )
+    # Every product is exact; now how it was computed. The task asks for forward over reverse.
+    if any(p.double_backward for p in probes):
+        raise Hint(
+            "your H(x) v is exact, but it comes from a double backward pass (backward with create_graph=True, "
+            "then a second backward): that is reverse over reverse, and the task asks for forward over reverse",
+            _FORWARD_HINT,
+        )
+    if any(p.reverse_levels >= 2 for p in probes):
+        raise Hint(
+            "your H(x) v is exact, but you differentiated the gradient with reverse mode again (grad of grad: "
+            "reverse over reverse); the task asks for forward over reverse",
+            _FORWARD_HINT,
+        )
+    if not all(p.dual for p in probes):
+        raise Hint(
+            "your H(x) v is exact, but no forward-mode (jvp) computation ran; the task asks for forward over reverse",
+            _FORWARD_HINT,
         )

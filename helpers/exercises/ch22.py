@@ -10,7 +10,7 @@ import warnings
 import torch
 from torch import nn
 
-from . import exercise
+from . import Hint, exercise
 
 
 @contextlib.contextmanager
@@ -53,6 +53,14 @@ def _rescale_no_branch(x: torch.Tensor) -> torch.Tensor:
     return x / x.abs().max().clamp(min=1.0)
 
 
+_RESCALE_IDEA = (
+    "A trace records tensor operations only: a Python bool or number taken from a tensor is a constant in it. "
+    "Keep the peak a tensor and let tensor operations make the choice, so that both cases are one expression in "
+    "the graph: either a divisor that equals the peak when the peak is above 1 and 1 otherwise, or both results "
+    "computed and one of them selected element by element by a boolean tensor."
+)
+
+
 class _AsModule(nn.Module):
     def __init__(self, fn) -> None:
         super().__init__()
@@ -68,6 +76,7 @@ class _AsModule(nn.Module):
     "x unchanged otherwise, for any float tensor, with no Python `if` on a tensor value, so that "
     "torch.jit.trace and torch.export record a graph that is right for both kinds of input.",
     reference=_rescale_no_branch,
+    hint=_RESCALE_IDEA,
 )
 def _test_rescale_no_branch(candidate) -> None:
     g = torch.Generator().manual_seed(22)
@@ -102,11 +111,11 @@ def _test_rescale_no_branch(candidate) -> None:
         got = traced(probe.clone())
         if tracer or not torch.allclose(got, _rescale_with_if(probe.clone()), atol=1e-6):
             said = f" (torch.jit.trace warned: {str(tracer[0].message).split('.')[0]})" if tracer else ""
-            raise AssertionError(
+            raise Hint(
                 f"traced with a {traced_on} input, your function gives wrong values for a {other} input{said}: "
-                "the trace froze one branch. Keep the peak a tensor (no .item(), no Python `if` on it) and let a "
-                "tensor operation make the choice, so that both cases are one expression in the graph "
-                "(torch.clamp with a lower bound, or torch.where)"
+                "the trace froze one branch. A Python `if` on a tensor value, or a number taken out with .item(), "
+                "is decided once, while tracing, and the trace keeps only that outcome.",
+                _RESCALE_IDEA,
             )
     try:
         with _quiet():

@@ -5,8 +5,9 @@
   Lightning's own parser, so its real error messages come back as hints.
 - ``24.optimizer_steps``: how many optimizer steps (``trainer.global_step``)
   a run makes, given the data size, batch size, epochs and
-  ``accumulate_grad_batches``. Checked on fixed cases and on one random case
-  against a tiny real ``Trainer`` (``_trainer_global_step``).
+  ``accumulate_grad_batches``. Checked on fixed cases and on one case drawn from a
+  seeded ``random.Random`` (the same case on every run) against a tiny real
+  ``Trainer`` (``_trainer_global_step``).
 """
 
 from __future__ import annotations
@@ -176,6 +177,9 @@ def _trainer_global_step(num_samples: int, batch_size: int, epochs: int, accumul
     return trainer.global_step
 
 
+_RANDOM_CASE_SEED = 24  # the checker's extra case: the same one on every run, so a verdict never changes between runs
+
+
 def _random_step_case(rng: random.Random) -> tuple[int, int, int, int, bool]:
     """(num_samples, batch_size, epochs, accumulate_grad_batches, drop_last), small enough for a quick real run."""
     batch_size = rng.randint(2, 16)
@@ -187,7 +191,7 @@ def _random_step_case(rng: random.Random) -> tuple[int, int, int, int, bool]:
     task="optimizer_steps(num_samples, batch_size, epochs, accumulate_grad_batches=1, drop_last=False) returns "
     "trainer.global_step after Lightning trains for `epochs` epochs on a DataLoader of num_samples samples "
     "(that batch_size and drop_last) with that accumulate_grad_batches. The checker also compares it with a "
-    "real Trainer on a random case.",
+    "real Trainer on one more case, drawn with a fixed seed.",
     reference=_optimizer_steps,
     hint="count the batches one epoch yields first, then the optimizer steps Lightning makes over them; "
     "mind the last, smaller batch and the last, incomplete group of batches",
@@ -234,7 +238,7 @@ def _test_optimizer_steps(candidate) -> None:
                        "count the steps of one epoch (with its last, incomplete group), then scale by the epochs")
         raise AssertionError(f"{args} = {got}, expected {want}")
 
-    n, b, e, k, drop = _random_step_case(random.Random())
+    n, b, e, k, drop = _random_step_case(random.Random(_RANDOM_CASE_SEED))  # (111, 13, 1, 2, False)
     want = _trainer_global_step(n, b, e, k, drop)
     got = answer(n, b, e, k, drop)
     if got != want:
