@@ -667,15 +667,14 @@ print(f"plain loop: {EPOCHS} epochs, val loss per epoch {[round(v, 4) for v in p
 # | loading model, optimizer, scheduler, epoch and step to continue | `trainer.fit(..., ckpt_path=...)` |
 
 # %%
-lightning_trainer = L.Trainer(
-    max_epochs=EPOCHS,
-    accelerator=device.type,
-    devices=1,
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
-)
+def quiet_trainer(**kwargs):
+    """A Trainer on this chapter's device with no logger, checkpoints, progress bar or model summary; kwargs add or override."""
+    settings = dict(accelerator=device.type, devices=1, logger=False, enable_checkpointing=False,
+                    enable_progress_bar=False, enable_model_summary=False)
+    return L.Trainer(**(settings | kwargs))
+
+
+lightning_trainer = quiet_trainer(max_epochs=EPOCHS)
 lightning_model = LitClassifier(new_mlp(), LR, LR_STEP_EPOCHS)
 with quietly():
     lightning_trainer.fit(lightning_model, datamodule=dm)
@@ -734,16 +733,7 @@ _ = report.record("largest weight difference plain vs Lightning", weight_diff)
 # plain loop's, in the subsection after this one.
 
 # %%
-bf16_trainer = L.Trainer(
-    max_epochs=EPOCHS,
-    accelerator=device.type,
-    devices=1,
-    precision="bf16-mixed",
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
-)
+bf16_trainer = quiet_trainer(max_epochs=EPOCHS, precision="bf16-mixed")
 bf16_model = LitClassifier(new_mlp(), LR, LR_STEP_EPOCHS)
 with quietly() as caught:
     bf16_trainer.fit(bf16_model, datamodule=dm)
@@ -779,9 +769,8 @@ _ = report.record("test accuracy, bf16-mixed", 100 * bf16_acc, "%")
 def timed_lightning_run(precision):
     """Seconds of one Lightning epoch of TIMING_BATCHES training batches plus validation, from fresh weights."""
     timer = EpochTimer()
-    trainer = L.Trainer(max_epochs=1, limit_train_batches=TIMING_BATCHES, num_sanity_val_steps=0,
-                        precision=precision, accelerator=device.type, devices=1, logger=False,
-                        enable_checkpointing=False, callbacks=[timer], enable_progress_bar=False, enable_model_summary=False)
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=TIMING_BATCHES, num_sanity_val_steps=0,
+                            precision=precision, callbacks=[timer])
     with quietly():
         trainer.fit(LitClassifier(new_mlp(), LR, LR_STEP_EPOCHS), datamodule=dm)
     return timer.seconds[0]
@@ -867,17 +856,11 @@ class ClipProbe(LitClassifier):
         self.norms_after.append(total_grad_norm(self.parameters()))
 
 
-clip_trainer = L.Trainer(
+clip_trainer = quiet_trainer(
     max_epochs=1,
-    accelerator=device.type,
-    devices=1,
     gradient_clip_val=CLIP_VAL,
     gradient_clip_algorithm="norm",
     accumulate_grad_batches=ACCUMULATE,
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
 )
 clip_model = ClipProbe(new_mlp(), LR, LR_STEP_EPOCHS)
 with quietly():
@@ -954,17 +937,11 @@ def one_backward(weights, batches):
 
 
 partial_group = max(1, ACCUMULATE // 2)  # batches in the last, partial group (ACCUMULATE >= 2)
-acc_trainer = L.Trainer(
+acc_trainer = quiet_trainer(
     max_epochs=1,
     limit_train_batches=ACCUMULATE + partial_group,
     limit_val_batches=0,
     accumulate_grad_batches=ACCUMULATE,  # and no gradient_clip_val: nothing changes the gradients
-    accelerator=device.type,
-    devices=1,
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
 )
 acc_model = AccumulationProbe(new_mlp(), LR, LR_STEP_EPOCHS)
 with quietly():
@@ -1030,16 +1007,12 @@ class ResumeProbe(Callback):
 
 
 def resume_trainer(max_epochs, probe, checkpoint_dir):
-    return L.Trainer(
+    return quiet_trainer(
         max_epochs=max_epochs,
         limit_train_batches=RESUME_BATCHES,  # short epochs: resuming works the same on a cut epoch
         limit_val_batches=1,
-        accelerator=device.type,
-        devices=1,
-        logger=False,
+        enable_checkpointing=True,
         callbacks=[probe, ModelCheckpoint(dirpath=checkpoint_dir, save_last=True)],  # no monitor: saves every epoch
-        enable_progress_bar=False,
-        enable_model_summary=False,
     )
 
 
@@ -1207,17 +1180,11 @@ _ = report.record("largest weight difference, resumed vs uninterrupted (epoch-se
 def seeded_run(seed, deterministic=True):
     L.seed_everything(seed, workers=True)
     model = LitClassifier(MLP(in_features=28 * 28, hidden=HIDDEN, num_classes=10, dropout=0.2), LR, LR_STEP_EPOCHS)
-    trainer = L.Trainer(
+    trainer = quiet_trainer(
         max_epochs=1,
         limit_train_batches=REPRO_BATCHES,
         limit_val_batches=0,
-        accelerator=device.type,
-        devices=1,
         deterministic=deterministic or None,  # None: Lightning leaves torch's switch alone
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
     )
     with quietly():
         trainer.fit(model, datamodule=dm)
@@ -1275,9 +1242,7 @@ class NoReturn(LitClassifier):
 
 def short_trainer(**kwargs):
     """A few batches only: limit_train_batches / limit_val_batches cut each epoch short."""
-    settings = dict(max_epochs=1, limit_train_batches=5, limit_val_batches=1, accelerator=device.type, devices=1,
-                    logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    return L.Trainer(**(settings | kwargs))
+    return quiet_trainer(**(dict(max_epochs=1, limit_train_batches=5, limit_val_batches=1) | kwargs))
 
 
 broken = NoReturn(new_mlp(), LR)
