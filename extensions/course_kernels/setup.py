@@ -54,7 +54,7 @@ def want_cuda() -> bool:
 
 
 cpu_sources = [str(KERNELS / f) for f in ("softmax_cpu.cpp", "ops.cpp", "bindings.cpp")]
-cxx_flags = CFLAGS + cpu_vec_flags()
+cxx_flags = CFLAGS + cpu_vec_flags() + ["-g0"]  # no debug info (Python's own CFLAGS carry -g): a smaller module
 if want_cuda():
     ext = CUDAExtension(
         "course_kernels",

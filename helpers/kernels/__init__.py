@@ -438,6 +438,9 @@ def _load(name: str, cuda: bool, verbose: bool) -> ModuleType:
                     extra_include_paths=[str(KERNEL_DIR)],
                     build_directory=str(folder),
                     verbose=verbose,
+                    # Each source includes the headers it needs; the implicit <torch/extension.h>
+                    # (<torch/types.h> for .cu) would add many seconds to every cold build.
+                    no_implicit_headers=True,
                     **kwargs,
                 )
         except (RuntimeError, OSError) as err:

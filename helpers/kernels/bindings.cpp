@@ -7,7 +7,11 @@
 // The CPU kernel is bound unless COURSE_CUDA_ONLY is defined; the CUDA ones
 // when COURSE_WITH_CUDA is. torch::wrap_pybind_function turns a failed
 // TORCH_CHECK into a RuntimeError carrying only the message.
-#include <torch/extension.h>
+// pybind11 with torch's type casters (at::Tensor <-> torch.Tensor) and
+// torch::wrap_pybind_function; <torch/extension.h>, which also brings in the
+// whole C++ frontend (torch::nn and more), takes several times as long to parse.
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <string>
 

@@ -6,7 +6,9 @@
 // message says what was passed, what is expected, and how to fix the call.
 #pragma once
 
-#include <ATen/ATen.h>
+// Only the headers this file needs: <ATen/ATen.h> (every operator) would add
+// seconds to the compile of every file that includes this one.
+#include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
 #include <initializer_list>

@@ -44,6 +44,7 @@
 // flush-to-zero and relaxed special values would change results.
 // Only c10/cuda headers: ATen/cuda/CUDAContext.h would also pull in cuBLAS and
 // cuSPARSE headers, which a minimal CUDA toolkit (nvcc + runtime) lacks.
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
