@@ -184,6 +184,11 @@ WRONG = {
         [(PARALLEL_FOR, "at::parallel_for(0, 1, 1, [](int64_t, int64_t) {});\n    const int64_t begin = 0, end = rows;\n    {"),
          ("    });\n  });\n  return y;", "    }\n  });\n  return y;")],
         ("not split", "[(0, 1)]", "[0, 4096)")),
+    # The same dodge with a parallel_for that tiles the rows (the recorded ranges look right) but does nothing.
+    "serial_beside_a_tiling_empty_parallel_for": (
+        [(PARALLEL_FOR, "at::parallel_for(0, rows, grain, [](int64_t, int64_t) {});\n    const int64_t begin = 0, end = rows;\n    {"),
+         ("    });\n  });\n  return y;", "    }\n  });\n  return y;")],
+        ("not run for rows", "outside the parallel_for")),
     "grain_as_large_as_the_rows": ([(PARALLEL_FOR, PARALLEL_FOR.replace("grain,", "rows,"))], ("one call", "[(0, 4096)]", "grain")),
 }
 SHORTCUT = """

@@ -246,7 +246,37 @@ def test_hvp_backward_through_func_grad_fails():
         (torch.func.grad(f)(x) * v).sum().backward()
         return x.grad
 
-    assert_rejected("21.hvp", backward_through_grad, "no forward-mode", "forward over reverse")
+    assert_rejected("21.hvp", backward_through_grad, ".backward() through the gradient", "forward over reverse")
+
+
+def test_hvp_a_throwaway_jvp_beside_reverse_over_reverse_fails():
+    def throwaway_jvp(f, x, v):
+        torch.func.jvp(torch.sin, (x,), (v,))  # forward mode, but not of the gradient
+        x = x.detach().requires_grad_()
+        (torch.func.grad(f)(x) * v).sum().backward()
+        return x.grad
+
+    assert_rejected("21.hvp", throwaway_jvp, ".backward() through the gradient", "forward over reverse")
+
+
+def test_hvp_reverse_over_forward_fails_even_with_a_throwaway_jvp():
+    def reverse_over_forward(f, x, v):  # grad of a jvp: exact (H is symmetric), but the other order
+        return torch.func.grad(lambda t: torch.func.jvp(f, (t,), (v,))[1])(x)
+
+    def with_throwaway(f, x, v):
+        torch.func.jvp(torch.sin, (x,), (v,))
+        return reverse_over_forward(f, x, v)
+
+    for answer in (reverse_over_forward, with_throwaway):
+        assert_rejected("21.hvp", answer, "reverse over forward", "forward over reverse")
+
+
+def test_hvp_a_throwaway_jvp_alone_does_not_make_forward_mode():
+    def throwaway_then_grad_of_grad(f, x, v):
+        torch.func.jvp(torch.sin, (x,), (v,))
+        return torch.func.grad(lambda t: (torch.func.grad(f)(t) * v).sum())(x)
+
+    assert_rejected("21.hvp", throwaway_then_grad_of_grad, "reverse over reverse")
 
 
 def test_hvp_forward_mode_variants_are_accepted():

@@ -221,7 +221,9 @@ _modules: dict[str, object] = {}
 #: ``at::parallel_for`` in the learner's code goes to a wrapper that records the ``[begin, end)`` range
 #: each call of the body receives (with the number of the ``parallel_for`` call it came from), then runs
 #: the body. ``_course_parallel_ranges()`` (registered beside the op) returns and clears the records as a
-#: flat list of (call, begin, end) triples. Line numbers of the learner's source are unchanged.
+#: flat list of (call, begin, end) triples. ``_course_knockout(row)`` makes the wrapper skip the body for
+#: the range holding ``row`` (-1: skip nothing), so the checker can see that the body, not a loop beside
+#: it, writes the rows. Line numbers of the learner's source are unchanged.
 _PARALLEL_SHIM = r"""
 #pragma once
 #include <ATen/Parallel.h>
@@ -235,6 +237,9 @@ namespace course_check {
 inline std::mutex& ranges_mutex() { static std::mutex m; return m; }
 inline std::vector<int64_t>& ranges() { static std::vector<int64_t> r; return r; }
 inline std::atomic<int64_t>& calls() { static std::atomic<int64_t> n{0}; return n; }
+// A row whose range the wrapper does not run (-1: run every range), to see that the body does the work.
+inline std::atomic<int64_t>& knockout() { static std::atomic<int64_t> k{-1}; return k; }
+inline int64_t set_knockout(int64_t row) { return knockout().exchange(row); }
 inline std::vector<int64_t> take_ranges() {
   const std::lock_guard<std::mutex> hold(ranges_mutex());
   std::vector<int64_t> out;
@@ -253,6 +258,8 @@ inline void course_recorded_parallel_for(int64_t begin, int64_t end, int64_t gra
       auto& r = course_check::ranges();
       r.insert(r.end(), {call, b, e});
     }
+    const int64_t skip = course_check::knockout().load();
+    if (b <= skip && skip < e) return;  // the knocked-out range: its rows must stay unwritten
     f(b, e);
   });
 }
@@ -261,6 +268,7 @@ inline void course_recorded_parallel_for(int64_t begin, int64_t end, int64_t gra
 #define parallel_for course_recorded_parallel_for
 """
 _RANGES_OP = "_course_parallel_ranges"
+_KNOCKOUT_OP = "_course_knockout"
 
 
 def _strip_comments_and_strings(src: str) -> str:
@@ -344,7 +352,8 @@ def _compile(src: str, ops: tuple[str, ...] = (_OP,)):
     if not shim.is_file() or shim.read_text() != _PARALLEL_SHIM:  # rewritten only when it changed: ninja tracks it
         shim.write_text(_PARALLEL_SHIM)
     registration = f"\n#include <torch/library.h>\nTORCH_LIBRARY({name}, m) {{\n" + "".join(
-        f'  m.def("{op}{_SCHEMA}", &{op});\n' for op in ops) + f'  m.def("{_RANGES_OP}", &course_check::take_ranges);\n}}\n'
+        f'  m.def("{op}{_SCHEMA}", &{op});\n' for op in ops) + f'  m.def("{_RANGES_OP}", &course_check::take_ranges);\n' \
+        + f'  m.def("{_KNOCKOUT_OP}", &course_check::set_knockout);\n}}\n'
     ext = kernels._cpp_extension()
     try:
         # -fopenmp: at::parallel_for is a header template, and without OpenMP it runs every range on one thread.
@@ -497,6 +506,33 @@ def _check_op(op) -> None:
                        "rows b, b + 1, ..., e - 1, not 0 .. e - b - 1.")
         if x.shape[0] == 4096:
             _check_split(ranges, x.shape[0])
+            _check_body_writes(op, getattr(getattr(torch.ops, op._qualified_op_name.split("::")[0]), _KNOCKOUT_OP),
+                               take_ranges, x.shape[0], g)
+
+
+def _check_body_writes(op, knockout, take_ranges, rows: int, g: torch.Generator) -> None:
+    """Raise Hint if the rows stay right when the wrapper skips the body for one range.
+
+    Runs ``op`` on a fresh (4096, 512) input on 2 threads with the last range's body not run: an answer
+    whose body does the work leaves those rows unwritten (the fresh output is new memory), one that
+    computes the rows in a loop beside a ``parallel_for`` (an empty body, or one that repeats the work)
+    still returns them right.
+    """
+    x = torch.randn(rows, 512, generator=g) + 3.0  # other values than every earlier run: no stale row can match
+    take_ranges()
+    knockout(rows - 1)
+    try:
+        got = _on_threads(max(2, torch.get_num_threads()), lambda: op(x, 1e-12))
+    finally:
+        knockout(-1)
+    # In every parallel_for call, the range with the largest start holds the last row and was skipped.
+    last_begin = max(b for b in take_ranges()[1::3] if b < rows)
+    want = _reference(x, 1e-12)
+    if _close(got[last_begin:], want[last_begin:]):
+        raise Hint(f"when the function you give at::parallel_for was not run for rows {last_begin}..{rows - 1} of a "
+                   "(4096, 512) input, those rows still came out right: they are computed outside the parallel_for.",
+                   "The work on each row must happen inside the function at::parallel_for calls, for the rows of the "
+                   "range it receives; a loop beside it runs on one thread.")
 
 
 def _check_split(flat: list[int], rows: int) -> None:

@@ -192,32 +192,42 @@ class _ModeProbe(torch.overrides.TorchFunctionMode):
 
     ``dual``: a forward-mode dual tensor was made (``torch._make_dual``: what
     ``torch.func.jvp``, ``torch.func.linearize`` and ``torch.autograd.forward_ad.make_dual``
-    all issue). ``double_backward``: ``backward`` was called with ``create_graph=True``.
+    all issue). ``backward``: ``Tensor.backward`` was called (``double_backward``: with
+    ``create_graph=True``).
     ``reverse_levels``: the most ``torch.func.grad``-like (reverse-mode) transforms active
-    at once while ``f`` ran (2 or more: reverse over reverse).
+    at once while ``f`` ran (2 or more: reverse over reverse). ``reverse_over_forward``: while
+    ``f`` ran, a reverse-mode transform enclosed a forward-mode one (``grad`` of a ``jvp``): exact,
+    but the other order, so a ``jvp`` run on the side cannot pass for forward over reverse.
     """
 
     def __init__(self):
         super().__init__()
         self.dual = False
         self.double_backward = False
+        self.backward = False
         self.reverse_levels = 0
+        self.reverse_over_forward = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         if name == "_make_dual":
             self.dual = True
-        if name == "backward" and (kwargs.get("create_graph") or (len(args) > 3 and args[3])):
-            self.double_backward = True
+        if name == "backward":
+            self.backward = True  # ordinary autograd's reverse mode, run on the gradient
+            if kwargs.get("create_graph") or (len(args) > 3 and args[3]):
+                self.double_backward = True
         return func(*args, **kwargs)
 
     def wrap(self, f):
         from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
         def probed(x):
-            levels = [str(i.key()) for i in retrieve_all_functorch_interpreters()]
+            levels = [str(i.key()) for i in retrieve_all_functorch_interpreters()]  # outermost first
             self.reverse_levels = max(self.reverse_levels, sum(level.endswith("Grad") for level in levels))
+            grads = [k for k, level in enumerate(levels) if level.endswith("Grad")]
+            jvps = [k for k, level in enumerate(levels) if level.endswith("Jvp")]
+            self.reverse_over_forward |= bool(grads and jvps and grads[0] < jvps[-1])
             return f(x)
 
         return probed
@@ -301,6 +311,18 @@ def _test_hvp(candidate) -> None:
         raise Hint(
             "your H(x) v is exact, but you differentiated the gradient with reverse mode again (grad of grad: "
             "reverse over reverse); the task asks for forward over reverse",
+            _FORWARD_HINT,
+        )
+    if any(p.backward for p in probes):
+        raise Hint(
+            "your H(x) v is exact, but it comes from .backward() through the gradient: reverse mode applied "
+            "to a reverse-mode result (reverse over reverse); the task asks for forward over reverse",
+            _FORWARD_HINT,
+        )
+    if any(p.reverse_over_forward for p in probes):
+        raise Hint(
+            "your H(x) v is exact, but reverse mode was applied outside forward mode (grad of a jvp: reverse "
+            "over forward); the task asks for forward over reverse",
             _FORWARD_HINT,
         )
     if not all(p.dual for p in probes):
