@@ -201,7 +201,10 @@ _ = report.record("seconds for one 2-rank launch (collectives; a single wall-clo
 # starts only a handful of jobs.
 #
 # `MASTER_ADDR` and `MASTER_PORT` are what the ranks' process group connects
-# to; torchrun's c10d rendezvous (on the port we chose) hands them out. The
+# to; torchrun's c10d rendezvous (on the port we chose) hands them out.
+# `MASTER_ADDR` is rank 0's host name as `socket.getfqdn()` gives it
+# (`localhost` on the machine that built this notebook; your machine's name
+# elsewhere), not the rendezvous address `127.0.0.1`. The
 # entry point then joins the group. Every entry point in
 # `helpers.distributed` follows one pattern
 # (`helpers.distributed.common.process_group`):

@@ -259,6 +259,18 @@ def test_hints_come_in_two_tiers(register):
     assert "got 5" in second and "add 2" in second
 
 
+def test_hint_without_a_general_hint_says_what_to_do_before_and_after_a_check(register):
+    def checker(candidate):
+        assert candidate() == 3, "for the case x=1 the result should be 3"
+
+    register("99.no_general_hint", checker, lambda: 3)
+    before = hint("99.no_general_hint", show=False)
+    assert "run its check first" in before and "the case the check names" not in before
+    check("99.no_general_hint", lambda: 4, show=False)
+    after = hint("99.no_general_hint", show=False)
+    assert "already says all it knows" in after and "run its check first" not in after
+
+
 def test_expect_type_names_what_it_got():
     expect_type(1.5, float)
     with pytest.raises(Hint, match="Python float, got Tensor") as info:

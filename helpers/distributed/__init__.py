@@ -17,8 +17,13 @@ Modules:
 - :mod:`helpers.distributed.common`  what each rank does first and last: read
   RANK/WORLD_SIZE/LOCAL_RANK, pick the backend, ``init_process_group`` with a bounded
   timeout, ``destroy_process_group``; rank 0 writes results atomically
-- entry points (chapter 25): ``collectives`` (with the environment report), ``ddp_equivalence``,
+- entry points of chapter 25: ``collectives`` (with the environment report), ``ddp_equivalence``,
   ``ddp_train``, ``elastic_train``, ``fail_rank``
+- entry points of chapter 26: ``fsdp_memory`` (FSDP2 against DDP and one process, then a DCP
+  checkpoint), ``mesh_placements`` (DTensor shards on a 1-D mesh), ``tp_check`` (tensor
+  parallelism; with ``--pipeline`` also ``pipeline_check``'s GPipe and 1F1B schedules),
+  ``mesh_2d`` (FSDP over ``dp`` and tensor parallelism over ``tp`` on a 2 x 2 mesh)
+- ``sleeper``: a rank that prints its environment and sleeps, for the launcher's tests
 
 Importing this package does not import torch.
 """

@@ -344,6 +344,8 @@ def _learner_namespaces(candidate) -> list[dict]:
 #: Failed attempts per exercise in this session, and the fuller hint of the last one.
 _failures: Counter = Counter()
 _fuller: dict[str, str] = {}
+#: Exercises whose last failures said everything in one message (no fuller hint to give).
+_plain_failed: set[str] = set()
 
 
 def _failure_message(name: str, exc: AssertionError) -> str:
@@ -351,6 +353,7 @@ def _failure_message(name: str, exc: AssertionError) -> str:
     if isinstance(exc, ShortcutUsed):
         return f"not quite: {exc}"
     if tiered is None:  # a plain assertion message: one tier
+        _plain_failed.add(name)
         return f"not quite. Hint: {exc}"
     _failures[name] += 1
     _fuller[name] = tiered.more
@@ -369,7 +372,12 @@ def hint(name: str, *, show: bool = True) -> str:
         KeyError: ``name`` is not a known exercise.
     """
     ex = _get(name)
-    text = _fuller.get(name) or ex.hint or "no fuller hint here: compare your result with the case the check names."
+    text = _fuller.get(name) or ex.hint
+    if not text:
+        text = ("no fuller hint here: the check's message already says all it knows; compare your result with the "
+                "case it names." if name in _plain_failed else
+                f'no general hint for this exercise; run its check first: a failed check names the case that went '
+                f'wrong, and hint("{name}") then gives the fuller hint for that case where there is one.')
     if show:
         print(f"hint for {name}: {text}")
     return text
