@@ -1409,16 +1409,17 @@ result = check("02.jacobian", jacobian)
 # (chapter 04 writes one): given a list of leaf tensors that require grad and
 # hold a `.grad` from `backward()`, update each one in place,
 # $p \leftarrow p - \text{lr} \cdot p.\text{grad}$, without recording the
-# update (section 4), leave alone a tensor whose `.grad` is `None` (section
-# 3), and then reset every `.grad` to `None` or zero so that the next
-# `backward()` does not add to it. Return nothing. The checker runs two steps
+# update and not through `.data`, which hides the change from autograd's
+# version counter (both in section 4), leave alone a tensor whose `.grad` is
+# `None` (section 3), and then reset every `.grad` to `None` or zero so that
+# the next `backward()` does not add to it. Return nothing. The checker runs two steps
 # with different gradients and learning rates, and checks that the tensors
 # are the same leaf tensors afterwards, still requiring grad and with no
 # `grad_fn`. `torch.optim` is refused: write the update yourself.
 
 # %%
 def sgd_step(params: list, lr: float) -> None:
-    """Update each leaf tensor p in params in place, p <- p - lr * p.grad, then reset every .grad.
+    """Update each leaf tensor p in params in place, p <- p - lr * p.grad (not through .data), then reset every .grad.
 
     params: leaf tensors that require grad; a .grad of None means "no gradient, leave p alone".
     lr: the learning rate, a Python float.

@@ -923,9 +923,9 @@ for seed, (on_wrong, on_right, _) in squashes.items():
 # ### Exercise 1: normalisation constants as a function
 #
 # Write `normalization_constants(images)` for a uint8 tensor of shape
-# `[N, 28, 28]` with values 0-255. It returns `(mean, std)` as Python floats:
-# one mean and one standard deviation over *all* pixels of *all* images,
-# after scaling them to [0, 1]. (The checker uses images of different
+# `[N, 28, 28]` with values 0-255. It returns `(mean, std)` as Python floats
+# (not 0-dim tensors): one mean and one standard deviation over *all* pixels
+# of *all* images, after scaling them to [0, 1]. (The checker uses images of different
 # brightness, on which averaging per-image standard deviations gives a
 # different, wrong answer.) Then try it on `test_raw.data`: are the test
 # set's statistics close to the training set's?
@@ -933,7 +933,7 @@ for seed, (on_wrong, on_right, _) in squashes.items():
 
 # %%
 def normalization_constants(images):
-    """Return (mean, std) of all pixels of uint8 images [N, 28, 28], scaled to [0, 1]."""
+    """Return (mean, std), two Python floats, of all pixels of uint8 images [N, 28, 28], scaled to [0, 1]."""
     raise NotImplementedError
 
 
@@ -945,7 +945,7 @@ result = check("05.normalization_constants", normalization_constants)
 #
 # Write `top_confusions(cm, k)`: from a confusion matrix `cm[true, predicted]`
 # return the `k` most frequent mistakes as a list of `(true, predicted, count)`
-# tuples of ints, largest count first. Leave out the diagonal (those are
+# tuples of Python ints (not 0-dim tensors), largest count first. Leave out the diagonal (those are
 # correct predictions) and cells with a count of 0. Cells with equal counts
 # keep the matrix's row-major order: the smaller true class first, and for
 # the same true class the smaller predicted class first. The checker tries
@@ -959,7 +959,7 @@ result = check("05.normalization_constants", normalization_constants)
 
 # %%
 def top_confusions(cm, k):
-    """Return the k largest off-diagonal cells of cm as [(true, predicted, count), ...]."""
+    """Return the k largest off-diagonal cells of cm as [(true, predicted, count), ...] of Python ints."""
     raise NotImplementedError
 
 

@@ -1299,7 +1299,8 @@ assert fixed.max().item() >= 10 and len(set(targets[fixed].tolist())) == 10, "pe
 #
 # Strided sharding is correct, but a worker that reads every second record
 # of a file jumps around in it. Write `shard_range(n, worker_id, num_workers)`
-# that returns **one contiguous `range`** per worker, such that:
+# that returns **one contiguous `range`** per worker (a `range` object, not a
+# list of its indices), such that:
 #
 # - together, the workers cover `0, 1, ..., n-1`, each index exactly once;
 # - worker 0 has the first block, worker 1 the next one, and so on;
@@ -1321,7 +1322,7 @@ assert fixed.max().item() >= 10 and len(set(targets[fixed].tolist())) == 10, "pe
 
 # %%
 def shard_range(n, worker_id, num_workers):
-    """The contiguous block of range(n) that worker `worker_id` of `num_workers` should read."""
+    """The contiguous block of range(n), as a range, that worker `worker_id` of `num_workers` should read."""
     raise NotImplementedError
 
 
@@ -1358,7 +1359,10 @@ if result.passed:
 
 # %%
 def sampling_weights(targets, num_classes, power):
-    """One weight per sample, such that class c is drawn with probability proportional to n_c ** power: float [N]."""
+    """One weight per sample, such that class c is drawn with probability proportional to n_c ** power.
+
+    Returns a float tensor of shape [N] (not a list).
+    """
     raise NotImplementedError
 
 

@@ -1247,13 +1247,16 @@ assert unchanged and acc_random < 0.3, "the 'loaded' model should still be the r
 # Work in one dimension and draw a row of pixels for the last example: that
 # is where the stride matters. The checker compares your answer with the
 # receptive field it measures with autograd on real `nn.Conv2d` stacks,
-# including random ones. When it passes, the cell prints the receptive field
-# of our VGG network.
+# including random ones. Your function must work the number out from the
+# kernel sizes, strides and dilations: measuring it the checker's way
+# (running convolution or pooling layers, or autograd, inside your function)
+# is refused. When it passes, the cell prints the receptive field of our VGG
+# network.
 
 
 # %%
 def receptive_field(layers):
-    """Side length in input pixels seen by one output pixel of layers [(kernel, stride, dilation), ...]."""
+    """Side length in input pixels (a Python int) seen by one output pixel of layers [(kernel, stride, dilation), ...]."""
     raise NotImplementedError
 
 

@@ -1528,12 +1528,17 @@ with torch.no_grad():
 # (True = may attend) where query `i` may attend to key `j` when `j ≤ i`
 # and `i − j < window`, that is itself and the `window − 1` tokens before
 # it. With `window ≥ T` it is the ordinary causal mask. Think of the whole
-# mask as a function of the pair `(i, j)`, computed for all pairs at once.
+# mask as a function of the pair `(i, j)`, computed for all pairs at once
+# with tensor operations: the checker refuses a Python loop or a list
+# comprehension over the positions, since broadcasting is the point here.
 
 
 # %%
 def local_causal_mask(T, window):
-    """Return a bool [T, T] mask, True where query i may attend to key j (j <= i and i - j < window)."""
+    """Return a bool [T, T] mask, True where query i may attend to key j (j <= i and i - j < window).
+
+    All pairs at once with tensor operations: no Python loop or comprehension over positions.
+    """
     raise NotImplementedError
 
 

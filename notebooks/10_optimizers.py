@@ -1275,7 +1275,8 @@ assert (reloaded_state.dtype, reloaded_state.device) == (late.weight.dtype, late
 # Write `sgd_step(param, grad, buf, lr, momentum, weight_decay, nesterov)`,
 # one step of `torch.optim.SGD` (with its default `dampening=0`) for one
 # tensor. `buf` is the momentum buffer after the previous step, or `None`
-# before the first step. Return `(new_param, new_buf)`; with `momentum == 0`
+# before the first step. Return `(new_param, new_buf)` as new tensors,
+# leaving `param`, `grad` and `buf` unchanged; with `momentum == 0`
 # return `(new_param, None)`. Use the table at the top of the chapter, and
 # remember that SGD's weight decay is L2: `weight_decay * param` is added to
 # the gradient first. The checker compares you with `torch.optim.SGD` over
@@ -1284,7 +1285,7 @@ assert (reloaded_state.dtype, reloaded_state.device) == (late.weight.dtype, late
 
 # %%
 def sgd_step(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
-    """Return (new_param, new_buf) after one torch.optim.SGD step."""
+    """Return (new_param, new_buf) after one torch.optim.SGD step, as new tensors (the inputs left unchanged)."""
     raise NotImplementedError
 
 

@@ -1240,7 +1240,7 @@ if result.passed:
 #
 # Write `total_steps(epochs, dataset_size, batch_size, drop_last,
 # accumulation_steps)`: the number of optimizer steps, and so of
-# `scheduler.step()` calls, that this loop makes:
+# `scheduler.step()` calls, that this loop makes, as a Python `int`:
 #
 # ```python
 # loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=drop_last)
@@ -1261,7 +1261,7 @@ if result.passed:
 
 # %%
 def total_steps(epochs, dataset_size, batch_size, drop_last, accumulation_steps):
-    """The number of optimizer steps of the loop above."""
+    """The number of optimizer steps of the loop above, as a Python int (OneCycleLR refuses a float)."""
     raise NotImplementedError
 
 

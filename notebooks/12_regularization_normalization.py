@@ -1351,14 +1351,15 @@ assert not torch.equal(best_alias["weight"], before) and torch.equal(best_copy["
 # ### Exercise 1: inverted dropout with a given mask
 #
 # Write `inverted_dropout(x, keep, p)`: `keep` is a bool tensor of x's shape,
-# True where an element survives; `p` is the drop probability. Return what
+# True where an element survives; `p` is the drop probability, with
+# 0 ≤ p < 1. Return what
 # `nn.Dropout(p)` would return in training mode with that mask, as a new
 # tensor (leave `x` alone).
 
 
 # %%
 def inverted_dropout(x, keep, p):
-    """x with the elements where keep is False set to 0, and the others scaled for dropout probability p."""
+    """x with the elements where keep is False set to 0, and the others scaled for dropout probability p (0 <= p < 1)."""
     raise NotImplementedError
 
 
@@ -1372,7 +1373,9 @@ result = check("12.inverted_dropout", inverted_dropout)
 # `[N, C, H, W]` tensors, return `(running_mean, running_var)`, each `[C]`,
 # that a fresh `nn.BatchNorm2d(C, momentum=momentum)` holds after seeing
 # these batches in training mode. `momentum=None` means the cumulative
-# average. Do not use BatchNorm itself; the checker compares with it.
+# average. Do not use BatchNorm itself, its kernels (such as
+# `torch.batch_norm_update_stats`) or another library normalisation; the
+# checker compares with BatchNorm.
 
 
 # %%
@@ -1389,7 +1392,8 @@ result = check("12.bn_running_stats", bn_running_stats)
 #
 # Write `group_norm(x, num_groups, weight, bias, eps=1e-5)` for `x` of
 # shape `[N, C, *]` (any number of spatial dimensions, also none) without
-# `nn.GroupNorm` or `F.group_norm`. Group g holds the consecutive channels
+# `nn.GroupNorm`, `F.group_norm` or another library normalisation
+# (`F.layer_norm`, `F.rms_norm`, `nn.RMSNorm`, ...). Group g holds the consecutive channels
 # g·C/G to (g + 1)·C/G − 1; `weight` and `bias` have one value per channel.
 # The checker compares with `F.group_norm`. When it passes, the cell also
 # uses your function as LayerNorm and as InstanceNorm.

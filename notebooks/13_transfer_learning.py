@@ -911,8 +911,8 @@ if result.passed:
 # `classifier`, depth 1 `conv_head` with `bn2`, depth 2 `blocks[-1]`,
 # depth 3 `blocks[-2]`, … and the deepest, after `blocks[0]`, is
 # `conv_stem` with `bn1`. Write `layerwise_param_groups(model, base_lr,
-# decay)` that returns a list of parameter groups (dicts with `"params"`
-# and `"lr"`), one per depth, with `lr = base_lr * decay ** depth`, every
+# decay)` that returns a list of parameter groups (dicts with `"params"`,
+# a list of tensors, and `"lr"`), one per depth, with `lr = base_lr * decay ** depth`, every
 # parameter in exactly one group. The result must be usable as
 # `torch.optim.AdamW(groups)`. Order the list by depth, from the
 # classifier (depth 0) down to the stem.

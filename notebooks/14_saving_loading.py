@@ -1323,7 +1323,7 @@ if result.passed:
 
 # %%
 def resume(checkpoint, model, optimizer, scheduler, scaler):
-    """Restore everything from `checkpoint`; return the step to continue from."""
+    """Restore everything from `checkpoint`; return the step to continue from (a Python int)."""
     raise NotImplementedError
 
 

@@ -1379,7 +1379,9 @@ assert first_batch_labels(False, torch.Generator().manual_seed(SEED)) == first_b
 # 2**(e−1) − 1; the all-zeros exponent is reserved for zero and the
 # subnormals, the all-ones exponent for inf and NaN; a normal number is
 # 1.fraction × 2**exponent with m fraction bits. The checker compares with
-# `torch.finfo` for float16, bfloat16, float32, float64 and float8_e5m2.
+# `torch.finfo` for float16, bfloat16, float32, float64 and float8_e5m2;
+# compute the values from the two bit counts, without looking them up in
+# `torch.finfo`, `numpy.finfo` or `ml_dtypes.finfo`.
 
 
 # %%

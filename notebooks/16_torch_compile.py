@@ -1418,7 +1418,7 @@ assert len(compiled_graphs) == 2, "one graph per value of the flag"
 # maximum is 0). The checker runs `torch._dynamo.explain` on your function,
 # compares it with the original on inputs where each branch is taken, and
 # backpropagates through it. Hiding the original from Dynamo with
-# `allow_in_graph` does not count.
+# `allow_in_graph` or `torch.compiler.disable` does not count.
 
 
 # %%
@@ -1447,15 +1447,15 @@ result = check("16.no_graph_break", normalise_positive_no_break)
 #
 # Write `break_even_calls(compile_s, eager_s, compiled_s)`: given the
 # compile time and the seconds per call eager and compiled, return the
-# smallest number of calls `n >= 1` after which the compiled function has
-# cost no more in total than eager (`compile_s + n * compiled_s <= n *
-# eager_s`), or `None` when that never happens. The cell then applies it
+# smallest number of calls `n >= 1`, as a Python `int`, after which the
+# compiled function has cost no more in total than eager (`compile_s + n *
+# compiled_s <= n * eager_s`), or `None` when that never happens. The cell then applies it
 # to this run's measurements, which must agree with the plot above.
 
 
 # %%
 def break_even_calls(compile_s, eager_s, compiled_s):
-    """Smallest n >= 1 with compile_s + n * compiled_s <= n * eager_s, or None if there is none."""
+    """Smallest int n >= 1 with compile_s + n * compiled_s <= n * eager_s, or None if there is none."""
     raise NotImplementedError
 
 

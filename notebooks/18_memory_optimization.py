@@ -1411,7 +1411,10 @@ assert leaked > 4 * plain["bytes"] and kept == 0
 #
 # Write `adam_state_bytes(model)`: how many bytes will
 # `torch.optim.Adam(model.parameters())` keep in `optimizer.state` after
-# one step? Compute it from the parameters alone. Think about: which
+# one step? Compute it from the parameters alone, with Python arithmetic on
+# their metadata (`numel()`, `element_size()`, `dtype`, `requires_grad`):
+# the checker refuses any tensor your function creates, even a scalar such
+# as `torch.tensor(0.0)`. Think about: which
 # tensors Adam keeps per parameter (the breakdown section lists them), their
 # dtype, and what happens to a parameter with `requires_grad=False`. The
 # checker builds float32, bfloat16 and float64 models, one with a frozen
@@ -1420,7 +1423,7 @@ assert leaked > 4 * plain["bytes"] and kept == 0
 
 # %%
 def adam_state_bytes(model):
-    """Bytes in torch.optim.Adam(model.parameters()).state after one step."""
+    """Bytes in torch.optim.Adam(model.parameters()).state after one step, predicted without creating a tensor."""
     raise NotImplementedError
 
 
@@ -1442,12 +1445,13 @@ if result.passed:
 # run one `Linear` and one of each activation under the chapter's
 # `saved_tensors` and read the shapes, and remember that a tensor saved by
 # two layers is stored once. The checker measures real MLPs with
-# `saved_tensors_hooks`.
+# `saved_tensors_hooks`; your function itself predicts from the shapes and
+# creates no tensor (the checker refuses one).
 
 
 # %%
 def saved_activation_bytes(batch, sizes, activation):
-    """Bytes of activations autograd saves in the forward pass of the MLP described above."""
+    """Bytes of activations autograd saves in the forward pass of the MLP described above (no tensor created here)."""
     raise NotImplementedError
 
 

@@ -1338,7 +1338,7 @@ result = check("24.plateau_config", plateau_config)
 # scheduler with `"interval": "step"` (OneCycle, warm-up) must know in
 # advance how many there will be. Write `optimizer_steps(num_samples,
 # batch_size, epochs, accumulate_grad_batches=1, drop_last=False)`: the
-# `global_step` after `epochs` epochs over a `DataLoader` of `num_samples`
+# `global_step` (a Python `int`) after `epochs` epochs over a `DataLoader` of `num_samples`
 # samples with that `batch_size` and `drop_last`, trained with that
 # `accumulate_grad_batches`. The clipping run above is one data point; the
 # checker also runs a tiny real `Trainer` on one more case (drawn with a

@@ -1156,7 +1156,8 @@ print("in-process group destroyed:", not dist.is_initialized())
 # ## Exercises
 #
 # **26.1 Local shard shapes.** Write `local_shard_shapes(shape, world_size,
-# dim)` that returns, in rank order, the local shape each rank holds when a
+# dim)` that returns, in rank order, the local shape each rank holds (a
+# list with one tuple of ints per rank, like `x.shape`) when a
 # tensor of `shape` is distributed over a 1-D mesh of `world_size` ranks
 # with `Shard(dim)`, or with `Replicate()` when `dim` is `None`. Remember
 # how five rows split over two ranks above, and that a rank's piece can be

@@ -28,6 +28,19 @@ def test_reference_solution_passes(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_every_exercise_has_a_general_hint_that_names_no_shortcut(name):
+    """hint(name) before any check must help (tier 2 of the tiered hints), and never point at a refused call."""
+    ex = EXERCISES[name]
+    assert ex.hint and len(ex.hint) > 40, f"{name} has no general hint (hint= of @exercise)"
+    for item in ex.shortcuts:
+        path = getattr(item, "name", item)
+        last = path.rsplit(".", 1)[-1].rstrip("*")
+        if last and last not in {"", "data"}:
+            assert f"{last}(" not in ex.hint and f"`{last}`" not in ex.hint and f" {path}" not in ex.hint, (
+                f"{name}'s general hint names the refused {path}")
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_stub_is_not_attempted(name):
     assert check(name, _stub, show=False).status == "not attempted"
 

@@ -308,6 +308,28 @@ def test_to_device_fuller_hint_names_the_namedtuple_case_without_the_fix():
         assert giveaway not in fuller, f"the fuller hint gives away how to rebuild a namedtuple ({giveaway!r}): {fuller}"
 
 
+def _namedtuple_from_one_iterable(batch, device):  # type(batch)(generator): right for tuple and list only
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {k: _namedtuple_from_one_iterable(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_namedtuple_from_one_iterable(v, device) for v in batch)
+    return batch
+
+
+def test_to_device_namedtuple_built_from_one_iterable_gets_a_hint():
+    """Box(generator) raises TypeError inside the answer; the learner gets a Hint, not only the raw error."""
+    exercises._failures.pop("00.to_device", None)
+    first = assert_rejected("00.to_device", _namedtuple_from_one_iterable, "Box.__new__() missing",
+                            "a namedtuple's constructor takes the fields as separate arguments",
+                            'hint("00.to_device")').message
+    fuller = hint("00.to_device", show=False)
+    assert "unpack" in fuller, fuller
+    for code in ("*(", "type(batch)(", "_make("):
+        assert code not in first and code not in fuller, f"the hint pastes code ({code!r}): {first} / {fuller}"
+
+
 def _forgets_tuples(batch, device):  # dicts and lists only: a tuple comes back as it was, its tensors unmoved
     if isinstance(batch, torch.Tensor):
         return batch.to(device)

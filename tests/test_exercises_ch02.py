@@ -521,6 +521,15 @@ def sgd_through_data(params, lr):
         p.grad = None
 
 
+def sgd_data_add_alpha(params, lr):
+    """A learner's .data update with add_(alpha=-lr): the task text rules .data out."""
+    for p in params:
+        if p.grad is None:
+            continue
+        p.data.add_(p.grad.data, alpha=-lr)
+        p.grad.zero_()
+
+
 def sgd_assigns_data(params, lr):
     for p in params:
         if p.grad is not None:
@@ -686,6 +695,7 @@ WRONG = [
     ("02.sgd_step", sgd_under_grad, "leaf Variable"),
     ("02.sgd_step", sgd_wrong_sign, "uphill"),
     ("02.sgd_step", sgd_through_data, ".data"),
+    ("02.sgd_step", sgd_data_add_alpha, "your update went through .data"),
     ("02.sgd_step", sgd_assigns_data, ".data"),
     ("02.sgd_step", sgd_turns_off_requires_grad, "no longer requires grad"),
     ("02.sgd_step", sgd_records_the_update, "grad_fn SubBackward0"),
@@ -893,6 +903,12 @@ def test_the_checks_leave_functorch_and_torch_func_working():
     assert functorch_impl.jacrev is torch.func.jacrev and functorch_apis.grad is torch.func.grad
     assert functorch.grad.__module__ == "torch._functorch.deprecated"
     assert torch.func.grad(torch.sin)(torch.tensor(0.0)).item() == pytest.approx(1.0)
+
+
+def test_sgd_step_through_data_names_the_rule():
+    """The task text rules .data updates out; the message says that one was used, not only what autograd saw."""
+    result = assert_rejected("02.sgd_step", sgd_data_add_alpha, "went through .data", "rules out .data updates")
+    assert "no_grad" not in result.message.split("Hint:")[0], result.message
 
 
 def test_the_refused_sgd_steps_would_be_right_if_allowed():

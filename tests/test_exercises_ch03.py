@@ -240,6 +240,30 @@ class StandardizeComputesWithCopies(nn.Module):
         return (x - self._mean) / self._std
 
 
+class StandardizeOtherBufferNames(nn.Module):
+    """Real, saved buffers, but registered as mu and sigma instead of the task's mean and std."""
+
+    def __init__(self, mean, std):
+        super().__init__()
+        self.register_buffer("mu", mean.clone())
+        self.register_buffer("sigma", std.clone())
+
+    def forward(self, x):
+        return (x - self.mu) / self.sigma
+
+
+class StandardizePlainAttributesAndEpsBuffer(nn.Module):
+    """Plain tensor attributes for mean and std, beside a real eps buffer: still the plain-attribute mistake."""
+
+    def __init__(self, mean, std):
+        super().__init__()
+        self.mean, self.std = mean.clone(), std.clone()
+        self.register_buffer("eps", torch.tensor(0.0))
+
+    def forward(self, x):
+        return (x - self.mean) / (self.std + self.eps)
+
+
 class StandardizeAliasesTheBuffers(nn.Module):
     """Keeps a plain alias of each buffer: .to() replaces the buffers, so the aliases go stale."""
 
@@ -277,6 +301,9 @@ WRONG = [
      ["register_buffer", "never listed"]),
     ("03.standardize", StandardizePlainAttributes, ["state_dict", "plain tensor attribute"], ["register_buffer"]),
     ("03.standardize", StandardizeNotPersistent, ["not in state_dict()", "non-persistent"], ["persistent flag", "default is True"]),
+    ("03.standardize", StandardizeOtherBufferNames, ["['mu', 'sigma']", "other names", "mean and std"],
+     ["register_buffer", "key in state_dict()"]),
+    ("03.standardize", StandardizePlainAttributesAndEpsBuffer, ["plain tensor attribute"], ["register_buffer"]),
     ("03.standardize", StandardizeComputesWithCopies, ["load_state_dict", "does not read the buffers"],
      ["self.mean and self.std"]),
     ("03.standardize", StandardizeAliasesTheBuffers, ["load_state_dict", "does not read the buffers"],

@@ -281,6 +281,22 @@ def test_normalization_constants_uint8_mean_crashes_and_fails():
     assert_rejected("05.normalization_constants", no_float)
 
 
+def test_normalization_constants_tensors_fail():
+    def tensors(images):  # 0-dim tensors, where the task asks for Python floats
+        pixels = images.float() / 255
+        return pixels.mean(), pixels.std()
+
+    assert_rejected("05.normalization_constants", tensors, "Python float", "Tensor")
+
+
+def test_normalization_constants_numpy_floats_are_accepted():
+    def with_numpy(images):  # numpy.float64 is a subclass of Python's float
+        pixels = images.numpy() / 255
+        return pixels.mean(), pixels.std(ddof=1)
+
+    assert check("05.normalization_constants", with_numpy, show=False).passed
+
+
 def test_normalization_constants_population_std_is_accepted():
     def population(images):
         pixels = images.float() / 255
@@ -327,14 +343,24 @@ def test_top_confusions_keeping_zeros_fails():
     assert_rejected("05.top_confusions", with_zeros, "count 0")
 
 
-def test_top_confusions_with_tensors_in_tuples_is_accepted():
-    def tensors(cm, k):
+def test_top_confusions_with_tensors_in_tuples_fails():
+    def tensors(cm, k):  # the task asks for tuples of ints: 0-dim tensors are not
         off = cm.clone().fill_diagonal_(0)
         counts, flat = off.flatten().sort(descending=True, stable=True)
         c = cm.shape[1]
         return [(i // c, i % c, n) for n, i in zip(counts[:k], flat[:k]) if n > 0]
 
-    assert check("05.top_confusions", tensors, show=False).passed
+    assert_rejected("05.top_confusions", tensors, "Python ints", "tensor")
+
+
+def test_top_confusions_tensor_counts_fail():
+    def tensor_counts(cm, k):  # indices are ints, the counts are cm[i, j], 0-dim tensors
+        c = cm.shape[0]
+        cells = [(i, j, cm[i, j]) for i in range(c) for j in range(c) if i != j and cm[i, j] > 0]
+        return sorted(cells, key=lambda cell: -int(cell[2]))[:k]
+
+    first = assert_rejected("05.top_confusions", tensor_counts, "tensor(9)", "torch.int64 tensor", "not a Python int")
+    assert ".tolist()" not in first.message, f"the first tier names the mistake, not the fix: {first.message}"
 
 
 def test_top_confusions_largest_mistake_per_row_fails():
@@ -409,7 +435,7 @@ def test_top_confusions_whole_float_counts_fail():
     assert_rejected("05.top_confusions", from_float_matrix, "9.0", "ints")
 
 
-def test_top_confusions_with_numpy_integers_is_accepted():
+def test_top_confusions_with_numpy_integers_fails():
     def with_numpy(cm, k):
         import numpy as np
 
@@ -419,7 +445,7 @@ def test_top_confusions_with_numpy_integers_is_accepted():
         c = off.shape[0]
         return [(i // c, i % c, off.flat[i]) for i in order if off.flat[i] > 0][:k]  # np.int64 values
 
-    assert check("05.top_confusions", with_numpy, show=False).passed
+    assert_rejected("05.top_confusions", with_numpy, "Python ints", "int64")
 
 
 # --------------------------------------------------------------------------
@@ -638,6 +664,17 @@ def test_evaluate_accuracy_returning_a_tensor_fails():
         return correct / len(loader.dataset)
 
     assert_rejected("05.evaluate_accuracy", tensor, "tensor", "Python float")
+
+
+def test_evaluate_accuracy_flattened_argmax_fails():
+    @torch.no_grad()
+    def no_dim(model, loader):  # argmax() with no dim: one flat index per batch, compared with every label
+        model.eval()
+        correct = sum((model(x).argmax() == y).sum().item() for x, y in loader)
+        return correct / len(loader.dataset)
+
+    first = assert_rejected("05.evaluate_accuracy", no_dim, "0.42", "flat index", "which dimension").message
+    assert "every batch" not in first and "dim=1" not in first, first
 
 
 def test_evaluate_accuracy_leaving_autograd_off_fails_and_is_undone():

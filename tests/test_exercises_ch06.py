@@ -43,7 +43,12 @@ def test_shard_range_last_worker_takes_the_rest_fails():
         stop = n if worker_id == num_workers - 1 else (worker_id + 1) * per_worker
         return range(worker_id * per_worker, stop)
 
-    assert_rejected("06.shard_range", last_takes_rest, "not fair", "differ in size by at most 1")
+    first = assert_rejected("06.shard_range", last_takes_rest, "not fair", "differ in size by at most 1",
+                            "[0, 0, 2]", "every worker but the last", "0 or 1 indices").message
+    for recipe in ("ceil", "one more to the first", "n // num_workers ="):  # this answer's mistake, not the fix
+        assert recipe not in first, f"the first tier should describe this answer, not give the fix: {first}"
+    again = check("06.shard_range", last_takes_rest, show=False).message
+    assert "spread them out" in again and "Rounding" not in again, again
 
 
 def test_shard_range_ceil_split_fails():
@@ -51,7 +56,7 @@ def test_shard_range_ceil_split_fails():
         chunk = math.ceil(n / num_workers)
         return range(min(n, worker_id * chunk), min(n, (worker_id + 1) * chunk))
 
-    assert_rejected("06.shard_range", ceil_split, "not fair")
+    assert_rejected("06.shard_range", ceil_split, "not fair", "[3, 3, 1]", "ceil(n / num_workers) = 3")
 
 
 def test_shard_range_overlapping_blocks_fail():
@@ -127,11 +132,11 @@ def test_shard_range_numpy_array_split_imported_by_name_and_swallowed_is_refused
     assert array_split(arange(4), 2)[1].tolist() == [2, 3]
 
 
-def test_shard_range_list_is_accepted():
-    def as_list(n, worker_id, num_workers):
+def test_shard_range_list_fails():
+    def as_list(n, worker_id, num_workers):  # the right indices, but the task asks for one range
         return list(solution("06.shard_range")(n, worker_id, num_workers))
 
-    assert check("06.shard_range", as_list, show=False).passed
+    assert_rejected("06.shard_range", as_list, "returned list", "range object")
 
 
 def test_shard_range_remainder_to_the_last_workers_is_accepted():
@@ -197,6 +202,14 @@ def test_sampling_weights_normalising_over_absent_classes_fails():
         return (per_class / per_class.sum())[targets]  # an absent class is inf, so everything becomes nan
 
     assert_rejected("06.sampling_weights", normalised_per_class, "positive and finite")
+
+
+def test_sampling_weights_list_fails():
+    def as_list(targets, num_classes, power):  # the right numbers, but the task asks for a float tensor
+        counts = torch.bincount(targets, minlength=num_classes).double()
+        return (counts ** (power - 1))[targets].tolist()
+
+    assert_rejected("06.sampling_weights", as_list, "float tensor of shape", "returned list")
 
 
 def test_sampling_weights_normalised_float32_is_accepted():

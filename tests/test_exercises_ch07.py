@@ -91,13 +91,57 @@ def test_receptive_field_random_stacks_differ_between_checks():
         assert any(s > 1 for _, s, _ in layers[:-1]) and any(d > 1 for _, _, d in layers)
 
 
-def test_receptive_field_returning_a_tensor_or_float_is_accepted():
+def test_receptive_field_returning_a_tensor_or_float_fails():
     import torch
 
     def as_tensor(layers):
         return torch.tensor(float(solution("07.receptive_field")(layers)))
 
-    assert check("07.receptive_field", as_tensor, show=False).passed
+    def as_float(layers):
+        return float(solution("07.receptive_field")(layers))
+
+    assert_rejected("07.receptive_field", as_tensor, "Python int, got Tensor")
+    assert_rejected("07.receptive_field", as_float, "Python int, got float")
+
+
+def test_receptive_field_measured_with_a_convolution_is_refused():
+    import torch
+    import torch.nn.functional as F
+
+    def measured(layers):  # runs the layers on a wide input and reads the span of the gradient
+        x = torch.zeros(1, 1, 4096, requires_grad=True)
+        y = x
+        for k, s, d in layers:
+            y = F.conv1d(y, torch.ones(1, 1, k), stride=s, dilation=d)
+        y[0, 0, 0].backward()
+        nz = (x.grad[0, 0] != 0).nonzero().flatten()
+        return int(nz.max() - nz.min() + 1)
+
+    assert_rejected("07.receptive_field", measured, "yourself", "`F.conv1d`")
+
+
+def test_receptive_field_measured_with_layers_or_autograd_is_refused():
+    import torch
+    from torch import nn
+
+    def with_modules(layers):  # the checker's own way: real layers
+        nn.Sequential(*[nn.Conv1d(1, 1, k, s, dilation=d) for k, s, d in layers])
+        return solution("07.receptive_field")(layers)
+
+    def forward_probe(layers):  # a pooling stack, probed forward
+        x = torch.zeros(1, 1, 512)
+        for k, s, d in layers:
+            x = torch.nn.functional.max_pool1d(x, k, s, dilation=d)
+        return solution("07.receptive_field")(layers)
+
+    def with_grad(layers):  # autograd through anything
+        x = torch.ones(3, requires_grad=True)
+        torch.autograd.grad(x.sum(), x)
+        return solution("07.receptive_field")(layers)
+
+    assert_rejected("07.receptive_field", with_modules, "yourself", "convolution layer")
+    assert_rejected("07.receptive_field", forward_probe, "yourself", "`F.max_pool1d`")
+    assert_rejected("07.receptive_field", with_grad, "yourself", "autograd")
 
 
 def test_receptive_field_returning_a_string_fails():

@@ -163,6 +163,49 @@ def test_grouped_query_attention_without_scaling_fails():
     assert_two_tier("09.grouped_query_attention", unscaled, ["too large", "sqrt(d)"], ["divide the scores"])
 
 
+def test_grouped_query_attention_dividing_by_d_fails():
+    """Scores divided by d instead of sqrt(d): named as such, not as a softmax over the wrong axis."""
+    def by_d(q, k, v, causal=False):
+        return _scaled_by(q, k, v, causal, q.shape[-1])
+
+    result = assert_rejected("09.grouped_query_attention", by_d, "too small", "divided by d = 8", "sqrt(d)")
+    assert "dim=-1" not in result.message and "softmax is over the keys" not in result.message, result.message
+
+
+def _scaled_by(q, k, v, causal, divisor):
+    group = q.shape[1] // k.shape[1]
+    k, v = _interleave(k, group), _interleave(v, group)
+    scores = q @ k.transpose(-2, -1) / divisor
+    if causal:
+        T, S = scores.shape[-2:]
+        scores = scores.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(), float("-inf"))
+    return scores.softmax(dim=-1) @ v
+
+
+def test_grouped_query_attention_inverted_causal_mask_fails():
+    """-inf on the allowed keys (j <= i): the last query has no key left, its row is NaN."""
+    def inverted(q, k, v, causal=False):
+        group = q.shape[1] // k.shape[1]
+        k, v = _interleave(k, group), _interleave(v, group)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            T, S = scores.shape[-2:]
+            scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool).tril(), float("-inf"))
+        return scores.softmax(dim=-1) @ v
+
+    assert_two_tier("09.grouped_query_attention", inverted, ["causal=True", "NaN", "mask is inverted", "j <= i"],
+                    ["forbidden pairs", "above the diagonal"])
+
+
+def test_grouped_query_attention_nan_rows_are_named():
+    """Any answer with NaN in its output is told so (here: every score -inf in the causal case)."""
+    def all_masked(q, k, v, causal=False):
+        out = _written_out(q, k, v, causal, _interleave)
+        return out * float("nan") if causal else out
+
+    assert_rejected("09.grouped_query_attention", all_masked, "NaN or inf", "all -inf")
+
+
 def test_grouped_query_attention_ignoring_causal_fails():
     def no_mask(q, k, v, causal=False):
         return _written_out(q, k, v, False, _interleave)
@@ -325,3 +368,16 @@ def test_fuller_hints_name_the_idea_without_pasting_the_solution(name, wrong):
     more = hint(name, show=False)
     pasted = [code for code in REFERENCE_CODE if code in more]
     assert not pasted, f"the fuller hint for {name} pastes the reference solution ({pasted}): {more}"
+
+
+def test_local_causal_mask_task_states_that_loops_are_refused():
+    from helpers.exercises import EXERCISES
+
+    assert "no Python loop or comprehension" in EXERCISES["09.local_causal_mask"].task
+
+
+def test_local_causal_mask_with_a_list_comprehension_fails():
+    def comprehension(T, window):
+        return torch.tensor([[j <= i and i - j < window for j in range(T)] for i in range(T)])
+
+    assert_rejected("09.local_causal_mask", comprehension, "list comprehension", "no Python loop")

@@ -43,6 +43,31 @@ def test_sgd_lr_inside_buffer_fails():
     assert_rejected("10.sgd_step", sutskever, "inside the buffer")
 
 
+def test_sgd_step_mutating_the_inputs_fails():
+    """Right values, but written into the caller's param, grad and buffer: the task asks for new tensors."""
+    def in_place(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        g = grad.add_(param, alpha=weight_decay)
+        if momentum == 0:
+            return param.sub_(g, alpha=lr), None
+        buf = g.clone() if buf is None else buf.mul_(momentum).add_(g)
+        direction = g + momentum * buf if nesterov else buf
+        return param.sub_(direction, alpha=lr), buf
+
+    result = assert_rejected("10.sgd_step", in_place, "changed its input", "`param`", "in place", "new tensors")
+    assert "plain SGD, step 1" in result.message, result.message
+
+
+def test_sgd_step_updating_only_the_buffer_in_place_fails():
+    def buffer_in_place(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        g = grad + weight_decay * param
+        if momentum == 0:
+            return param - lr * g, None
+        buf = g.clone() if buf is None else buf.mul_(momentum).add_(g)
+        return param - lr * (g + momentum * buf if nesterov else buf), buf
+
+    assert_rejected("10.sgd_step", buffer_in_place, "changed its input `buf` in place")
+
+
 def test_sgd_nesterov_ignored_fails():
     def no_lookahead(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
         return _sgd(param, grad, buf, lr, momentum, weight_decay, nesterov, use_buf_for_nesterov=True)
@@ -122,16 +147,29 @@ def test_sgd_through_the_functional_sgd_is_refused():
     assert_rejected("10.sgd_step", functional, "write the SGD update yourself")
 
 
-def test_sgd_in_place_with_torch_ops_is_accepted():
-    def in_place(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+def test_sgd_with_torch_ops_is_accepted():
+    """Tensor methods with alpha=, out of place (the task asks for new tensors, the inputs left unchanged)."""
+    def with_ops(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
         g = grad.add(param, alpha=weight_decay)
         if momentum == 0:
-            return param.add_(g, alpha=-lr), None
-        buf = g.clone() if buf is None else buf.mul_(momentum).add_(g)
-        param.add_(g.add(buf, alpha=momentum) if nesterov else buf, alpha=-lr)
-        return param, buf
+            return param.add(g, alpha=-lr), None
+        buf = g.clone() if buf is None else buf.mul(momentum).add(g)
+        return param.add(g.add(buf, alpha=momentum) if nesterov else buf, alpha=-lr), buf
 
-    assert check("10.sgd_step", in_place, show=False).passed
+    assert check("10.sgd_step", with_ops, show=False).passed
+
+
+def test_sgd_in_place_on_its_own_copies_is_accepted():
+    """In-place operations on tensors the function made itself leave the caller's inputs alone: fine."""
+    def on_copies(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        p, g = param.clone(), grad.clone().add_(param, alpha=weight_decay)
+        if momentum == 0:
+            return p.add_(g, alpha=-lr), None
+        b = g.clone() if buf is None else buf.clone().mul_(momentum).add_(g)
+        p.add_(g.add(b, alpha=momentum) if nesterov else b, alpha=-lr)
+        return p, b
+
+    assert check("10.sgd_step", on_copies, show=False).passed
 
 
 # --------------------------------------------------------------------------

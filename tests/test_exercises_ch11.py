@@ -58,6 +58,18 @@ def test_cosine_over_total_steps_fails():
     assert_rejected("11.warmup_cosine_lr", long_cosine, "T_max")
 
 
+def test_cosine_with_t_max_the_whole_run_is_described_as_such():
+    """T_max = total_steps, counted over the run's steps: the message says what the answer did."""
+    def whole_run(step, base_lr, warmup_steps, total_steps, start_factor, eta_min):
+        if step < warmup_steps:
+            return base_lr * (start_factor + (1 - start_factor) * step / warmup_steps)
+        return eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * step / total_steps)) / 2
+
+    result = assert_rejected("11.warmup_cosine_lr", whole_run, "too long", "spans total_steps, the whole run",
+                             "T_max = total_steps - warmup_steps")
+    assert "covers only the steps left" not in result.message, result.message
+
+
 def test_cosine_ignoring_eta_min_fails():
     def no_floor(step, base_lr, warmup_steps, total_steps, start_factor, eta_min):
         return _cosine(step, base_lr, warmup_steps, total_steps, 0.0) if step >= warmup_steps else (
@@ -186,6 +198,23 @@ def test_total_steps_float_division_fails():
         return epochs * dataset_size / batch_size / accumulation_steps
 
     assert_rejected("11.total_steps", float_count, "int")
+
+
+def test_total_steps_right_count_as_a_float_fails():
+    """OneCycleLR(total_steps=6.0) raises ValueError: the right count as a float is not an answer."""
+    def as_float(epochs, dataset_size, batch_size, drop_last, accumulation_steps):
+        batches = dataset_size // batch_size if drop_last else math.ceil(dataset_size / batch_size)
+        return float(epochs * math.ceil(batches / accumulation_steps))
+
+    assert_rejected("11.total_steps", as_float, "should be a Python int, got float")
+
+
+def test_total_steps_as_a_tensor_fails():
+    def as_tensor(epochs, dataset_size, batch_size, drop_last, accumulation_steps):
+        batches = dataset_size // batch_size if drop_last else -(-dataset_size // batch_size)
+        return torch.tensor(epochs * -(-batches // accumulation_steps))
+
+    assert_rejected("11.total_steps", as_tensor, "Python int, got Tensor")
 
 
 def test_total_steps_with_a_real_loader_is_accepted():

@@ -283,3 +283,61 @@ def test_group_norm_in_another_dtype_fails():
         return _group_norm_by_hand(x, g, w, b, eps).float()
 
     assert_rejected("12.group_norm", as_float32, "dtype")
+
+
+def test_running_stats_via_batch_norm_update_stats_fails():
+    """BatchNorm's own statistics kernel, fed fresh buffers batch by batch: a shortcut."""
+    def update_stats(batches, momentum):
+        c = batches[0].shape[1]
+        mean, var = torch.zeros(c, dtype=batches[0].dtype), torch.ones(c, dtype=batches[0].dtype)
+        for i, x in enumerate(batches, 1):
+            torch.batch_norm_update_stats(x, mean, var, 1 / i if momentum is None else momentum)
+        return mean, var
+
+    assert_rejected("12.bn_running_stats", update_stats, "yourself", "torch.batch_norm_update_stats")
+
+
+def test_running_stats_with_var_mean_is_accepted():
+    def with_var_mean(batches, momentum):
+        c = batches[0].shape[1]
+        mean, var = torch.zeros(c, dtype=batches[0].dtype), torch.ones(c, dtype=batches[0].dtype)
+        for i, x in enumerate(batches, 1):
+            v, m = torch.var_mean(x, dim=(0, 2, 3), correction=1)
+            f = 1 / i if momentum is None else momentum
+            mean, var = torch.lerp(mean, m, f), torch.lerp(var, v, f)
+        return mean, var
+
+    assert check("12.bn_running_stats", with_var_mean, show=False).passed
+
+
+def _centred_groups(x, g):
+    flat = x.reshape(x.shape[0], g, -1)
+    return flat - flat.mean(-1, keepdim=True)
+
+
+def test_group_norm_via_rms_norm_of_the_centred_groups_fails():
+    """RMS of the centred values is the biased standard deviation: F.rms_norm or nn.RMSNorm does the work."""
+    def via_rms_norm(x, g, w, b, eps=1e-5):
+        centred = _centred_groups(x, g)
+        return _affine(F.rms_norm(centred, centred.shape[-1:], eps=eps), x, w, b)
+
+    def via_rms_norm_layer(x, g, w, b, eps=1e-5):
+        centred = _centred_groups(x, g)
+        layer = torch.nn.RMSNorm(centred.shape[-1], eps=eps, elementwise_affine=False, dtype=x.dtype)
+        return _affine(layer(centred), x, w, b)
+
+    assert_rejected("12.group_norm", via_rms_norm, "yourself", "F.rms_norm")
+    assert_rejected("12.group_norm", via_rms_norm_layer, "yourself", "nn.RMSNorm")
+
+
+def test_group_norm_via_local_response_norm_fails():
+    def via_lrn(x, g, w, b, eps=1e-5):
+        return F.local_response_norm(x, 2)
+
+    assert_rejected("12.group_norm", via_lrn, "yourself", "local_response_norm")
+
+
+def test_dropout_task_states_the_range_of_p():
+    from helpers.exercises import EXERCISES
+
+    assert "0 <= p < 1" in EXERCISES["12.inverted_dropout"].task

@@ -148,6 +148,23 @@ def test_layerwise_linear_decay_fails():
     assert_rejected("13.layerwise_param_groups", linear, "geometric")
 
 
+def test_layerwise_params_as_generators_fail():
+    """Generators can be read only once: refused as in 10.decay_groups (chapter 10's Pitfall 1)."""
+    def generators(model, base_lr, decay):
+        return [{"params": (p for m in ms for p in m.parameters()), "lr": base_lr * decay**d}
+                for d, ms in enumerate(_levels(model))]
+
+    assert_rejected("13.layerwise_param_groups", generators, "generator", "not a list", "read only once", "Pitfall 1")
+
+
+def test_layerwise_params_as_tuples_are_accepted():
+    def tuples(model, base_lr, decay):
+        return [{"params": tuple(p for m in ms for p in m.parameters()), "lr": base_lr * decay**d}
+                for d, ms in enumerate(_levels(model))]
+
+    assert check("13.layerwise_param_groups", tuples, show=False).passed
+
+
 def test_layerwise_forgetting_the_stem_fails():
     def no_stem(model, base_lr, decay):
         levels = _levels(model)[:-1]
@@ -172,13 +189,13 @@ def test_layerwise_conv_head_with_classifier_fails():
     assert_rejected("13.layerwise_param_groups", head_together, "conv_head")
 
 
-def test_layerwise_generator_params_and_tuple_are_accepted():
-    def lazy(model, base_lr, decay):
-        return tuple({"params": (p for m in ms for p in m.parameters()), "lr": base_lr * decay**d}
+def test_layerwise_tuple_of_groups_is_accepted():
+    def as_tuple(model, base_lr, decay):
+        return tuple({"params": [p for m in ms for p in m.parameters()], "lr": base_lr * decay**d}
                      for d, ms in enumerate(_levels(model)))
 
-    # the groups are built anew on each call, so one-shot generators are fine for torch.optim
-    assert check("13.layerwise_param_groups", lazy, show=False).passed
+    # a tuple of groups is fine; each group's "params" must be a list (or tuple), not a one-shot generator
+    assert check("13.layerwise_param_groups", as_tuple, show=False).passed
 
 
 def test_layerwise_one_group_per_tensor_fails():

@@ -146,6 +146,15 @@ def test_resume_returning_the_next_step_plus_one_fails():
     assert_rejected("14.resume", _partial_resume(offset=1), "continues at step")
 
 
+def test_resume_returning_the_step_as_a_tensor_fails():
+    ref = solution("14.resume")
+
+    def tensor_step(checkpoint, model, optimizer, scheduler, scaler):
+        return torch.tensor(ref(checkpoint, model, optimizer, scheduler, scaler))
+
+    assert_rejected("14.resume", tensor_step, "Python int, got Tensor")
+
+
 def test_resume_returning_nothing_fails():
     def no_return(checkpoint, m, o, s, sc):
         _partial_resume()(checkpoint, m, o, s, sc)
@@ -203,6 +212,24 @@ def test_inference_keeping_views_fails():
 
     result = assert_rejected("14.inference_state", views, "views into a larger buffer", "memory of its own")
     assert ".clone()" not in result.message, "the hint names the concept, not the code"
+
+
+def test_inference_views_into_one_shared_buffer_fail():
+    """Every float tensor a view into one torch.cat buffer: the file is compact, but the tensors are not."""
+    def one_buffer(ckpt, dtype):
+        floats = [v for v in ckpt["model"].values() if v.is_floating_point()]
+        flat = torch.cat([v.to(dtype).flatten() for v in floats])
+        out, start = {}, 0
+        for k, v in ckpt["model"].items():
+            if v.is_floating_point():
+                out[k] = flat[start:start + v.numel()].view(v.shape)
+                start += v.numel()
+            else:
+                out[k] = v.clone()
+        return out
+
+    result = assert_rejected("14.inference_state", one_buffer, "views into a larger storage", "hidden.weight", "bytes")
+    assert "clone" not in result.message, "the hint names the concept, not the code"
 
 
 def test_inference_keeping_the_whole_checkpoint_fails():

@@ -46,7 +46,46 @@ def test_float_limits_lookup_table_fails():
         info = torch.finfo(table.get((e, m), torch.float32))
         return info.max, info.smallest_normal, info.eps
 
-    assert_rejected("15.float_limits", lookup, "made-up format")
+    assert_rejected("15.float_limits", lookup, "looked the limits up", "torch.finfo", "yourself")
+
+
+def _formula(e, m):
+    bias = 2 ** (e - 1) - 1
+    return (2 - 2.0**-m) * 2.0**bias, 2.0 ** (1 - bias), 2.0**-m
+
+
+def test_float_limits_lookup_with_the_formula_as_fallback_fails():
+    """torch.finfo for the named formats, the formula only for the made-up one: still a lookup."""
+    table = {(5, 10): torch.float16, (8, 7): torch.bfloat16, (8, 23): torch.float32, (11, 52): torch.float64,
+             (5, 2): torch.float8_e5m2}
+
+    def finfo_first(e, m):
+        if (e, m) in table:
+            info = torch.finfo(table[(e, m)])
+            return info.max, info.smallest_normal, info.eps
+        return _formula(e, m)
+
+    assert_rejected("15.float_limits", finfo_first, "torch.finfo", "yourself")
+
+
+def test_float_limits_numpy_finfo_fails_even_when_the_refusal_is_caught():
+    import numpy as np
+
+    def numpy_first(e, m):
+        try:
+            info = np.finfo({(5, 10): np.float16, (8, 23): np.float32, (11, 52): np.float64}[(e, m)])
+            return float(info.max), float(info.smallest_normal), float(info.eps)
+        except Exception:
+            return _formula(e, m)
+
+    assert_rejected("15.float_limits", numpy_first, "numpy.finfo", "yourself")
+
+
+def test_float_limits_finfo_works_again_after_the_check():
+    import numpy as np
+
+    check("15.float_limits", lambda e, m: torch.finfo(torch.float16), show=False)
+    assert torch.finfo(torch.float16).eps == 2.0**-10 and float(np.finfo(np.float16).eps) == 2.0**-10
 
 
 def test_float_limits_tensors_are_accepted():

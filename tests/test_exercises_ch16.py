@@ -174,3 +174,41 @@ def test_break_even_loop_is_accepted():
         return n
 
     assert check("16.break_even_calls", loop, show=False).passed
+
+
+def test_break_even_right_count_as_a_float_fails():
+    """1.0 * ceil(...) has the right value, but the task asks for an int (a count of calls)."""
+    def as_float(compile_s, eager_s, compiled_s):
+        if compiled_s >= eager_s:
+            return None
+        return max(1.0, math.ceil(compile_s / (eager_s - compiled_s)) * 1.0)
+
+    assert_rejected("16.break_even_calls", as_float, "should be a Python int, got float")
+
+
+def test_no_graph_break_disable_wrapper_fails():
+    def disabled(x):  # hides the original from Dynamo: explain then finds no graph (and -1 breaks)
+        return torch._dynamo.disable(_original)(x)
+
+    def compiler_disabled(x):
+        return torch.compiler.disable(_original)(x)
+
+    for candidate in (disabled, compiler_disabled):
+        result = assert_rejected("16.no_graph_break", candidate, "no graph at all", "graph_count 0",
+                                 "torch.compiler.disable")
+        assert "-1 graph break(s)" not in result.message, result.message
+
+
+def test_no_graph_break_disabled_part_names_the_skip():
+    """Only the original disabled, with traced work around it: a break whose reason names the disabled call."""
+    def partly(x):
+        return torch.compiler.disable(_original)(x * 1) + 0
+
+    assert_rejected("16.no_graph_break", partly, "graph break", "disable")
+
+
+def test_no_graph_break_disabled_at_definition_fails():
+    skipped = torch.compiler.disable(_original)  # wrapped once, outside the checked call
+
+    result = assert_rejected("16.no_graph_break", lambda x: skipped(x), "no graph at all", "skipped your function")
+    assert "-1 graph break" not in result.message, result.message

@@ -149,3 +149,25 @@ def test_the_references_pass_under_the_refusal():
 
     for name in ("18.adam_state_bytes", "18.saved_activation_bytes"):
         assert check(name, EXERCISES[name].reference, show=False).passed, name
+
+
+def test_adam_state_with_a_scalar_tensor_for_the_step_size_fails_with_a_true_message():
+    """torch.tensor(0.0).element_size() creates a tensor: refused, and the message says so (not "measured")."""
+    import torch
+
+    def scalar_size(model):
+        trained = [p for p in model.parameters() if p.requires_grad]
+        return sum(2 * p.nbytes for p in trained) + len(trained) * torch.tensor(0.0).element_size()
+
+    result = assert_rejected("18.adam_state_bytes", scalar_size, "creates a tensor", "aten.lift_fresh", "not even a scalar")
+    assert "measured" not in result.message, result.message
+
+
+def test_adam_state_with_dtype_itemsize_is_accepted():
+    import torch
+
+    def itemsize(model):
+        trained = [p for p in model.parameters() if p.requires_grad]
+        return sum(2 * p.numel() * p.dtype.itemsize + torch.float32.itemsize for p in trained)
+
+    assert check("18.adam_state_bytes", itemsize, show=False).passed

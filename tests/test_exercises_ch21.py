@@ -295,3 +295,14 @@ def test_hvp_forward_mode_variants_are_accepted():
 
 def test_hvp_reference_is_accepted():
     assert check("21.hvp", solution("21.hvp"), show=False).passed
+
+
+def test_clip_per_sample_broadcast_only_for_2d_and_3d_fails():
+    # a factor broadcast by hand for [B, n] and [B, a, b] gradients breaks on conv weights ([B, out, in, kh, kw])
+    def two_or_three_dims(per_sample_grads, max_norm):
+        sq = sum(g.pow(2).sum(dim=tuple(range(1, g.dim()))) for g in per_sample_grads.values())
+        factor = (max_norm / (sq.sqrt() + 1e-6)).clamp(max=1.0)
+        return {k: (g * factor[:, None, None]).mean(0) if g.dim() == 3 else (g * factor[:, None]).mean(0)
+                for k, g in per_sample_grads.items()}
+
+    assert_rejected("21.clip_per_sample", two_or_three_dims, "RuntimeError")

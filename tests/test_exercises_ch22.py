@@ -122,3 +122,29 @@ def test_spec_as_a_tuple_is_accepted():
         return ({0: batch, 1: length}, {0: batch, 1: length})
 
     assert check("22.dynamic_shapes_spec", as_tuple, show=False).passed
+
+
+def test_rescale_with_torch_maximum_and_a_constant_tensor_is_accepted():
+    # torch.tensor(1.0) makes the tracer warn ("registered as constants"), harmlessly: the trace is right
+    def with_maximum(x):
+        return x / torch.maximum(x.abs().max(), torch.tensor(1.0))
+
+    result = check("22.rescale_no_branch", with_maximum, show=False)
+    assert result.passed, result.message
+
+
+def test_rescale_with_python_max_shows_the_whole_tracer_warning():
+    def python_max(x):
+        return x / max(x.abs().max(), torch.tensor(1.0))
+
+    assert_rejected("22.rescale_no_branch", python_max, "froze one branch",
+                    "Converting a tensor to a Python boolean might cause the trace to be incorrect.")
+
+
+def test_spec_with_lower_bound_two_fails():
+    # export does not guard the lower bound at run time: the program still runs batch 1; its range constraints tell
+    def min_two(max_batch, max_len):
+        batch, length = Dim("batch", min=2, max=max_batch), Dim("length", min=2, max=max_len)
+        return {"x": {0: batch, 1: length}, "mask": {0: batch, 1: length}}
+
+    assert_rejected("22.dynamic_shapes_spec", min_two, "lower bound 2", "batch size 1", "range_constraints")

@@ -194,3 +194,11 @@ def test_steps_right_on_the_fixed_cases_only_fails():
 def test_reference_matches_a_real_trainer(case):
     """The checker's ground truth: the reference formula equals a real Trainer's global_step."""
     assert _optimizer_steps(*case) == _trainer_global_step(*case), case
+
+
+def test_optimizer_steps_as_a_float_fails():
+    def as_float(num_samples, batch_size, epochs, accumulate_grad_batches=1, drop_last=False):
+        batches = num_samples // batch_size if drop_last else math.ceil(num_samples / batch_size)
+        return float(epochs * math.ceil(batches / accumulate_grad_batches))
+
+    assert_rejected("24.optimizer_steps", as_float, "the count should be a Python int, got float")

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from helpers.exercises import check
 from tests.exercise_support import assert_rejected
 
 # --------------------------------------------------------------------------
@@ -98,3 +99,45 @@ def test_ddp_gradient_rank0_only_fails():
         return _grads(model, *batches[0], loss_fn)
 
     assert_rejected("25.ddp_gradient", rank0, "rank 0's own gradient")
+
+
+def test_ddp_gradient_accumulating_into_stale_grad_fails():
+    def backward_into_grad(model, batches, loss_fn):
+        for x, y in batches:
+            (loss_fn(model(x), y) / len(batches)).backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    assert_rejected("25.ddp_gradient", backward_into_grad, "earlier step", "already held")
+
+
+def test_ddp_gradient_with_backward_after_clearing_grad_is_accepted():
+    def backward_fresh(model, batches, loss_fn):
+        params = list(model.parameters())
+        saved = [p.grad for p in params]
+        for p in params:
+            p.grad = None
+        for x, y in batches:
+            (loss_fn(model(x), y) / len(batches)).backward()
+        out = [p.grad.clone() for p in params]
+        for p, g in zip(params, saved):
+            p.grad = g
+        return out
+
+    result = check("25.ddp_gradient", backward_fresh, show=False)
+    assert result.passed, result.message
+
+
+def test_sampler_indices_as_a_tensor_fails():
+    def as_tensor(n, world_size, rank):
+        per = math.ceil(n / world_size)
+        return torch.tensor([(rank + k * world_size) % n for k in range(per)])
+
+    assert_rejected("25.sampler_indices", as_tensor, "should be a Python list, got Tensor")
+
+
+def test_sampler_indices_holding_tensors_fails():
+    def tensor_items(n, world_size, rank):
+        per = math.ceil(n / world_size)
+        return list(torch.tensor([(rank + k * world_size) % n for k in range(per)]))
+
+    assert_rejected("25.sampler_indices", tensor_items, "should hold Python ints", "Tensor")

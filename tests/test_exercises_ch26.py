@@ -57,11 +57,28 @@ def test_local_shard_shapes_sharding_replicate_fails():
     assert_rejected("26.local_shard_shapes", replicate_sharded, "full copy")
 
 
-def test_local_shard_shapes_lists_are_accepted():
+def test_local_shard_shapes_lists_fail():
+    # the task asks for a list of tuples (one shape per rank, like x.shape); lists of lists are refused
     def as_lists(shape, world, dim):
         return [list(s) for s in solution("26.local_shard_shapes")(shape, world, dim)]
 
-    assert check("26.local_shard_shapes", as_lists, show=False).passed
+    assert_rejected("26.local_shard_shapes", as_lists, "should be a tuple of ints, got a list")
+
+
+def test_local_shard_shapes_torch_sizes_are_accepted():
+    import torch
+
+    def as_sizes(shape, world, dim):
+        return [torch.Size(s) for s in solution("26.local_shard_shapes")(shape, world, dim)]
+
+    assert check("26.local_shard_shapes", as_sizes, show=False).passed
+
+
+def test_local_shard_shapes_tuple_of_tuples_fails():
+    def as_tuple(shape, world, dim):
+        return tuple(solution("26.local_shard_shapes")(shape, world, dim))
+
+    assert_rejected("26.local_shard_shapes", as_tuple, "should be a Python list, got tuple")
 
 
 # --------------------------------------------------------------------------

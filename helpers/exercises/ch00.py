@@ -399,6 +399,28 @@ _LIGHTNING_WALKS = tuple(
 )
 
 
+def _moved(to_device: Callable, batch, device):
+    """``to_device(batch, device)``, with a namedtuple rebuilt from one iterable told apart from other crashes.
+
+    ``Box(generator)`` raises ``TypeError: Box.__new__() missing 1 required positional argument``: the
+    learner's code called the namedtuple's constructor the way ``tuple(iterable)`` is called.
+    """
+    try:
+        return to_device(batch, device)
+    except TypeError as exc:
+        text = str(exc)
+        fields = ", ".join(Box._fields)
+        if not text.startswith(f"{Box.__name__}.__new__() missing") or "required positional argument" not in text:
+            raise
+        raise Hint(
+            f"your code raised TypeError: {text}. It rebuilt the namedtuple {Box.__name__} from a single "
+            f"argument holding all the items, as tuple(items) is called; but a namedtuple's constructor takes "
+            f"the fields as separate arguments, {Box.__name__}({fields}), so the other fields went missing.",
+            "Pass the moved items to the namedtuple's constructor one field per argument: unpack them into "
+            "the call (a namedtuple also has a classmethod that builds one from an iterable).",
+        ) from exc
+
+
 @exercise(
     "00.to_device",
     "write to_device(batch, device) that returns a copy of batch, a tensor or a dict/list/tuple/namedtuple "
@@ -415,13 +437,13 @@ def _test_to_device(to_device: Callable) -> None:
     # device, so returning the input unchanged cannot pass.
     meta = torch.device("meta")
     single = torch.arange(3)
-    moved = to_device(single, meta)
+    moved = _moved(to_device, single, meta)
     assert moved is not None, "to_device returned None: return the moved tensor or batch."
     _compare(moved, single, "to_device(tensor, device)", meta)
 
     batch = _example_batch()
     before = _snapshot(batch)
-    result = to_device(batch, meta)
+    result = _moved(to_device, batch, meta)
     assert result is not None, "to_device returned None: return the moved batch."
     _compare(result, before, "batch", meta)
     _unchanged(batch, before, "batch")
@@ -429,7 +451,7 @@ def _test_to_device(to_device: Callable) -> None:
     # The top level need not be a dict.
     for kind, batch in _list_batches().items():
         before = _snapshot(batch)
-        result = to_device(batch, meta)
+        result = _moved(to_device, batch, meta)
         assert result is not None, f"to_device returned None for {kind}: return the moved batch."
         _compare(result, before, f"to_device({kind})", meta)
         _unchanged(batch, before, "batch")
@@ -444,7 +466,7 @@ def _test_to_device(to_device: Callable) -> None:
         "box": Box(corners=torch.tensor([[1, 2, 5, 7]]), label=None),
     }
     before = _snapshot(batch)
-    result = to_device(batch, "cpu")
+    result = _moved(to_device, batch, "cpu")
     assert result is not None, "to_device returned None: return the moved batch."
     _compare(result, before, 'batch (to "cpu")', cpu)
     _unchanged(batch, before, "batch")

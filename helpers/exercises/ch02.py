@@ -612,7 +612,8 @@ def _values(t: torch.Tensor):
 @exercise(
     "02.sgd_step",
     "write sgd_step(params, lr) that updates each leaf tensor p in params in place, p <- p - lr * p.grad, "
-    "without recording the update in the graph, leaves a tensor whose .grad is None alone, and then resets "
+    "without recording the update in the graph and not through .data (which hides the change from autograd's "
+    "checks), leaves a tensor whose .grad is None alone, and then resets "
     "every .grad (to None or zero); it returns nothing. Write it yourself, without torch.optim.",
     reference=sgd_step,
     shortcuts=(
@@ -672,10 +673,11 @@ def _check_sgd_step(candidate: Callable) -> None:
             if torch.allclose(got, want, rtol=1e-5, atol=1e-6):
                 if g is not None and p._version == version:
                     raise Hint(
-                        f"at step {step}, {name} has the right values, but autograd did not see the change: its "
-                        "version counter did not move. That is what an update through .data does (section 4).",
-                        _NO_GRAD_UPDATE + " Changes through .data are hidden from autograd, which can give "
-                        "silently wrong gradients; torch.no_grad() is the current way.",
+                        f"at step {step}, {name} has the right values, but your update went through .data (or "
+                        "another view that autograd does not track): the tensor's version counter did not "
+                        "move, so autograd never saw the change. The task rules out .data updates.",
+                        _NO_GRAD_UPDATE + " Changes through .data are hidden from autograd's checks, which can "
+                        "give silently wrong gradients (section 4); torch.no_grad() is the current way.",
                     )
                 continue
             if g is None:

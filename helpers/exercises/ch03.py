@@ -174,6 +174,10 @@ _COUNT_GOAL = "count_parameters"
     reference=count_parameters,
     shortcuts=("helpers.models.count_parameters",),
     goal=_COUNT_GOAL,
+    hint="model.parameters() (section 10) yields every parameter tensor exactly once, even one that two "
+         "modules share, and never a buffer, while state_dict() also holds the buffers. Add up how many "
+         "elements each tensor has, look at requires_grad only when trainable_only is set, and return a "
+         "Python int, not a tensor.",
 )
 def _check_count_parameters(candidate: Callable) -> None:
     with torch.random.fork_rng(devices=[]):  # the models' initial weights use the global generator
@@ -270,6 +274,10 @@ def _run_recording(model: nn.Module, linears: list[nn.Linear], x: torch.Tensor):
     "Linear(sizes[-2], sizes[-1]), with a ReLU between Linear layers and none after the last "
     "(no other layers: no Dropout, no other activation).",
     reference=build_mlp,
+    hint="Pair each size with the one after it to get the (in, out) of each Linear layer, and put exactly "
+         "one ReLU after every Linear except the last, whose raw outputs are logits. Hand the layers to a "
+         "container that both registers them and runs them in order (section 3); section 4 shows why a "
+         "plain Python list is not enough.",
 )
 def _check_build_mlp(candidate: Callable) -> None:
     # Each size list has distinct (in, out) pairs, so every Linear is known by its shape
@@ -399,6 +407,10 @@ def _standardize_output(module: nn.Module, x: torch.Tensor, when: str) -> torch.
     "mean and std as buffers named 'mean' and 'std' (register_buffer), not as Parameters "
     "(other buffers are allowed, Parameters are not), and computing with those buffers.",
     reference=Standardize,
+    hint="A buffer, registered with register_buffer (section 2), is saved in the state_dict and moved by "
+         ".to(), but parameters() does not list it, so no optimizer changes it. Register mean and std "
+         "under exactly those names in __init__, and compute forward from self.mean and self.std, so that "
+         ".to() and load_state_dict reach the values forward actually uses.",
 )
 def _check_standardize(candidate: Callable) -> None:
     mean = torch.tensor([1.0, -2.0, 0.5])
@@ -452,6 +464,16 @@ def _check_standardize(candidate: Callable) -> None:
                 "registered as non-persistent, so a saved checkpoint would lose them.",
                 "A buffer is persistent (saved) unless you ask otherwise: drop the persistent flag, whose "
                 "default is True.",
+            )
+        saved_buffers = sorted(keys & {n for n, _ in module.named_buffers()})
+        plain = [n for n in missing if isinstance(getattr(module, n, None), torch.Tensor)]
+        if saved_buffers and not plain:  # buffers there are, but under other names than the task's
+            raise Hint(
+                f"state_dict() has keys {sorted(keys)}, without {missing}: your buffers {saved_buffers} are saved, "
+                "but under other names than the ones the task asks for (mean and std). Code that loads a "
+                "checkpoint, or reads model.mean, looks them up by those names.",
+                "The name you pass to register_buffer is the key in state_dict() and the attribute's name: "
+                "register the statistics under the names mean and std.",
             )
         raise Hint(
             f"state_dict() has keys {sorted(keys)}, without {missing}: a plain tensor attribute is "
@@ -626,6 +648,11 @@ def _depth_note(model: nn.Module, name: str) -> str:
     "the bias, where there is one, to zero; leave every other layer alone (parameters and buffers), "
     "change the parameters in place and return model.",
     reference=init_for_relu,
+    hint="model.apply (or a loop over model.modules()) reaches every submodule at any depth, while "
+         "children() gives only the direct ones. Pick the Linear and Conv2d layers by type, fill their "
+         "weights in place with nn.init's Kaiming initialiser told that a ReLU follows, as section 9's "
+         "linear_init does for Linear layers, and zero a bias only where it is not None. Leave every other "
+         "layer alone, and return the model you were given.",
 )
 def _check_init_for_relu(candidate: Callable) -> None:
     torch.manual_seed(0)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from . import Hint, exercise
+from . import Hint, exercise, expect_type
 
 # --------------------------------------------------------------------------
 # 05.normalization_constants
@@ -36,8 +36,13 @@ def _normalization_constants(images: torch.Tensor) -> tuple[float, float]:
 @exercise(
     "05.normalization_constants",
     "return (mean, std) of all pixels of a uint8 tensor [N, 28, 28], after scaling the pixels "
-    "to [0, 1]: one mean and one std over every pixel of every image, as Python floats.",
+    "to [0, 1]: one mean and one std over every pixel of every image, as Python floats (not tensors).",
     reference=_normalization_constants,
+    hint="The section 'Normalisation constants, derived' computes exactly these two numbers for the "
+         "training set; do the same for the images you are given. Convert to floating point and scale to "
+         "[0, 1] first, then take one mean and one standard deviation over every pixel of every image "
+         "together (averaging per-image statistics misses the spread between images), and return both as "
+         "Python floats.",
 )
 def _test_normalization_constants(candidate) -> None:
     g = torch.Generator().manual_seed(5)
@@ -50,11 +55,15 @@ def _test_normalization_constants(candidate) -> None:
     want_mean, want_std = pixels.mean().item(), pixels.std().item()
     result = candidate(images.clone())
     try:
-        mean, std = (float(v) for v in result)
+        mean, std = result
     except (TypeError, ValueError) as exc:
-        raise AssertionError(
-            f"return two numbers (mean, std), e.g. `return m.item(), s.item()`; got {type(result).__name__}"
+        raise Hint(
+            f"the task asks for two numbers (mean, std); your function returned {type(result).__name__}",
+            "Return a tuple of two Python floats; a one-element tensor becomes one with .item().",
         ) from exc
+    # The task says "as Python floats": a 0-dim tensor is not one (NumPy's float64 is a float subclass).
+    expect_type(mean, float, "the mean you returned")
+    expect_type(std, float, "the std you returned")
     if abs(mean - 255 * want_mean) < 1e-2 * 255:
         raise AssertionError(
             f"your mean {mean:.2f} is on the 0-255 scale; divide the pixels by 255 first (as ToDtype(scale=True) does)"
@@ -97,25 +106,12 @@ def _top_confusions(cm: torch.Tensor, k: int) -> list[tuple[int, int, int]]:
     return [(i // c, i % c, n) for n, i in zip(counts.tolist(), flat.tolist()) if n > 0][:k]
 
 
-def _as_int(value) -> int | None:
-    """``value`` as a Python int when it is an integer, else None.
-
-    Accepted: Python ints, NumPy integer scalars and 0-dim torch integer tensors
-    (what iterating over an int64 tensor gives). Refused: floats of any kind, even
-    9.0, and bools.
-    """
-    if isinstance(value, torch.Tensor):
-        integer = not (value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool)
-        return int(value.item()) if value.dim() == 0 and integer else None
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return int(value)
-    return None
+def _is_python_int(value) -> bool:
+    """True for a Python int only: not for a bool (an int subclass), a NumPy integer or a 0-dim tensor."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-_INTS = (
-    "return a list of (true, predicted, count) tuples of ints, e.g. [(4, 9, 12), (7, 2, 9)]; Python "
-    "ints are best (.tolist() gives them), NumPy or 0-dim torch integers are accepted too, floats are not"
-)
+_INTS = "the task asks for a list of (true, predicted, count) tuples of Python ints, e.g. [(4, 9, 12), (7, 2, 9)]"
 
 
 def _normalise_answer(result) -> list[tuple[int, int, int]]:
@@ -127,23 +123,26 @@ def _normalise_answer(result) -> list[tuple[int, int, int]]:
     for item in items:
         if len(item) != 3:
             raise AssertionError(f"{_INTS}; one of your items is {item!r}")
-        values = [_as_int(v) for v in item]
-        if None in values:
-            bad = item[values.index(None)]
-            raise AssertionError(
-                f"{_INTS}; your item {item!r} contains {bad!r} ({type(bad).__name__}). A count of "
-                "mistakes is a whole number: read it straight from the integer matrix, do not "
-                "compute it with floats."
+        bad = next((v for v in item if not _is_python_int(v)), None)
+        if bad is not None:
+            kind = f"a {bad.dtype} tensor" if isinstance(bad, torch.Tensor) else f"type {type(bad).__name__}"
+            whole = ""
+            if isinstance(bad, float) or (isinstance(bad, torch.Tensor) and bad.dtype.is_floating_point):
+                whole = " A count of mistakes is a whole number: it comes from the integer matrix, not from floats."
+            raise Hint(
+                f"{_INTS}; your item {item!r} contains {bad!r}, {kind}, not a Python int.{whole}",
+                "Turn the values you read from the integer matrix into Python ints: .tolist() does that for "
+                "a whole tensor, int() or .item() for one element.",
             )
-        out.append(tuple(values))
+        out.append(item)
     return out
 
 
 @exercise(
     "05.top_confusions",
     "return the k most frequent mistakes in a confusion matrix cm[true, predicted] as a list of "
-    "(true, predicted, count) tuples of ints, largest count first, leaving out the diagonal (correct "
-    "predictions) and zero counts. Equal counts keep the matrix's row-major order: the smaller true "
+    "(true, predicted, count) tuples of Python ints (not tensors), largest count first, leaving out the "
+    "diagonal (correct predictions) and zero counts. Equal counts keep the matrix's row-major order: the smaller true "
     "class first, and within one true class the smaller predicted class first.",
     reference=_top_confusions,
     hint="Take the diagonal out of the ranking, then rank every remaining cell of the flattened matrix "
@@ -345,6 +344,11 @@ def _same(tensors_a, tensors_b, atol: float = 1e-5) -> bool:
     "with the mean cross-entropy of the model's logits, returning the loss as a Python float. The model "
     "may arrive in evaluation mode.",
     reference=_train_step,
+    hint="This is one turn of the five-step loop of chapter 04 that the Training section describes: put "
+         "the model in training mode first, since it may arrive in evaluation mode, compute the "
+         "cross-entropy of the raw logits (it applies log-softmax itself), clear the old gradients before "
+         "backward() because backward() adds into .grad, then step the optimizer you were given. Return "
+         "the loss you computed before the update, read out as a Python float.",
 )
 def _test_train_step(candidate) -> None:
     g = torch.Generator().manual_seed(7)
@@ -466,6 +470,11 @@ def _evaluate_accuracy(model: nn.Module, loader) -> float:
     "(x, y)) that the model classifies correctly, in [0, 1], evaluated the way an evaluation must be "
     "(the model arrives in training mode).",
     reference=_evaluate_accuracy,
+    hint="Evaluation differs from training in the two ways the Evaluation section shows: the model goes "
+         "into evaluation mode (Dropout off, BatchNorm on its running statistics) and autograd stops "
+         "recording. Take one predicted class per sample (an argmax over the class dimension), add up "
+         "correct predictions and samples over all batches, and divide only at the end, so that the "
+         "smaller last batch weighs what it holds.",
 )
 def _test_evaluate_accuracy(candidate) -> None:
     torch.manual_seed(1)
@@ -476,14 +485,20 @@ def _test_evaluate_accuracy(candidate) -> None:
         model[1].running_var.uniform_(0.5, 2.0)
     g = torch.Generator().manual_seed(8)
     x = torch.randn(50, 6, generator=g)
+    # The first sample of each batch, scaled up, holds the largest logit of its batch: an argmax over the
+    # whole flattened [B, C] batch then lands in row 0 (an index below C), and gives a distinct accuracy.
+    x[0::16] *= 10
     judge = copy.deepcopy(model).eval()
     with torch.no_grad():
-        predicted = judge(x).argmax(dim=1)
+        logits = judge(x)
+        predicted = logits.argmax(dim=1)
     # 50 samples in batches of 16, 16, 16 and 2: three in four right in the full batches, none in the last.
     right = torch.tensor([i < 48 and i % 4 != 0 for i in range(50)])
     y = torch.where(right, predicted, (predicted + 1) % 4)
     want = right.sum().item() / 50  # 36 / 50
     per_batch_mean = sum(right[i : i + 16].float().mean().item() for i in range(0, 50, 16)) / 4
+    # predictions from an argmax with no dim: one flat index into the batch's [B, C] logits, not a class per sample
+    flat_argmax = sum((logits[i : i + 16].argmax() == y[i : i + 16]).sum().item() for i in range(0, 50, 16)) / 50
     loader = DataLoader(TensorDataset(x, y), batch_size=16)
 
     model.train()  # as training leaves it
@@ -509,6 +524,14 @@ def _test_evaluate_accuracy(candidate) -> None:
             f"you returned {accuracy:.4f}, the mean of the per-batch accuracies. The last batch holds only 2 of "
             f"the 50 samples, yet counts as much as a full one; count correct predictions over all samples "
             f"({want:g} here)."
+        )
+    if abs(accuracy - flat_argmax) < 1e-6 and abs(accuracy - want) > 1e-6:
+        raise Hint(
+            f"you returned {accuracy:g} ({want:g} expected): that is the accuracy of one prediction per batch, the "
+            "position of the largest logit in the whole [B, C] batch (a single flat index in [0, B*C)), compared "
+            "with every label. A prediction is one class per sample: which dimension does your argmax reduce?",
+            "argmax with no dim flattens the tensor and returns one index; told the class dimension (dim of "
+            "[B, C] logits), it returns one class index per row.",
         )
     assert abs(accuracy - want) < 1e-6, (
         f"{right.sum().item()} of the 50 samples are classified correctly, an accuracy of {want:g}; you returned "

@@ -47,15 +47,20 @@ _LIBRARY_SPLITS = (
 
 
 def _as_indices(result, n: int, worker_id: int, num_workers: int) -> list[int]:
-    if isinstance(result, torch.Tensor):
-        result = result.tolist()
-    try:
-        return [int(i) for i in result]
-    except (TypeError, ValueError) as exc:
-        raise AssertionError(
-            f"shard_range({n}, {worker_id}, {num_workers}) returned {type(result).__name__}; "
-            "return a range of ints, e.g. range(start, stop)"
-        ) from exc
+    # The task asks for one contiguous `range`: a list (or a tensor) of the same indices is another type.
+    if not isinstance(result, range):
+        raise Hint(
+            f"shard_range({n}, {worker_id}, {num_workers}) returned {type(result).__name__}; the task asks for "
+            "one contiguous range object.",
+            "A range(start, stop) holds only its two ends, whatever its length; a list stores every index.",
+        )
+    return list(result)
+
+
+def _fair_sizes(n: int, k: int) -> str:
+    """The block sizes a fair split of ``n`` over ``k`` workers has, in words ("2 or 3", "4")."""
+    base = n // k
+    return f"{base} or {base + 1}" if n % k else f"{base}"
 
 
 def _check_shards(candidate, n: int, k: int) -> None:
@@ -106,23 +111,46 @@ def _check_shards(candidate, n: int, k: int) -> None:
             "Compute each worker's start from the sizes of the blocks of the workers before it.",
         )
     if max(sizes) - min(sizes) > 1:
+        spread = max(sizes) - min(sizes)
+        fair = (f"The coverage is right, but the split is not fair: the epoch waits for the busiest worker while "
+                f"another idles. Fair blocks here hold {_fair_sizes(n, k)} indices each, so that any two differ "
+                "in size by at most 1.")
+        base, extra = divmod(n, k)
+        if sizes == [base] * (k - 1) + [base + extra]:
+            raise Hint(
+                f"for n={n} and {k} workers your block sizes are {sizes}: every worker but the last reads {base} "
+                f"indices, and the last one also all {extra} left over (n % num_workers), {spread} more than the "
+                f"others. {fair}",
+                "The leftover indices need not go to one worker: spread them out, at most one extra per worker.",
+            )
+        chunk = math.ceil(n / k)
+        if sizes == [min(chunk, max(0, n - w * chunk)) for w in range(k)]:
+            raise Hint(
+                f"for n={n} and {k} workers your block sizes are {sizes}: the first workers read ceil(n / "
+                f"num_workers) = {chunk} each, and what is left for the last ones falls short by up to {spread}. "
+                f"{fair}",
+                "Rounding every block up hands the whole shortfall to the last workers; round down instead, and "
+                "spread what is left over, at most one extra index per worker.",
+            )
         raise Hint(
-            f"for n={n} and {k} workers the block sizes are {sizes}: they differ by {max(sizes) - min(sizes)}. "
-            "The coverage is right, but the split is not fair: the epoch waits for the busiest worker while "
-            "another idles. Fair blocks differ in size by at most 1.",
-            f"Rounding every block up to ceil(n / num_workers) = {math.ceil(n / k)} leaves the last workers short. "
-            f"Give each worker n // num_workers = {n // k} indices, and one more to the first n % num_workers = {n % k}.",
+            f"for n={n} and {k} workers your block sizes are {sizes}: they differ by {spread}. {fair}",
+            "Work out how many indices are left over after giving each worker the smaller size, and spread "
+            "them out, at most one extra per worker.",
         )
 
 
 @exercise(
     "06.shard_range",
-    "return the contiguous range of indices that worker `worker_id` of `num_workers` reads from a "
-    "stream of n samples: together the workers cover 0..n-1 exactly once, worker 0 first, and the "
+    "return the contiguous range (a range object) of indices that worker `worker_id` of `num_workers` "
+    "reads from a stream of n samples: together the workers cover 0..n-1 exactly once, worker 0 first, and the "
     "block sizes of any two workers differ by at most 1.",
     reference=_shard_range,
     shortcuts=_LIBRARY_SPLITS,
     goal="the split",
+    hint="Think of n // num_workers indices per worker plus n % num_workers left over, handed out one "
+         "apiece to the first workers. A worker's block then starts where the blocks of all the workers "
+         "before it end, which you can work out from its id without a loop; return it as a range(start, "
+         "stop).",
 )
 def _test_shard_range(candidate) -> None:
     for n, k in _SHARD_CASES:
@@ -178,11 +206,13 @@ def _check_weights(candidate, sizes: dict[int, int], power: float, g: torch.Gene
     n = len(targets)
     case = f"for class sizes {dict(sorted(sizes.items()))} (classes 0..{num_classes - 1}) and power={power}"
     weights = candidate(targets.clone(), num_classes, power)
-    if not isinstance(weights, torch.Tensor):
-        try:
-            weights = torch.as_tensor(weights)
-        except (TypeError, ValueError, RuntimeError) as exc:
-            raise AssertionError(f"{case}: return a tensor of shape [N]; got {type(weights).__name__}") from exc
+    if not isinstance(weights, torch.Tensor):  # the task asks for a float tensor, not a list or an array
+        raise Hint(
+            f"{case}: the task asks for a float tensor of shape [{n}]; your function returned "
+            f"{type(weights).__name__}.",
+            "Keep the computation in torch from the counts to the weights; .tolist() or NumPy turn a tensor "
+            "into another type.",
+        )
     if weights.shape == (num_classes,):
         raise Hint(
             f"{case} you returned {num_classes} per-class weights; WeightedRandomSampler needs one weight per "
@@ -232,10 +262,15 @@ def _check_weights(candidate, sizes: dict[int, int], power: float, g: torch.Gene
 
 @exercise(
     "06.sampling_weights",
-    "return one float weight per sample (shape [N]) such that WeightedRandomSampler draws class c with "
-    "probability proportional to n_c ** power, where n_c is the number of samples of class c "
+    "return a float tensor of shape [N], one weight per sample, such that WeightedRandomSampler draws "
+    "class c with probability proportional to n_c ** power, where n_c is the number of samples of class c "
     "(power=1: natural frequencies; power=0: balanced classes; power=0.5: square-root sampling).",
     reference=_sampling_weights,
+    hint="The sampler draws a class with probability equal to that class's share of the total weight, and "
+         "a class's total is its number of samples times the weight of one of its samples; solve that for "
+         "the per-sample weight that makes the total n_c ** power. Count the classes as the Samplers "
+         "section does (its 1 / n_c weights are the power = 0 case), work in floating point, and make sure "
+         "nothing computed for a class with no samples ever reaches a real sample.",
 )
 def _test_sampling_weights(candidate) -> None:
     g = torch.Generator().manual_seed(6)

@@ -8,7 +8,7 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-from . import Hint, exercise
+from . import Hint, Shortcut, exercise, expect_type
 
 # --------------------------------------------------------------------------
 # 07.receptive_field
@@ -58,12 +58,7 @@ def _measured_receptive_field(layers: list[tuple[int, int, int]], expected: int)
 
 
 def _as_int(value, layers) -> int:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise AssertionError(f"return one int (a side length in pixels); for {layers} you returned {value!r}")
+    expect_type(value, int, f"the receptive field of {layers} (a side length in pixels)")
     return value
 
 
@@ -85,11 +80,39 @@ def _random_stacks(count: int) -> list[tuple[str, list[tuple[int, int, int]]]]:
     return stacks
 
 
+#: Ways to measure the field instead of working it out: run real layers, then read which inputs matter.
+_MEASURED_BY = "and measuring its output"
+_MEASURING = (
+    *(Shortcut(f"torch.conv{n}d", does=f"running a convolution (`F.conv{n}d`) {_MEASURED_BY}")
+      for n in (1, 2, 3)),
+    Shortcut("torch.nn.modules.conv._ConvNd",
+             does=f"running a convolution layer (`nn.Conv1d`, `nn.Conv2d`, ...) {_MEASURED_BY}"),
+    *(Shortcut(f"torch.nn.functional.{kind}_pool{n}d",
+               does=f"running a pooling layer (`F.{kind}_pool{n}d`) {_MEASURED_BY}")
+      for kind in ("max", "avg") for n in (1, 2, 3)),
+    Shortcut("torch.nn.modules.pooling._MaxPoolNd",
+             does=f"running a pooling layer (`nn.MaxPool1d`, `nn.MaxPool2d`, ...) {_MEASURED_BY}"),
+    Shortcut("torch.nn.modules.pooling._AvgPoolNd",
+             does=f"running a pooling layer (`nn.AvgPool1d`, `nn.AvgPool2d`, ...) {_MEASURED_BY}"),
+    Shortcut("torch.autograd.grad", does="measuring the field with autograd (`torch.autograd.grad`)"),
+    Shortcut("torch.Tensor.backward", does="measuring the field with autograd (`backward()`)"),
+)
+
+
 @exercise(
     "07.receptive_field",
-    "return the receptive field (side length in input pixels) of one output pixel of a stack of "
-    "convolution or pooling layers, given as a list of (kernel, stride, dilation) tuples from input to output.",
+    "return the receptive field (side length in input pixels, a Python int) of one output pixel of a stack of "
+    "convolution or pooling layers, given as a list of (kernel, stride, dilation) tuples from input to output. "
+    "Work it out from the kernel sizes, strides and dilations: running layers (convolution, pooling) or "
+    "autograd to measure it is refused.",
     reference=_receptive_field,
+    shortcuts=_MEASURING,
+    goal="the receptive-field arithmetic (from the kernel sizes, strides and dilations)",
+    hint="Work in one dimension, from the input to the output, and keep track of how many input pixels lie "
+         "between two neighbouring positions of the current layer's input: the strides of the earlier "
+         "layers multiply into that distance, while a layer's own stride only matters for the layers after "
+         "it. Each layer widens the field by the extra positions its kernel spans once dilation spreads "
+         "the taps apart, measured in that distance.",
 )
 def _test_receptive_field(candidate) -> None:
     cases = [
@@ -172,6 +195,10 @@ def _strip_prefix(state_dict: dict, prefix: str) -> OrderedDict:
     "that prefix removed (at the start only); other keys unchanged, the values the very same tensors, "
     "and the input dict left unchanged.",
     reference=_strip_prefix,
+    hint="Build a new dict by walking the items in their original order and changing only the keys. "
+         "Python's str has a method that removes a prefix only when the string starts with it, and only "
+         "once, unlike str.replace or str.lstrip; keep each value as the very same tensor (no clone), and "
+         "use the prefix argument rather than a hard-coded 'module.'.",
 )
 def _test_strip_prefix(candidate) -> None:
     g = torch.Generator().manual_seed(7)

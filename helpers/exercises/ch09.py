@@ -53,8 +53,12 @@ def _as_bool_mask(result, T: int) -> torch.Tensor:
     "09.local_causal_mask",
     "return a bool [T, T] mask in F.scaled_dot_product_attention's convention (True = may attend) "
     "where query i may attend to key j when j <= i and i - j < window (itself and the window - 1 "
-    "keys before it), for all pairs at once (no Python loop).",
+    "keys before it), for all pairs at once with tensor operations (no Python loop or comprehension over positions).",
     reference=_local_causal_mask,
+    hint="Make a column of query positions and a row of key positions and compare them by broadcasting, as "
+         "section 2's padding mask compares positions with lengths: each condition of the task then gives "
+         "a whole bool [T, T] tensor, and the mask is where both hold. Rows are queries and columns are "
+         "keys, and True must mean 'may attend'.",
 )
 def _test_local_causal_mask(candidate) -> None:
     _ALL_PAIRS = ("think of the mask as a function of the pair (i, j): tensors of query and key positions, "
@@ -170,6 +174,11 @@ _SDPA_KERNELS = (
           for op in _SDPA_KERNELS if hasattr(torch.ops.aten, op)),
     ),
     goal="softmax(q k^T / sqrt(d)) v and the head grouping",
+    hint="Give every query head its key/value head first: query heads h*g to h*g+g-1 share kv head h, so "
+         "each kv head must be repeated g times in place along the head dimension (0, 0, 1, 1, ...), not "
+         "the whole head axis tiled (0, 1, 0, 1, ...), and the two ways of repeating a tensor differ "
+         "exactly there. Then it is ordinary scaled dot-product attention as section 1 writes it, with "
+         "section 2's causal mask when causal=True.",
 )
 def _test_grouped_query_attention(candidate) -> None:
     g = torch.Generator().manual_seed(9)
@@ -212,6 +221,36 @@ def _test_grouped_query_attention(candidate) -> None:
         if torch.allclose(got, unscaled, atol=1e-5, rtol=1e-4):
             raise Hint(f"your scores are too large: the output matches attention without the 1/sqrt(d) factor {where}",
                        f"divide the scores q @ k^T by sqrt(d) = {math.sqrt(d):g} before the softmax")
+        by_d = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True, scale=1.0 / d)
+        if torch.allclose(got, by_d, atol=1e-5, rtol=1e-4):
+            raise Hint(
+                f"your scores are too small: the output matches attention with q @ k^T divided by d = {d}, where "
+                f"the task divides by sqrt(d) = {math.sqrt(d):g} {where}",
+                "the 1/sqrt(d) factor keeps the variance of a dot product of d unit-variance numbers at 1; dividing "
+                "by d shrinks the scores further and flattens the softmax",
+            )
+        bad_rows = (~torch.isfinite(got)).any(dim=-1)  # [B, Hq, T]: queries whose output holds NaN or inf
+        if bad_rows.any():
+            queries = sorted({int(i) for i in bad_rows.nonzero()[:, -1]})
+            kept = torch.ones(T, S, dtype=torch.bool).tril()
+            inverted = (q @ k.repeat_interleave(group, 1).transpose(-2, -1) / math.sqrt(d)).masked_fill(kept, float("-inf"))
+            inverted = inverted.softmax(dim=-1) @ v.repeat_interleave(group, 1)
+            same_nan = torch.equal(torch.isnan(got), torch.isnan(inverted))
+            if causal and same_nan and torch.allclose(got.nan_to_num(), inverted.nan_to_num(), atol=1e-5, rtol=1e-4):
+                raise Hint(
+                    f"with causal=True your output is NaN for query {queries[0]}"
+                    f"{f' (and {len(queries) - 1} more)' if len(queries) > 1 else ''} {where}: "
+                    "your mask is inverted. It sets to -inf the keys a query may see (j <= i) and keeps the later "
+                    "ones, so the last query has no key left, and a softmax over only -inf scores is 0/0 = NaN",
+                    "masked_fill writes -inf where its mask is True: that mask must be True exactly for the "
+                    "forbidden pairs, the keys after the query (above the diagonal)",
+                )
+            raise Hint(
+                f"your output holds NaN or inf for queries {queries[:5]} {where}: a softmax over a row whose scores "
+                "are all -inf (or inf) is 0/0",
+                "every query must keep at least one key (itself, in the causal case) with a finite score; check "
+                "which pairs your mask sets to -inf",
+            )
         if causal and torch.allclose(got, F.scaled_dot_product_attention(q, k, v, enable_gqa=True), atol=1e-5, rtol=1e-4):
             raise Hint(f"with causal=True query i may only attend to keys j <= i; your output ignores the mask {where}",
                        "the forbidden scores (key j after query i) must become -inf before the softmax, so that "

@@ -98,10 +98,16 @@ _SGD_MISTAKES = {  # kind -> (what went wrong, fuller hint); neither pastes the 
 @exercise(
     "10.sgd_step",
     "write sgd_step(param, grad, buf, lr, momentum, weight_decay, nesterov) returning (new_param, new_buf) "
-    "after one step of torch.optim.SGD; buf is None before the first step (and new_buf None when momentum is 0).",
+    "after one step of torch.optim.SGD, as new tensors (param, grad and buf left unchanged); buf is None before "
+    "the first step (and new_buf None when momentum is 0).",
     reference=_sgd_step,
     shortcuts=("torch.optim.SGD", "torch.optim.sgd.sgd"),
     goal="the SGD update",
+    hint="Follow the SGD rows of the table in 'The update rules, as torch.optim writes them': L2 weight "
+         "decay changes the gradient before anything else, the momentum buffer holds gradients only (it "
+         "starts as the first gradient, and with dampening 0 nothing scales the new one), and Nesterov "
+         "steps along a different direction than the buffer itself. The current lr multiplies the "
+         "direction only when the parameter is updated; return new tensors and leave the inputs alone.",
 )
 def _test_sgd_step(candidate) -> None:
     gen = torch.Generator().manual_seed(10)
@@ -126,7 +132,19 @@ def _test_sgd_step(candidate) -> None:
             p.grad = g.clone()
             opt.step()
             where = f"{label}, step {step} (lr {lr})"
-            out = candidate(param.clone(), g.clone(), None if buf is None else buf.clone(), lr, momentum, wd, nesterov)
+            inputs = {"param": param.clone(), "grad": g.clone(), "buf": None if buf is None else buf.clone()}
+            out = candidate(inputs["param"], inputs["grad"], inputs["buf"], lr, momentum, wd, nesterov)
+            originals = {"param": param, "grad": g, "buf": buf}
+            changed = [name for name, value in inputs.items()
+                       if value is not None and not torch.equal(value, originals[name])]
+            if changed:
+                raise Hint(
+                    f"{where}: your function changed its input {' and '.join(f'`{n}`' for n in changed)} in place; "
+                    "the task asks for new tensors, with param, grad and buf left as they were",
+                    "in-place methods (the ones ending in _, and +=, -=, *= on a tensor) write into the caller's "
+                    "tensors: an optimizer owns those, and the checker reuses them for the next step. Build the "
+                    "results with out-of-place operations",
+                )
             if not isinstance(out, (tuple, list)) or len(out) != 2:
                 raise AssertionError(f"{where}: return a tuple (new_param, new_buf), got {type(out).__name__}")
             got_p, got_buf = out
@@ -238,6 +256,10 @@ def _names(model: nn.Module, params) -> list[str]:
     '{"params": <trainable params with fewer dims: biases, norm scales, ...>, "weight_decay": 0.0}], '
     "decided by each parameter's number of dimensions, frozen parameters left out.",
     reference=_decay_param_groups,
+    hint="named_parameters() (or parameters()) visits a tied Parameter only once; skip the frozen ones and "
+         "sort the rest into two real lists by their number of dimensions (Tensor.ndim), whatever their "
+         "names or layer types. Then put the two lists into the group dicts the task describes, as the "
+         "Parameter groups section builds groups.",
 )
 def _test_decay_groups(candidate) -> None:
     for wd in (0.05, 0.1):

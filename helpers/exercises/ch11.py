@@ -9,7 +9,7 @@ import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
 from torch.utils.data import DataLoader
 
-from . import exercise
+from . import exercise, expect_type
 
 # --------------------------------------------------------------------------
 # 11.warmup_cosine_lr
@@ -93,6 +93,10 @@ _SCHEDULER_SHORTCUTS = tuple(
     reference=_warmup_cosine_lr,
     shortcuts=_SCHEDULER_SHORTCUTS,
     goal="the warmup + cosine formula",
+    hint="Treat it as two pieces split at the milestone, using the formulas of 'The schedules': before it, "
+         "LinearLR's factor moves in a straight line from start_factor towards 1 and reaches 1 only at "
+         "step warmup_steps; from the milestone on, CosineAnnealingLR starts at its own step 0, at "
+         "base_lr, and runs half a cosine down to eta_min over the steps left after the warmup.",
 )
 def _test_warmup_cosine_lr(candidate) -> None:
     cases = [  # base_lr, warmup_steps, total_steps, start_factor, eta_min
@@ -129,8 +133,9 @@ def _test_warmup_cosine_lr(candidate) -> None:
             if math.isclose(got, eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * k / total)) / 2, rel_tol=1e-6) \
                     or math.isclose(got, eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * step / total)) / 2,
                                     rel_tol=1e-6):
-                raise AssertionError(f"{where}. Your cosine is too long: its T_max covers only the steps left "
-                                     "after the warmup, not the whole run")
+                raise AssertionError(f"{where}. Your cosine is too long: it spans total_steps, the whole run, "
+                                     "while the CosineAnnealingLR of the task has T_max = total_steps - warmup_steps, "
+                                     "only the steps left after the warmup")
             if T > 1 and math.isclose(got, eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * (k + 1) / T)) / 2,
                                       rel_tol=1e-6):
                 raise AssertionError(f"{where}. Off by one: at step warmup_steps (the milestone) the cosine is at its "
@@ -175,8 +180,12 @@ def _simulated_steps(epochs, dataset_size, batch_size, drop_last, accumulation_s
     "11.total_steps",
     "return total_steps(epochs, dataset_size, batch_size, drop_last, accumulation_steps): the number of optimizer "
     "steps (= scheduler steps, OneCycleLR's total_steps) of a run that steps after every accumulation_steps "
-    "micro-batches and once more at the end of an epoch for a leftover group.",
+    "micro-batches and once more at the end of an epoch for a leftover group, as a Python int.",
     reference=_total_steps,
+    hint="Count one epoch first: how many batches the DataLoader yields (rounded up, or rounded down when "
+         "drop_last drops the short last batch), then how many groups of accumulation_steps those batches "
+         "make, a short leftover group counting too. The count restarts in every epoch, so multiply by the "
+         "number of epochs only at the end, and return an int.",
 )
 def _test_total_steps(candidate) -> None:
     cases = [  # epochs, dataset_size, batch_size, drop_last, accumulation_steps
@@ -193,12 +202,8 @@ def _test_total_steps(candidate) -> None:
         args = dict(epochs=epochs, dataset_size=n, batch_size=b, drop_last=drop_last, accumulation_steps=accum)
         want = _simulated_steps(**args)
         got = candidate(**args)
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            got = got.item()
-        if isinstance(got, float) and got.is_integer():
-            got = int(got)
-        if isinstance(got, bool) or not isinstance(got, numbers.Integral):
-            raise AssertionError(f"{args}: return an int (a count of steps), got {got!r}")
+        # OneCycleLR(total_steps=6.0) raises: the count must be a Python int, not a float (or a tensor) equal to one
+        expect_type(got, int, f"{args}: your count of steps ({got!r:.40})")
         if got == want:
             continue
         where = f"{args}: the training loop takes {want} optimizer steps, you returned {got}"

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import exercise
+from . import Shortcut, exercise
 
 
 @contextlib.contextmanager
@@ -42,6 +42,20 @@ _BATCH_NORM_FUNCTIONS = (
 )
 _GROUP_NORM_FUNCTIONS = _BATCH_NORM_FUNCTIONS
 
+# The same routes, and the kernels and layers that compute a normalisation's statistics for you, as the
+# framework's shortcuts: they are refused however the answer reached them (an alias imported by name too).
+_NORM_SHORTCUTS = (
+    *(f"{owner.__name__}.{name}" for owner, name in _BATCH_NORM_FUNCTIONS),
+    Shortcut("torch.batch_norm_update_stats", does="`torch.batch_norm_update_stats` (BatchNorm's own statistics kernel)"),
+    Shortcut("torch.batch_norm_stats", does="`torch.batch_norm_stats` (BatchNorm's own statistics kernel)"),
+    "torch.batch_norm_gather_stats", "torch.batch_norm_elemt",
+    Shortcut("torch.nn.functional.rms_norm", does="`F.rms_norm` (a library normalisation)"),
+    Shortcut("torch.rms_norm", does="`torch.rms_norm` (a library normalisation)"),
+    Shortcut("torch.nn.RMSNorm", does="`nn.RMSNorm` (a library normalisation layer)"),
+    Shortcut("torch.nn.functional.local_response_norm", does="`F.local_response_norm` (a library normalisation)"),
+    Shortcut("torch.nn.LocalResponseNorm", does="`nn.LocalResponseNorm` (a library normalisation layer)"),
+)
+
 # --------------------------------------------------------------------------
 # 12.inverted_dropout
 # --------------------------------------------------------------------------
@@ -72,9 +86,13 @@ def _dropout_case(shape, p, seed):
 
 @exercise(
     "12.inverted_dropout",
-    "return inverted dropout of x with the given bool keep-mask (True = kept) and drop probability p: "
+    "return inverted dropout of x with the given bool keep-mask (True = kept) and drop probability p (0 <= p < 1): "
     "kept elements scaled by 1/(1 - p), dropped ones 0, as nn.Dropout(p) does in training mode.",
     reference=_inverted_dropout,
+    hint="Inverted dropout zeroes the dropped elements and scales the kept ones up during training, so "
+         "that each output's expected value equals its input (the Dropout section); p is the probability "
+         "of dropping, not of keeping. The bool mask can act as a factor or in torch.where; build a new "
+         "tensor of x's dtype and leave x alone.",
 )
 def _test_inverted_dropout(candidate) -> None:
     # A small p with a mask that drops some elements: the kept ones barely change, the dropped ones are 0.
@@ -201,8 +219,16 @@ def _bn_variants(batches, momentum):
 @exercise(
     "12.bn_running_stats",
     "return (running_mean, running_var) of a fresh nn.BatchNorm2d after it has seen the given list of "
-    "[N, C, H, W] batches in training mode with the given momentum (None = cumulative average); do not use nn.BatchNorm.",
+    "[N, C, H, W] batches in training mode with the given momentum (None = cumulative average); do not use nn.BatchNorm, "
+    "its kernels (torch.batch_norm_update_stats) or another library normalisation.",
     reference=_bn_running_stats,
+    shortcuts=_NORM_SHORTCUTS,
+    goal="the running statistics",
+    hint="Start from a fresh BatchNorm's buffers (mean 0, variance 1) and blend in each batch's "
+         "per-channel statistics, taken over N, H and W together, with momentum as the weight of the NEW "
+         "batch, the opposite of an optimizer's momentum (section 'BatchNorm and its running statistics'). "
+         "running_var stores the unbiased batch variance (Bessel's correction), and momentum=None gives "
+         "the k-th batch the weight of a plain cumulative average.",
 )
 def _test_bn_running_stats(candidate) -> None:
     g = torch.Generator().manual_seed(12)
@@ -274,9 +300,16 @@ def _group_norm(x: torch.Tensor, num_groups: int, weight: torch.Tensor, bias: to
 
 @exercise(
     "12.group_norm",
-    "write group_norm(x, num_groups, weight, bias, eps=1e-5) for x [N, C, *] without nn.GroupNorm or "
-    "F.group_norm; it must equal F.group_norm(x, num_groups, weight, bias, eps).",
+    "write group_norm(x, num_groups, weight, bias, eps=1e-5) for x [N, C, *] without nn.GroupNorm, "
+    "F.group_norm or another library normalisation (F.layer_norm, F.rms_norm, nn.RMSNorm, ...); it must equal F.group_norm(x, num_groups, weight, bias, eps).",
     reference=_group_norm,
+    shortcuts=_NORM_SHORTCUTS,
+    goal="the normalisation",
+    hint="Consecutive channels sit next to each other in memory, so a reshape to [N, G, rest] puts each "
+         "sample's group, its channels and all their positions, in one row. Normalise each row with its "
+         "own mean and biased variance, adding eps to the variance inside the square root, reshape back to "
+         "x's shape, and only then apply weight and bias per channel, shaped so they broadcast over the "
+         "positions.",
 )
 def _test_group_norm(candidate) -> None:
     g = torch.Generator().manual_seed(21)

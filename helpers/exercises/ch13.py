@@ -85,6 +85,11 @@ def _freeze_all_but_last(model: nn.Module, k: int) -> int:
     "bn2 and classifier, put the frozen part (its BatchNorm layers) in eval() mode and leave the trainable part "
     "in train() mode; return the number of trainable scalar parameters.",
     reference=_freeze_all_but_last,
+    hint="Freezing is two separate switches (section 'Freezing a backbone'): requires_grad off for the "
+         "parameters, and eval() on the frozen modules so that their BatchNorm keeps its stored "
+         "statistics. Freeze the whole model first, then switch the tail (the last k blocks, conv_head, "
+         "bn2, classifier) back to trainable and explicitly into train() mode, whatever mode the model "
+         "arrived in; make sure k = 0 selects no block, and count elements, not tensors, as a Python int.",
 )
 def _test_freeze_all_but_last(candidate) -> None:
     mode_error = None  # the BatchNorm modes are judged after the parameters and counts of every case
@@ -226,10 +231,14 @@ def _depth_of(model: nn.Module) -> dict[int, int]:
 
 @exercise(
     "13.layerwise_param_groups",
-    "return a list of parameter groups (dicts with 'params' and 'lr'), one per depth: classifier 0, "
+    "return a list of parameter groups (dicts with 'params', a list of tensors, and 'lr'), one per depth: classifier 0, "
     "conv_head + bn2 1, blocks[-1] 2, ..., conv_stem + bn1 deepest; lr = base_lr * decay ** depth; "
     "every parameter in exactly one group.",
     reference=_layerwise_param_groups,
+    hint="Write the depths down as lists of modules from the top: the classifier, then conv_head with bn2, "
+         "then the blocks in reverse order, and conv_stem with bn1 last. Then build one dict per depth "
+         "holding all the parameters of its modules, with a rate that shrinks geometrically with the "
+         "depth's index, like the hand-made groups of 'Three ways to use the weights'.",
 )
 def _test_layerwise_param_groups(candidate) -> None:
     for label, model in _efficientnets():
@@ -243,7 +252,16 @@ def _test_layerwise_param_groups(candidate) -> None:
                 seen: dict[int, int] = {}
                 group_params: list[set[int]] = []
                 group_lrs: list[float] = []
-                for group in groups:
+                for i, group in enumerate(groups):
+                    if not isinstance(group["params"], (list, tuple)):
+                        raise Hint(
+                            f"{label}: group {i}'s 'params' is a {type(group['params']).__name__}, not a list: a "
+                            "generator or iterator can be read only once, so whoever reads the group second (an "
+                            "optimizer's add_param_group, a check, a second optimizer) finds it empty (chapter 10's "
+                            "Pitfall 1)",
+                            "materialise each group's parameters into a real list before returning them, as chapter "
+                            "10's Pitfall 1 does for the second optimizer",
+                        )
                     params = list(group["params"])
                     group_lr = group["lr"]
                     group_params.append({id(p) for p in params})

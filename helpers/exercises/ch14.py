@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..checkpoint import rng_state, set_rng_state
-from . import Hint, exercise
+from . import Hint, exercise, expect_type
 
 # --------------------------------------------------------------------------
 # 14.state_dict_diff
@@ -77,6 +77,10 @@ def _diff_case(g: torch.Generator):
     "the same shape but a different dtype or values that are not exactly equal (no tolerance; as in torch.equal, a "
     "NaN never equals itself, so a tensor holding NaN counts as changed).",
     reference=_state_dict_diff,
+    hint="Walk a's keys in order and ask three questions of each: is it in b at all, do the shapes agree, "
+         "and do dtype and values agree exactly (torch.equal); then walk b for the keys that a lacks. "
+         "Compare shapes before values, since == broadcasts a [1, 4] against a [4], and compare dtypes "
+         "separately, since torch.equal promotes them.",
 )
 def _test_state_dict_diff(candidate) -> None:
     g = torch.Generator().manual_seed(14)
@@ -255,6 +259,10 @@ def _resume_train(model, optimizer, scheduler, scaler, start: int, stop: int) ->
     "GradScaler and random-generator states from the checkpoint dict (keys 'model', 'optimizer', 'scheduler', "
     "'scaler', 'step', 'rng') into the fresh objects, and return the step to continue from.",
     reference=_resume,
+    hint="Each of the four objects has a state_dict() for saving and a matching load_state_dict() that "
+         "restores it (section 'A full checkpoint, and resuming exactly'). The random generators need "
+         "restoring too, all of them, with the helpers.checkpoint function that undoes rng_state(), and "
+         "the saved step is already the index of the next step to run.",
 )
 def _test_resume(candidate) -> None:
     import numpy as np
@@ -300,11 +308,10 @@ def _check_resume(candidate) -> None:
     step = candidate(checkpoint, *fresh)
     model, optimizer, scheduler, scaler = fresh
 
-    if isinstance(step, torch.Tensor) and step.numel() == 1:
-        step = step.item()
     restores = "Each of these objects has a state_dict() when saving and a matching method that restores it."
     if step is None:
         raise AssertionError("return the step to continue from (checkpoint['step']); your function returned None")
+    expect_type(step, int, "the step you returned")
     if step != _CRASH_AT:
         raise AssertionError(
             f"return the index of the next step to run: the checkpoint was saved after {_CRASH_AT} steps "
@@ -434,6 +441,11 @@ def _saved_bytes(obj) -> int:
     "shared with the checkpoint's tensors), the "
     "checkpoint left unchanged.",
     reference=_inference_state,
+    hint="Loop over checkpoint['model'] only and convert just the tensors for which is_floating_point() "
+         "holds; then make every result an independent, contiguous copy. .to(dtype) hands back the very "
+         "same tensor when the dtype already matches (always for integer buffers), and a view keeps its "
+         "base's whole storage, which torch.save writes in full: the 4 MB file for 10 floats of section "
+         "'What to save'.",
 )
 def _test_inference_state(candidate) -> None:
     shared_memory = None  # (dtype, keys) of the first result that shares memory with the checkpoint
@@ -474,6 +486,18 @@ def _test_inference_state(candidate) -> None:
                 f"with dtype={dtype} your result saves to {size:,} bytes, a compact copy to {compact:,}. Some tensors "
                 "are views into a larger buffer, and torch.save writes a view's whole storage (and .to(dtype) returns "
                 "the tensor itself when the dtype already matches): each result needs memory of its own"
+            )
+        # Views that together fill one buffer of their own save compactly, but are still views into a larger storage.
+        in_larger = [key for key, value in got.items() if value.untyped_storage().nbytes() > value.nbytes]
+        if in_larger:
+            key = in_larger[0]
+            raise Hint(
+                f"with dtype={dtype}, {len(in_larger)} of your tensors are views into a larger storage: {key!r} has "
+                f"{got[key].nbytes:,} bytes of elements, its storage {got[key].untyped_storage().nbytes():,} bytes. The "
+                "task asks for compact copies, each owning exactly its own elements, not slices of one shared buffer.",
+                "A view shares its storage with its base; loading or saving one of them alone carries the whole "
+                "buffer, and changing one changes the others. Give every entry a storage of its own: "
+                "untyped_storage().nbytes() equal to the tensor's nbytes.",
             )
         checkpoint_memory = {v.untyped_storage().data_ptr() for v in checkpoint["model"].values()} - {0}
         shared = [key for key, value in got.items() if value.untyped_storage().data_ptr() in checkpoint_memory]

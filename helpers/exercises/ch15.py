@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import math
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -49,11 +53,90 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9)
 
 
+class _LookedUp(AssertionError):
+    """The answer called a library's table of float limits (torch.finfo, numpy.finfo, ml_dtypes.finfo)."""
+
+
+def _library_dir(module) -> str:
+    return str(Path(module.__file__).resolve().parent)
+
+
+@contextlib.contextmanager
+def _no_finfo(candidate):
+    """While the candidate runs, refuse its calls of ``torch.finfo``, ``numpy.finfo`` and ``ml_dtypes.finfo``.
+
+    ``torch.finfo`` is a C type, which the framework's class shortcuts cannot patch, so the names are rebound
+    here: on their modules and wherever the answer's globals (or the notebook's) hold them. A call from inside
+    torch, numpy or ml_dtypes is the library's own business and passes. Yields the list of refused calls, so
+    an answer that catches the refusal (a lookup with the formula as fallback) still fails.
+    """
+    import numpy as np
+
+    modules = [torch, np]
+    if "ml_dtypes" in sys.modules or importlib.util.find_spec("ml_dtypes") is not None:
+        modules.append(importlib.import_module("ml_dtypes"))
+    library_dirs = tuple(_library_dir(m) for m in modules)
+    used: list[str] = []
+
+    def refusing(original, label):
+        def finfo(*args, **kwargs):
+            if sys._getframe(1).f_code.co_filename.startswith(library_dirs):
+                return original(*args, **kwargs)
+            used.append(label)
+            raise _LookedUp(label)
+
+        return finfo
+
+    wrappers = {id(m.finfo): (m.finfo, refusing(m.finfo, f"{m.__name__}.finfo")) for m in modules}
+    spaces = [vars(m) for m in modules]
+    for defining in ("numpy._core.getlimits", "numpy.core.getlimits"):  # where numpy defines finfo
+        if defining in sys.modules:
+            spaces.append(vars(sys.modules[defining]))
+    spaces.append(getattr(candidate, "__globals__", {}))
+    if "__main__" in sys.modules:
+        spaces.append(vars(sys.modules["__main__"]))
+    rebound = []
+    try:
+        for space in spaces:
+            for name, value in list(space.items()):
+                pair = wrappers.get(id(value))
+                if pair is not None and pair[0] is value:
+                    space[name] = pair[1]
+                    rebound.append((space, name, *pair))
+        yield used
+    finally:
+        for space, name, original, wrapper in rebound:
+            if space.get(name) is wrapper:
+                space[name] = original
+
+
+def _call_without_lookup(candidate, e: int, m: int, where: str):
+    with _no_finfo(candidate) as used:
+        try:
+            result = candidate(e, m)
+        except _LookedUp:
+            result = None
+    if used:
+        raise Hint(
+            f"{where}: your code looked the limits up with `{used[0]}`. This exercise asks you to compute them "
+            "yourself from the two bit counts (the checker compares your numbers with torch.finfo).",
+            "Write the bias, the largest finite value, the smallest normal value and eps as formulas in "
+            "exponent_bits and mantissa_bits; every format, named or made up, then follows from the same lines.",
+        )
+    return result
+
+
 @exercise(
     "15.float_limits",
     "return (max, smallest_normal, eps) of a binary floating-point format with exponent_bits exponent bits and "
-    "mantissa_bits stored fraction bits, as torch.finfo reports them (float16 is (5, 10), bfloat16 (8, 7)).",
+    "mantissa_bits stored fraction bits, as torch.finfo reports them (float16 is (5, 10), bfloat16 (8, 7)), computed "
+    "from the bit counts: no lookup in torch.finfo, numpy.finfo or ml_dtypes.finfo.",
     reference=_float_limits,
+    hint="Work out which exponent values a normal number may use once the all-zeros and all-ones exponent "
+         "fields are reserved, and subtract the bias, as section 'Three float formats' does. The largest "
+         "finite value also has every fraction bit set, and eps is the gap from 1.0 to the next number, "
+         "the value of the last fraction bit at exponent 0; compute everything from the two bit counts, "
+         "not by looking up torch.finfo.",
 )
 def _test_float_limits(candidate) -> None:
     formats = [
@@ -65,7 +148,7 @@ def _test_float_limits(candidate) -> None:
     ]
     for name, e, m, dtype in formats:
         info = torch.finfo(dtype)
-        result = candidate(e, m)
+        result = _call_without_lookup(candidate, e, m, f"{name} (exponent_bits={e}, mantissa_bits={m})")
         try:
             got_max, got_tiny, got_eps = result
         except (TypeError, ValueError) as exc:
@@ -104,7 +187,7 @@ def _test_float_limits(candidate) -> None:
             raise AssertionError(f"{where}: max should be {info.max:g}, got {got_max:g}")
     e, m = 6, 9  # a made-up format: the formula, not a lookup table
     want = _float_limits(e, m)
-    got = tuple(_as_float(v, "each value") for v in candidate(e, m))
+    got = tuple(_as_float(v, "each value") for v in _call_without_lookup(candidate, e, m, f"a made-up format ({e}, {m})"))
     assert all(_close(a, b) for a, b in zip(got, want)), (
         f"for a made-up format with exponent_bits={e}, mantissa_bits={m} expected {want}, got {got}: "
         "compute from the bit counts rather than looking up torch.finfo"
@@ -164,6 +247,11 @@ def _accumulation_case(sizes: list[int], seed: int):
     "backward on each (inputs, targets) micro-batch so that the summed .grad equals the gradient of the mean loss "
     "over all samples as one big batch, also when the micro-batches have different sizes. No optimizer step.",
     reference=_accumulate_gradients,
+    hint="backward() adds into .grad (section 'Gradient accumulation'), so clear the gradients once at the "
+         "start and let each micro-batch's backward add its part, one micro-batch per forward pass. The "
+         "only question is how much to weight each micro-batch's mean loss so that every sample counts as "
+         "it does in the mean over all samples: dividing by the number of micro-batches is right only when "
+         "they all have the same size.",
 )
 def _test_accumulate_gradients(candidate) -> None:
     for label, sizes in (("4 micro-batches of 8", [8, 8, 8, 8]), ("micro-batches of 20, 7 and 5", [20, 7, 5])):
@@ -296,6 +384,11 @@ def _clip_case(scale: float, seed: int):
     shortcuts=("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_norm", "torch.nn.utils.get_total_norm",
                "torch.nn.utils.clip_grads_with_norm_"),
     goal="the clipping",
+    hint="Read parameters once into a list of the gradients that exist, since a generator is empty the "
+         "second time. Combine the per-tensor L2 norms into one global norm (root of the summed squares, "
+         "not the sum of the norms), scale every gradient in place by one common factor only when that "
+         "norm exceeds max_norm, as in the 'Gradient clipping' section, and return the norm from before "
+         "the scaling.",
 )
 def _test_clip_grad_norm(candidate) -> None:
     for label, scale, max_norm in (("large gradients", 3.0, 1.0), ("small gradients", 0.05, 1.0), ("max_norm 2.5", 2.0, 2.5)):

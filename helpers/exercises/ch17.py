@@ -83,6 +83,10 @@ def _names(result, k) -> list[str]:
     "given prof.key_averages() and k, return the names (.key) of the k entries with the largest self CPU "
     "time (.self_cpu_time_total), largest first (all of them if there are fewer than k).",
     reference=_top_ops,
+    hint="Sort the entries by self CPU time, which leaves out the time of the operators called inside "
+         "(cpu_time_total includes it, so a record_function label comes out on top), largest first, as 'A "
+         "first profile' explains. Keep the first k and return their .key strings, not the event objects; "
+         "a slice past the end of a list simply gives all of it.",
 )
 def _test_top_ops(candidate) -> None:
     for source, averages in (("a synthetic table", _synthetic_averages()), ("a real profile", _real_averages())):
@@ -189,6 +193,11 @@ def _as_steps(result, args) -> list[int]:
     # The schedule itself (the chapter shows how to read its actions) and the profiler that runs it.
     shortcuts=("torch.profiler.schedule", "torch.profiler.profiler._default_schedule_fn", "torch.profiler.profile"),
     goal="the schedule's arithmetic",
+    hint="Go through the steps 0 to num_steps - 1: after the skip_first steps, work out which cycle of "
+         "wait + warmup + active steps a step falls in and where inside it; only the last active positions "
+         "of a cycle are recorded, warmup runs the profiler without recording, and with repeat > 0 nothing "
+         "is recorded after that many cycles. The schedule section prints each step's action for "
+         "comparison.",
 )
 def _test_recorded_steps(candidate) -> None:
     cases = [  # wait, warmup, active, repeat, skip_first, num_steps

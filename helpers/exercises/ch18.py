@@ -26,6 +26,14 @@ class _NoTensorOps(TorchDispatchMode):
         raise RuntimeError(f"this exercise asks for a prediction from the shapes: {func} ran a tensor operation")
 
 
+#: ATen operators that only create a tensor (torch.tensor(0.0) issues aten.lift_fresh): named as such in the hint.
+_FACTORIES = frozenset({
+    "lift_fresh", "lift_fresh_copy", "scalar_tensor", "zeros", "ones", "empty", "full", "arange", "linspace",
+    "logspace", "eye", "rand", "randn", "randint", "randperm", "empty_strided", "new_empty", "new_zeros", "new_ones",
+    "new_full", "zeros_like", "ones_like", "empty_like", "full_like", "_to_copy",
+})
+
+
 def _predicted(candidate, args, measuring: str, how: str):
     """Call ``candidate(*args)`` with tensor operations refused; raise a Hint if it tried one."""
     mode = _NoTensorOps()
@@ -36,10 +44,19 @@ def _predicted(candidate, args, measuring: str, how: str):
     except RuntimeError as err:
         error = err
     if mode.used is not None:
+        op = mode.used.split(".")[1] if mode.used.count(".") >= 1 else mode.used
+        if op in _FACTORIES:
+            what = (f"your answer ran a tensor operation that creates a tensor ({mode.used}, as torch.tensor, "
+                    "torch.zeros or torch.empty do). "
+                    f"This exercise allows no tensor to be created, not even a scalar: predict the bytes from {how}.")
+        else:
+            what = (f"your answer ran a tensor operation ({mode.used}), as code that {measuring} does. This "
+                    "exercise asks you to predict the bytes, creating and computing with no tensor.")
         raise Hint(
-            f"your answer ran a tensor operation ({mode.used}): it {measuring} instead of predicting the bytes.",
+            what,
             f"Compute the answer with Python arithmetic from {how}; reading numel(), element_size(), shape, "
-            f"dtype and requires_grad is allowed, creating or computing with tensors is not.",
+            f"dtype and requires_grad is allowed, and a dtype's size in bytes is its itemsize "
+            f"(torch.float32.itemsize); creating or computing with tensors is not.",
         )
     if error is not None:
         raise error
@@ -110,14 +127,20 @@ def _as_int(value, label) -> int:
 @exercise(
     "18.adam_state_bytes",
     "return the number of bytes torch.optim.Adam(model.parameters()) keeps in optimizer.state after one "
-    "step, computed from the model's parameters alone (without creating an optimizer).",
+    "step, computed from the model's parameters alone (without creating an optimizer or any tensor, not even "
+    "a scalar).",
     reference=_adam_state_bytes,
+    hint="Adam creates state only for parameters that receive a gradient, so frozen ones cost nothing. For "
+         "each trained parameter it keeps two moment tensors of that parameter's shape and dtype, plus a "
+         "step counter that is a small float32 tensor of its own (the breakdown in 'Where the memory "
+         "goes'); add it all up in plain Python from numel() and element_size(), without creating any "
+         "tensor or optimizer.",
 )
 def _test_adam_state_bytes(candidate) -> None:
     for label, model, dtype in _adam_cases():
         params = list(model.parameters())
         trained = [p for p in params if p.requires_grad]
-        got = _as_int(_predicted(candidate, (model,), "measured Adam's state (a copy, a real step)",
+        got = _as_int(_predicted(candidate, (model,), "measures Adam's state (a copy of the model, a real step)",
                                  "each parameter's numel(), element_size() and requires_grad"), label)
         x = torch.randn(5, 20, generator=torch.Generator().manual_seed(0)).to(dtype)
         want = _measured_adam_state_bytes(model, x)
@@ -215,8 +238,14 @@ def _measured_saved_bytes(model: nn.Module, x: torch.Tensor) -> int:
     "18.saved_activation_bytes",
     "return the bytes of activations autograd saves for backward in the forward pass of a float32 MLP "
     "Linear -> act -> Linear -> ... -> Linear with layer widths `sizes`, for a [batch, sizes[0]] input, "
-    "where act is 'relu', 'tanh', 'sigmoid', 'gelu' or 'silu' (parameters not counted, each tensor once).",
+    "where act is 'relu', 'tanh', 'sigmoid', 'gelu' or 'silu' (parameters not counted, each tensor once), "
+    "predicted from the shapes without creating any tensor.",
     reference=_saved_activation_bytes,
+    hint="Run one Linear and one of each activation under the chapter's saved_tensors and note, for each "
+         "saved tensor, whether it is the layer's input or its output. A Linear's input is the previous "
+         "activation's output, so a tensor that both save is stored only once, and an activation that "
+         "keeps its input adds a second one; the network's input counts too even though it does not "
+         "require grad, and the final logits are not saved.",
 )
 def _test_saved_activation_bytes(candidate) -> None:
     cases = [
@@ -234,7 +263,7 @@ def _test_saved_activation_bytes(candidate) -> None:
             torch.manual_seed(0)
             model = _build_mlp(sizes, activation)
         want = _measured_saved_bytes(model, torch.randn(batch, sizes[0], generator=g))
-        got = _as_int(_predicted(candidate, (batch, list(sizes), activation), "built and ran a model",
+        got = _as_int(_predicted(candidate, (batch, list(sizes), activation), "builds and runs a model",
                                  "the batch, the widths in `sizes` and what each layer saves"), label)
         if got == want:
             continue

@@ -211,6 +211,10 @@ def _define_op(fake):
     "given tensors without data, returns an empty tensor with the output's shape, dtype and device, so that "
     "torch.library.opcheck passes (the checker also calls it on device='meta' tensors).",
     reference=_pairwise_sqdist_fake,
+    hint="A fake kernel reads only metadata: the output's shape comes from the inputs' shapes (one entry "
+         "per pair of rows), and its dtype and device from the inputs, like the softplus fake kernel of "
+         "section 8. Create it with one of an input's new_* methods, which keep its dtype and device; a "
+         "plain torch.empty defaults to float32 on the CPU.",
 )
 def _test_fake_kernel(candidate) -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -51,6 +51,10 @@ def _run_online(candidate, row: torch.Tensor, chunk: int):
     "online_update(m, d, chunk) -> (m_new, d_new): update the running maximum m and the running sum "
     "d = sum(exp(x - m)) of a row with the next chunk of elements (the online softmax recurrence).",
     reference=_online_update,
+    hint="Section 'The online softmax' derives the step: the new maximum is the larger of the old one and "
+         "the chunk's, and the old sum has to be re-expressed relative to it, with a factor that is never "
+         "above 1, before the chunk's own terms are added. While everything seen is still -inf, leave (m, "
+         "d) as they are, because -inf minus -inf is NaN.",
 )
 def _test_online_update(candidate) -> None:
     g = torch.Generator().manual_seed(20)
@@ -115,6 +119,9 @@ def _softmax_gbps(rows: int, cols: int, seconds: float, dtype: torch.dtype = tor
     "softmax_gbps(rows, cols, seconds, dtype=torch.float32) -> float: the achieved GB/s of a row-wise softmax, "
     "counting the bytes it must read and write.",
     reference=_softmax_gbps,
+    hint="Count the bytes the softmax cannot avoid moving: every element is read once and written once, at "
+         "the size of the given dtype in bytes (ask a tensor of that dtype for its element_size). Divide "
+         "by the time and by decimal gigabytes (1e9 bytes, not 2**30), as GPU data sheets do.",
 )
 def _test_softmax_gbps(candidate) -> None:
     cases = [

@@ -48,6 +48,11 @@ def _norms(grads: dict[str, torch.Tensor]) -> torch.Tensor:
         "torch.nn.utils.get_total_norm",
     ),
     goal="the per-example clipping",
+    hint="Work per example along dimension 0: for each example, combine the squared norms of all its "
+         "parameter tensors into one L2 norm, so that you get B norms (not one per tensor). Then scale "
+         "each example by its own factor, never above 1, broadcast over the other dimensions of every "
+         "tensor, and average over the batch last; build new tensors instead of scaling the input in "
+         "place.",
 )
 def _test_clip_per_sample(candidate) -> None:
     g = torch.Generator().manual_seed(21)
@@ -56,6 +61,10 @@ def _test_clip_per_sample(candidate) -> None:
         "layer.weight": torch.randn(B, 4, 3, generator=g, dtype=torch.float64),
         "layer.bias": torch.randn(B, 4, generator=g, dtype=torch.float64),
         "head.weight": torch.randn(B, 2, 4, generator=g, dtype=torch.float64),
+        # convolution weights: per-sample gradients with 4 and 5 dimensions, so the batch factor must broadcast
+        # over however many dimensions a parameter has
+        "conv1d.weight": torch.randn(B, 2, 2, 3, generator=g, dtype=torch.float64),
+        "conv2d.weight": torch.randn(B, 3, 2, 2, 2, generator=g, dtype=torch.float64),
     }
     # Give the examples very different sizes: some far above the bound, some below, one all zero.
     scale = torch.tensor([0.05, 0.3, 1.0, 4.0, 10.0, 0.0], dtype=torch.float64)

@@ -107,10 +107,17 @@ def _test_rescale_no_branch(candidate) -> None:
         with warnings.catch_warnings(record=True) as caught, _quiet():
             warnings.simplefilter("always")
             traced = torch.jit.trace(candidate, (example.clone(),))
-        tracer = [w for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
-        got = traced(probe.clone())
-        if tracer or not torch.allclose(got, _rescale_with_if(probe.clone()), atol=1e-6):
-            said = f" (torch.jit.trace warned: {str(tracer[0].message).split('.')[0]})" if tracer else ""
+        # Judged by the traced graph's values on both kinds of input, not by the tracer's warnings: a harmless
+        # one ("torch.tensor results are registered as constants") fires for correct answers too.
+        got_example, got_probe = traced(example.clone()), traced(probe.clone())
+        right = (torch.allclose(got_example, _rescale_with_if(example.clone()), atol=1e-6)
+                 and torch.allclose(got_probe, _rescale_with_if(probe.clone()), atol=1e-6))
+        if not right:
+            tracer = [str(w.message).strip().splitlines()[0] for w in caught
+                      if issubclass(w.category, torch.jit.TracerWarning) and str(w.message).strip()]
+            # the warning that explains a frozen branch (a tensor turned into a Python bool or number) first
+            tracer.sort(key=lambda text: not text.startswith("Converting a tensor"))
+            said = f" (torch.jit.trace warned: {tracer[0]})" if tracer else ""
             raise Hint(
                 f"traced with a {traced_on} input, your function gives wrong values for a {other} input{said}: "
                 "the trace froze one branch. A Python `if` on a tensor value, or a number taken out with .item(), "
@@ -175,6 +182,23 @@ def _accepts(program, x, mask) -> bool:
     return True
 
 
+def _size_ranges(program) -> list[tuple[str, int, int | float]]:
+    """(which size, lower bound, upper bound) of x's dynamic batch and length, from the program's range constraints."""
+    user_inputs = program.graph_signature.user_inputs
+    x_node = next((n for n in program.graph.nodes if n.op == "placeholder" and n.name == user_inputs[0]), None)
+    if x_node is None or "val" not in x_node.meta:
+        return []
+    ranges = []
+    for label, size in zip(("batch size", "length"), x_node.meta["val"].shape[:2]):
+        if not isinstance(size, torch.SymInt):
+            continue  # static: the calls below refuse the other sizes
+        bounds = program.range_constraints.get(size.node.expr)
+        if bounds is not None:
+            upper = bounds.upper
+            ranges.append((label, int(bounds.lower), int(upper) if upper.is_finite else float("inf")))
+    return ranges
+
+
 @exercise(
     "22.dynamic_shapes_spec",
     "write dynamic_shapes_for(max_batch, max_len): the dynamic_shapes argument for "
@@ -182,6 +206,11 @@ def _accepts(program, x, mask) -> bool:
     "so that the exported program accepts every batch size 1..max_batch and every length 1..max_len, "
     "and refuses larger ones.",
     reference=_dynamic_shapes_for,
+    hint="Extend the torch.export section's spec, a dict keyed by forward's argument names that maps a "
+         "dimension index to a torch.export.Dim with min and max: make one Dim for the batch and one for "
+         "the length and reuse the very same objects in both x and mask, since the two must agree. Leave "
+         "x's feature dimension out, because nn.Linear fixes it, and note that Dim.AUTO and Dim.DYNAMIC "
+         "have no upper bound.",
 )
 def _test_dynamic_shapes_spec(candidate) -> None:
     g = torch.Generator().manual_seed(22)
@@ -220,4 +249,13 @@ def _test_dynamic_shapes_spec(candidate) -> None:
                     f"for ({max_batch}, {max_len}) the exported program accepts {what} {max(batch, length)}, above the "
                     f"maximum: give the Dim max={'max_batch' if what == 'batch' else 'max_len'} (Dim.AUTO and "
                     "Dim.DYNAMIC have no upper bound)"
+                )
+        # The program's own record of each size's range: a Dim with min=2 still runs batch 1 (export does not
+        # guard the lower bound at run time), so calling it cannot tell.
+        for label, lower, upper in _size_ranges(program):
+            if lower > 1:
+                raise AssertionError(
+                    f"for ({max_batch}, {max_len}) the exported program records the {label} as {lower}..{upper} "
+                    f"(program.range_constraints): its lower bound {lower} leaves out {label} 1, and the task asks "
+                    f"for every {label} from 1"
                 )

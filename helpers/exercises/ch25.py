@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
-from . import exercise
+from . import Hint, exercise, expect_type
 
 # --------------------------------------------------------------------------
 # 25.sampler_indices
@@ -46,22 +46,29 @@ def _true_indices(n: int, world_size: int, rank: int) -> list[int]:
 
 @exercise(
     "25.sampler_indices",
-    "return the list of dataset indices that DistributedSampler(dataset of length n, num_replicas=world_size, "
+    "return the list (a Python list of ints) of dataset indices that DistributedSampler(dataset of length n, num_replicas=world_size, "
     "rank=rank, shuffle=False, drop_last=False) yields for that rank, without using DistributedSampler.",
     reference=_sampler_indices,
     shortcuts=("torch.utils.data.distributed.DistributedSampler",),
     goal="the sampler's padding and dealing",
+    hint="Section 4 describes the two steps: first make the index list 0..n-1 long enough for every rank "
+         "to get the same number of indices (rounded up), padding it by repeating it from the start, more "
+         "than once when n < world_size; then deal the padded list round-robin, so that rank r takes every "
+         "world_size-th entry starting at position r.",
 )
 def _test_sampler_indices(candidate) -> None:
     cases = [(8, 2, 0), (8, 2, 1), (10, 4, 0), (10, 4, 1), (10, 4, 3), (7, 3, 2), (5, 2, 1), (3, 4, 3), (1, 3, 2), (12, 1, 0)]
     for n, world, rank in cases:
         want = _true_indices(n, world, rank)
         got = candidate(n, world, rank)
-        if isinstance(got, torch.Tensor):
-            got = got.tolist()
-        if not isinstance(got, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in got):
-            raise AssertionError(f"return a list of ints; for n={n}, world_size={world}, rank={rank} you returned {got!r}")
-        got = list(got)
+        expect_type(got, list, f"for n={n}, world_size={world}, rank={rank} your result")
+        odd = next((i for i in got if not isinstance(i, int) or isinstance(i, bool)), None)
+        if odd is not None:
+            raise Hint(
+                f"for n={n}, world_size={world}, rank={rank} your list should hold Python ints, but it holds a "
+                f"{type(odd).__name__} ({odd!r}).",
+                "A dataset index is a plain Python int; a tensor's elements become ints with .tolist(), or int(...).",
+            )
         if got == want:
             continue
         where = f"n={n}, world_size={world}, rank={rank}: DistributedSampler yields {want}, you returned {got}"
@@ -125,17 +132,26 @@ def _case(seed: int, sizes: list[int]):
     "25.ddp_gradient",
     "given a model, a list of (x, y) batches (one per rank) and a loss function that averages over its batch, "
     "return the list of gradients (one tensor per parameter, in model.parameters() order) that every rank holds "
-    "after DDP's backward pass.",
+    "after DDP's backward pass. The model's parameters may already hold a .grad from an earlier step: the answer "
+    "is the gradient of these batches alone.",
     reference=_ddp_gradient,
+    hint="Each rank backpropagates the mean loss of its own batch, and DDP's all-reduce then adds those "
+         "gradients up and divides by the world size (section 3). So compute each rank's gradient on its "
+         "own with torch.autograd.grad and average them per parameter; with uneven batches that is not the "
+         "gradient of one big batch of all the samples.",
 )
 def _test_ddp_gradient(candidate) -> None:
-    cases = [("2 ranks, 4 samples each", 0, [4, 4]), ("4 ranks, 3 samples each", 1, [3, 3, 3, 3]), ("2 ranks, 6 and 2 samples (a last, uneven batch)", 2, [6, 2])]
+    cases = [("2 ranks, 4 samples each", 0, [4, 4], False), ("4 ranks, 3 samples each", 1, [3, 3, 3, 3], False),
+             ("2 ranks, 6 and 2 samples (a last, uneven batch)", 2, [6, 2], False),
+             ("2 ranks, 5 samples each, parameters holding a .grad from an earlier step", 3, [5, 5], True)]
     loss_fn = nn.CrossEntropyLoss()
-    for label, seed, sizes in cases:
+    for label, seed, sizes, stale in cases:
         model, batches = _case(seed, sizes)
         want = _ddp_gradient(model, batches, loss_fn)
-        for p in model.parameters():
-            p.grad = None
+        gen = torch.Generator().manual_seed(seed)
+        earlier = [torch.randn(p.shape, generator=gen, dtype=p.dtype) if stale else None for p in model.parameters()]
+        for p, e in zip(model.parameters(), earlier):
+            p.grad = None if e is None else e.clone()
         got = candidate(model, [(x.clone(), y.clone()) for x, y in batches], loss_fn)
         if not isinstance(got, (list, tuple)) or len(got) != len(want) or not all(isinstance(g, torch.Tensor) for g in got):
             raise AssertionError(f"{label}: return a list of {len(want)} tensors, one per parameter; you returned {type(got).__name__}")
@@ -145,6 +161,13 @@ def _test_ddp_gradient(candidate) -> None:
         if error < 1e-8:
             continue
         scale = max(w.abs().max().item() for w in want)
+        if stale and max((g.detach().double() - w - e).abs().max().item() for g, w, e in zip(got, want, earlier)) < 1e-8:
+            raise Hint(
+                f"{label}: your gradients are DDP's plus the .grad the parameters already held when your function "
+                "was called (a gradient left from an earlier step).",
+                "backward() adds into .grad, it does not overwrite it; compute this step's gradients without what "
+                "was there before (torch.autograd.grad returns them without touching .grad).",
+            )
         summed = [w * len(batches) for w in want]
         if max((g.detach().double() - s).abs().max().item() for g, s in zip(got, summed)) < 1e-8:
             raise AssertionError(

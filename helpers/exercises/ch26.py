@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from . import Hint, exercise
+from . import Hint, exercise, expect_type
 
 # --------------------------------------------------------------------------
 # 26.local_shard_shapes
@@ -38,17 +38,29 @@ def _local_shard_shapes(shape: tuple[int, ...], world_size: int, dim: int | None
 
 
 def _as_shapes(value, label) -> list[tuple[int, ...]]:
-    try:
-        return [tuple(int(s) for s in shape) for shape in value]
-    except TypeError as exc:
-        raise AssertionError(f"{label}: return a list with one shape (a tuple of ints) per rank; got {value!r}") from exc
+    """The answer, checked to be what the task states: a list with one tuple of ints per rank."""
+    expect_type(value, list, f"{label}: your result")
+    for shape in value:
+        if not isinstance(shape, tuple):
+            raise Hint(f"{label}: each rank's shape should be a tuple of ints, got a {type(shape).__name__} ({shape!r}).",
+                       "A shape is a tuple, like x.shape or torch.Size; tuple(...) makes one from a list.")
+        odd = next((s for s in shape if not isinstance(s, int) or isinstance(s, bool)), None)
+        if odd is not None:
+            raise Hint(f"{label}: the shape {shape!r} should hold Python ints, but it holds a {type(odd).__name__}.",
+                       "Sizes are plain Python ints, as in x.shape; int(...) turns a number into one.")
+    return [tuple(shape) for shape in value]
 
 
 @exercise(
     "26.local_shard_shapes",
     "given a global shape, a world size and a placement (dim=d for Shard(d), dim=None for Replicate()), "
-    "return the local shape on each rank, as a list of tuples in rank order (DTensor splits like torch.chunk).",
+    "return the local shape on each rank, as a list of tuples of ints in rank order (DTensor splits like "
+    "torch.chunk).",
     reference=_local_shard_shapes,
+    hint="Shard(d) splits dimension d the way torch.chunk does, as the five rows on two ranks showed: "
+         "every rank gets the rounded-up share until the rows run out, so the last ranks may get fewer "
+         "rows or none, while every other dimension stays whole. Return one tuple per rank, empty shards "
+         "included; Replicate() gives every rank the full shape.",
 )
 def _test_local_shard_shapes(candidate) -> None:
     cases = [
@@ -119,6 +131,11 @@ def _per_rank_bytes(shapes: list[tuple[int, ...]], world_size: int, strategy: st
     "exp_avg_sq) for parameter shapes `shapes`, `world_size` ranks and strategy 'ddp' or 'fsdp' "
     "(FSDP shards each parameter on dim 0 like Shard(0)).",
     reference=_per_rank_bytes,
+    hint="Count the elements that rank 0 holds, then four float32 tensors for each of them: the parameter, "
+         "its gradient and AdamW's two moments. Under DDP every rank holds the whole model; under FSDP "
+         "rank 0 holds its Shard(0) piece of each parameter, by the rule of exercise 26.1, and since rank "
+         "0's piece is the largest, dividing the total by world_size undercounts when dim 0 does not "
+         "divide evenly.",
 )
 def _test_per_rank_bytes(candidate) -> None:
     mlp = [(256, 784), (256,), (128, 256), (128,), (10, 128), (10,)]  # the chapter's MLP
