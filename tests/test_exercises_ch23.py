@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.exercises import check
+from helpers.exercises import _get, check
 from tests.exercise_support import assert_rejected
 
 # --------------------------------------------------------------------------
@@ -90,9 +90,68 @@ def test_quantize_asymmetric_with_tensor_scale_and_int8_q_is_accepted():
         scale = (hi - lo) / (qmax - qmin)
         zp = torch.clamp(qmin - torch.round(lo / scale), qmin, qmax)
         q = torch.clamp(torch.round(x / scale) + zp, qmin, qmax).to(torch.int8)
-        return q, scale, zp
+        return q, scale.item(), int(zp.item())  # tensors inside; the stated Python types out
 
     assert check("23.quantize_asymmetric", tensors, show=False).passed
+
+
+def _right(x, bits):
+    qmin, qmax = _signed(bits)
+    lo, hi = min(x.min().item(), 0.0), max(x.max().item(), 0.0)
+    scale = (hi - lo) / (qmax - qmin)
+    zp = int(qmin - round(lo / scale))
+    return torch.clamp(torch.round(x / scale) + zp, qmin, qmax).to(torch.int32), scale, zp
+
+
+def test_quantize_asymmetric_with_float_q_fails():
+    def float_q(x, bits):
+        q, scale, zp = _right(x, bits)
+        return q.float(), scale, zp
+
+    assert_rejected("23.quantize_asymmetric", float_q, "integer tensor", "float32")
+
+
+def test_quantize_asymmetric_with_tensor_scale_and_zero_point_fails():
+    def tensor_params(x, bits):
+        q, scale, zp = _right(x, bits)
+        return q, torch.tensor(scale), torch.tensor(zp)
+
+    assert_rejected("23.quantize_asymmetric", tensor_params, "scale should be a Python float, got Tensor")
+
+    def tensor_zp(x, bits):
+        q, scale, zp = _right(x, bits)
+        return q, scale, torch.tensor(zp)
+
+    assert_rejected("23.quantize_asymmetric", tensor_zp, "zero_point should be a Python int, got Tensor")
+
+
+def test_quantize_asymmetric_with_min_max_observer_is_refused():
+    def observer(x, bits):
+        from torch.ao.quantization.observer import MinMaxObserver
+
+        qmin, qmax = _signed(bits)
+        ob = MinMaxObserver(dtype=torch.qint8, quant_min=qmin, quant_max=qmax)
+        ob(x)
+        s, z = ob.calculate_qparams()
+        return torch.clamp(torch.round(x / s) + z, qmin, qmax).to(torch.int32), float(s), int(z)
+
+    assert_rejected("23.quantize_asymmetric", observer, "yourself", "MinMaxObserver")
+
+
+def test_quantize_asymmetric_with_fake_quantize_is_refused():
+    def fake(x, bits):
+        qmin, qmax = _signed(bits)
+        _, scale, zp = _right(x, bits)
+        q = torch.fake_quantize_per_tensor_affine(x, scale, zp, qmin, qmax) / scale + zp
+        return q.round().to(torch.int32), scale, zp
+
+    assert_rejected("23.quantize_asymmetric", fake, "yourself", "fake_quantize_per_tensor_affine")
+
+    def quantize(x, bits):
+        _, scale, zp = _right(x, bits)
+        return torch.quantize_per_tensor(x, scale, zp, torch.qint8).int_repr().to(torch.int32), scale, zp
+
+    assert_rejected("23.quantize_asymmetric", quantize, "yourself", "quantize_per_tensor")
 
 
 # --------------------------------------------------------------------------
@@ -139,3 +198,49 @@ def test_per_channel_scales_only_last_dim_fails_for_conv():
 
     result = assert_rejected("23.per_channel_scales", last_dim, "except 0")
     assert "flatten(1).amax" not in result.message, f"the hint should not paste the solution: {result.message}"
+
+
+# --------------------------------------------------------------------------
+# torchao's primitives: shortcuts for both exercises
+# --------------------------------------------------------------------------
+
+
+def test_quantize_asymmetric_with_torchao_primitives_is_refused():
+    from torchao.quantization import MappingType
+    from torchao.quantization.quant_primitives import choose_qparams_affine, quantize_affine
+
+    def with_torchao(x, bits):
+        qmin, qmax = _signed(bits)
+        scale, zp = choose_qparams_affine(x, MappingType.ASYMMETRIC, x.shape, torch.int8, quant_min=qmin, quant_max=qmax)
+        q = quantize_affine(x, x.shape, scale, zp, torch.int8, quant_min=qmin, quant_max=qmax)
+        return q, scale.item(), int(zp.item())
+
+    _get("23.quantize_asymmetric").test(with_torchao)  # without the guard: a correct answer
+    assert_rejected("23.quantize_asymmetric", with_torchao, "yourself", "choose_qparams_affine")
+
+
+def test_per_channel_scales_with_torchao_is_refused():
+    from torchao.quantization import MappingType
+    from torchao.quantization.quant_primitives import choose_qparams_affine
+
+    def with_torchao(w, bits):
+        qmin, qmax = _signed(bits)
+        scale, _ = choose_qparams_affine(w, MappingType.SYMMETRIC, (1, *w.shape[1:]), torch.int8,
+                                         quant_min=qmin, quant_max=qmax)
+        return scale
+
+    _get("23.per_channel_scales").test(with_torchao)  # without the guard: a correct answer
+    assert_rejected("23.per_channel_scales", with_torchao, "yourself", "choose_qparams_affine")
+
+
+def test_per_channel_scales_with_per_channel_observer_is_refused():
+    def observer(w, bits):
+        from torch.ao.quantization.observer import PerChannelMinMaxObserver
+
+        qmin, qmax = _signed(bits)
+        ob = PerChannelMinMaxObserver(ch_axis=0, dtype=torch.qint8, qscheme=torch.per_channel_symmetric,
+                                      quant_min=qmin, quant_max=qmax)
+        ob(w)
+        return ob.calculate_qparams()[0]
+
+    assert_rejected("23.per_channel_scales", observer, "yourself", "PerChannelMinMaxObserver")

@@ -10,7 +10,29 @@ from __future__ import annotations
 
 import torch
 
-from . import exercise
+from . import Hint, Shortcut, exercise, expect_type
+
+#: torchao's primitives compute these quantisation parameters (and the integers) for the learner. Lazy:
+#: importing torchao takes seconds, and a learner who never imported it cannot be calling it.
+_TORCHAO_QPARAMS = tuple(
+    Shortcut(f"torchao.quantization.quant_primitives.{name}", lazy=True)
+    for name in ("choose_qparams_affine", "choose_qparams_affine_with_min_max", "quantize_affine")
+)
+
+#: PyTorch's own observers (``torch.quantization.*`` is the same objects as ``torch.ao.quantization.*``), its
+#: fake-quantise module and functions, and its quantise functions compute the same parameters or integers.
+_TORCH_QPARAMS = (
+    *(f"torch.ao.quantization.observer.{name}" for name in (
+        "MinMaxObserver", "MovingAverageMinMaxObserver", "PerChannelMinMaxObserver",
+        "MovingAveragePerChannelMinMaxObserver", "HistogramObserver")),
+    "torch.ao.quantization.fake_quantize.FakeQuantize",
+    "torch.ao.quantization.utils.determine_qparams",
+    "torch.fake_quantize_per_tensor_affine", "torch.fake_quantize_per_channel_affine",
+    "torch.quantize_per_tensor", "torch.quantize_per_channel", "torch._choose_qparams_per_tensor",
+)
+_QPARAMS_SHORTCUTS = (*_TORCHAO_QPARAMS, *_TORCH_QPARAMS)
+
+_INTEGER_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 
 # --------------------------------------------------------------------------
 # 23.quantize_asymmetric
@@ -44,23 +66,21 @@ def _quantize_asymmetric(x: torch.Tensor, num_bits: int) -> tuple[torch.Tensor, 
     return q, scale, zero_point
 
 
-def _as_number(value, what: str) -> float:
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise AssertionError(f"{what} should be one number for the whole tensor, got a tensor of shape {tuple(value.shape)}")
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise AssertionError(f"{what} should be a number, got {type(value).__name__}")
-    return float(value)
-
-
 @exercise(
     "23.quantize_asymmetric",
     "return (q, scale, zero_point) for asymmetric per-tensor quantisation of x to signed num_bits-bit integers "
-    "[qmin, qmax] = [-2**(num_bits-1), 2**(num_bits-1) - 1]: widen [x.min(), x.max()] to include 0, "
-    "scale = (hi - lo) / (qmax - qmin), zero_point = qmin - round(lo / scale) (an int), "
-    "q = clamp(round(x / scale) + zero_point, qmin, qmax) as an integer tensor.",
+    "[qmin, qmax] = [-2**(num_bits-1), 2**(num_bits-1) - 1], as in the chapter's worked example: the range of x, "
+    "widened to include 0, maps onto [qmin, qmax]; scale a Python float, zero_point a Python int, q an integer "
+    "tensor (an integer dtype such as torch.int32) of the shape of x. Plain tensor operations: torchao's "
+    "primitives, PyTorch's observers and its quantize / fake-quantize functions are refused.",
     reference=_quantize_asymmetric,
+    shortcuts=_QPARAMS_SHORTCUTS,
+    goal="the scale, zero point and integers",
+    hint="Follow the worked example of 'What quantisation is': widen x's range so that it contains 0, "
+         "spread it evenly over the signed integer range (count the steps between qmin and qmax, not the "
+         "levels), and choose the integer zero point that puts the low end of the range on qmin. Then "
+         "round, shift and clamp every value, store the result in an integer dtype, and return scale as a "
+         "Python float and zero_point as a Python int.",
 )
 def _test_quantize_asymmetric(candidate) -> None:
     g = torch.Generator().manual_seed(23)
@@ -79,8 +99,7 @@ def _test_quantize_asymmetric(candidate) -> None:
         if not isinstance(result, (tuple, list)) or len(result) != 3:
             raise AssertionError("return a tuple (q, scale, zero_point)")
         q, scale, zp = result
-        scale = _as_number(scale, "scale")
-        zp_value = _as_number(zp, "zero_point")
+        expect_type(scale, float, f"{label}: scale")
         lo_raw, hi_raw = x.min().item(), x.max().item()
         if abs(scale - want_scale) > 1e-6 * want_scale:
             if abs(scale - (hi_raw - lo_raw) / (qmax - qmin)) < 1e-6 * want_scale:
@@ -96,11 +115,13 @@ def _test_quantize_asymmetric(candidate) -> None:
                     f"but only qmax - qmin = {qmax - qmin} steps between them; expected {want_scale:.6g}"
                 )
             raise AssertionError(f"{label}: scale should be (hi - lo) / (qmax - qmin) = {want_scale:.6g}, got {scale:.6g}")
-        if zp_value != round(zp_value):
+        if isinstance(zp, float) and zp != round(zp):
             raise AssertionError(
-                f"{label}: zero_point {zp_value:.4f} is not an integer; it is the integer that stands for 0.0, "
+                f"{label}: zero_point {zp:.4f} is not an integer; it is the integer that stands for 0.0, "
                 "so round it: zero_point = qmin - round(lo / scale)"
             )
+        expect_type(zp, int, f"{label}: zero_point")
+        zp_value = zp
         if int(zp_value) != want_zp:
             if 0 <= want_zp - qmin < 2**bits and int(zp_value) == want_zp - qmin:
                 raise AssertionError(
@@ -126,6 +147,13 @@ def _test_quantize_asymmetric(candidate) -> None:
         if wrong:
             raise AssertionError(
                 f"{label}: {wrong} of {x.numel()} values of q differ from clamp(round(x / scale) + zero_point, qmin, qmax)"
+            )
+        if q.dtype not in _INTEGER_DTYPES:
+            raise Hint(
+                f"{label}: q should be an integer tensor, got a {str(q.dtype).removeprefix('torch.')} tensor "
+                "(its values are right).",
+                "The integers are what a quantised model stores; convert the rounded, clamped values to an integer "
+                "dtype such as torch.int8 or torch.int32 with .to(dtype).",
             )
 
 
@@ -154,10 +182,18 @@ def _per_channel_scales(weight: torch.Tensor, num_bits: int) -> torch.Tensor:
 
 @exercise(
     "23.per_channel_scales",
-    "return a float tensor [out_channels] with the symmetric scale of each output channel (dim 0) of weight: "
-    "max |w[c]| over every other dimension, divided by (qmax - qmin) / 2 for signed num_bits-bit integers "
-    "(127.5 for 8 bits).",
+    "return a float tensor [out_channels] with the symmetric scale of each output channel (dim 0) of weight "
+    "(a Linear's [out, in] or a convolution's [out, in, kh, kw]) for signed num_bits-bit integers, with the "
+    "convention of torchao and PyTorch's observers (for 8 bits the largest magnitude maps to 127.5). Plain tensor "
+    "operations: the observers themselves and torchao's primitives are refused.",
     reference=_per_channel_scales,
+    shortcuts=_QPARAMS_SHORTCUTS,
+    goal="the per-channel scales",
+    hint="For each output channel (dim 0), find the largest magnitude over all the other dimensions at "
+         "once (flatten them together or reduce over a tuple of dims), taking absolute values first, since "
+         "a channel's largest magnitude can be negative. Divide it by the half-range of the convention in "
+         "'What quantisation is': for 8 bits that is 127.5, not qmax = 127, so work out which combination "
+         "of qmin and qmax gives it for any num_bits.",
 )
 def _test_per_channel_scales(candidate) -> None:
     g = torch.Generator().manual_seed(5)
