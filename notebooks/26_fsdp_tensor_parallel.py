@@ -875,6 +875,15 @@ if RUN_2D:
     o = mesh2d["params"]["attn.o.weight"]
     assert math.prod(o["local_shape"]) * len(mesh2d["ranks"]) == math.prod(o["shape"]), "each rank should hold a quarter of attn.o.weight"
     print(f"placements of all {len(mesh2d['params'])} parameters as expected (split factor {tp_size} = the tp size)")
+    # Each rank gathered every _StridedShard parameter over dp only and compared it with its TP piece of the
+    # one-process weight: the rows FSDP spread over dp must come back as that one contiguous piece.
+    strided = {n for n, p in mesh2d["params"].items() if p["kinds"][0][0] == "_StridedShard"}
+    rebuilt = [r["dp_gather_vs_tp_piece"] for r in mesh2d["ranks"]]
+    worst = max(d for r in rebuilt for d in r.values())
+    assert strided and all(set(r) == strided for r in rebuilt), "every rank should have gathered every _StridedShard parameter"
+    assert worst < PARALLEL_TOL, f"gathering over dp did not give back the TP piece: largest difference {worst:.1e}"
+    print(f"gathered over dp alone, each of the {len(strided)} _StridedShard parameters equals the rank's TP piece of the "
+          f"one-process weight on all {len(rebuilt)} ranks (largest difference {worst:.1e})")
     _ = report.record("2-D mesh max |param diff|", float(f"{mesh2d['max_diff']:.2g}"), digits=12)
 else:
     print("RUN_2D is False: skipping the 4-process job (FSDP x TP, and the checkpoint at world size 4)")
@@ -887,7 +896,9 @@ else:
 # rows one `dp` index holds are not one contiguous block of the global
 # weight but one block inside each TP piece; DTensor records that as
 # `_StridedShard(dim=0, sf=2)` (split factor 2, the size of `tp`), and
-# gathering over `dp` rebuilds exactly the TP piece. `RowwiseParallel`
+# gathering over `dp` alone rebuilds exactly the TP piece (the cell above
+# gathers each such parameter that way on every rank and compares it with
+# the rank's piece of the one-process weight). `RowwiseParallel`
 # leaves the biases of the row-wise layers whole on every `tp` rank
 # (`Replicate()` over `tp`; FSDP still splits them over `dp`). The
 # LayerNorm weights are not tensor-parallel, so they are DTensors on the

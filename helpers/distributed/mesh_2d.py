@@ -40,6 +40,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import Replicate
 from torch.distributed.tensor.parallel import parallelize_module
 
 from helpers.distributed.common import gather_object, process_group, run_main, write_json
@@ -134,7 +135,16 @@ def main() -> None:
                                 for pl in p.placements],
                       "mesh_dims": list(p.device_mesh.mesh_dim_names or ())}
                   for n, p in model.named_parameters()}
-        mine = {"rank": rank, "coordinate": mesh.get_coordinate(),
+        # Where FSDP cut a TP piece again (a _StridedShard over dp), gathering over dp alone must give back
+        # exactly this rank's TP piece of the weight: compare it with the reference's piece.
+        tp_rank = mesh.get_local_rank("tp")
+        rebuilt = {}
+        for (n, p), q in zip(model.named_parameters(), reference.parameters()):
+            if type(p.placements[0]).__name__ == "_StridedShard":
+                piece = p.redistribute(p.device_mesh, [Replicate(), p.placements[1]]).to_local()
+                want = q.detach().chunk(args.tp, dim=p.placements[1].dim)[tp_rank]
+                rebuilt[n] = (piece - want).abs().max().item() if piece.shape == want.shape else float("inf")
+        mine = {"rank": rank, "coordinate": mesh.get_coordinate(), "dp_gather_vs_tp_piece": rebuilt,
                 "param_bytes": sum(p.to_local().nbytes for p in model.parameters())}
         everyone = gather_object(mine)
         print(f"mesh coordinate (dp, tp) = {tuple(mine['coordinate'])}: attn.q.weight local shape "
