@@ -1497,10 +1497,11 @@ result = check("20.softmax_gbps", softmax_gbps)
 #   call splits the 4096 rows into at least two ranges that cover them. So
 #   choose the grain (the third argument, the fewest rows worth a thread)
 #   from the row length, as this chapter's kernels do (about 32k elements
-#   per piece): a grain as large as the number of rows never splits. It
-#   also skips your function for the last range once, and requires those
-#   rows to come out unwritten: the work must happen inside the function
-#   `at::parallel_for` calls, not in a loop beside it;
+#   per piece): a grain as large as the number of rows never splits. Once,
+#   it also runs your function for the last range only, and requires every
+#   other row to come out unwritten: the work must happen inside the
+#   function `at::parallel_for` calls, on the rows of its range, not in a
+#   loop beside it and not from row 0;
 # - the loop is yours: the op may allocate its output (`at::empty_like`)
 #   but call no other tensor operation. The checker refuses `at::` library
 #   calls in the source, and records every operator the op dispatches while

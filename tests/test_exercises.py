@@ -81,6 +81,16 @@ def test_library_not_implemented_error_is_not_mistaken_for_a_stub(name):
     assert "calls_unimplemented" in result.message, "the message should point at the learner's own line"
 
 
+def test_not_implemented_error_from_a_kernel_called_on_the_learners_line_is_not_a_stub():
+    import torch
+
+    def kernel_without_cpu(*args, **kwargs):  # torch._masked_scale has no CPU kernel: the C++ error surfaces here
+        return torch._masked_scale(torch.ones(3), torch.ones(3, dtype=torch.bool), 2.0)
+
+    result = check("01.softmax", kernel_without_cpu, show=False)
+    assert result.status == "failed" and "inside a library" in result.message, result
+
+
 def test_stub_class_defined_without_a_source_file_is_not_attempted():
     namespace: dict = {}
     exec(compile("class Stub:\n    def __init__(self, *a, **k):\n        raise NotImplementedError\n", "<cell>", "exec"), namespace)

@@ -84,7 +84,26 @@ def test_gbps_ignoring_the_dtype_fails():
     def four_bytes(rows, cols, seconds, dtype=torch.float32):
         return 2 * rows * cols * 4 / seconds / 1e9
 
-    assert_rejected("20.softmax_gbps", four_bytes, "element_size")
+    result = assert_rejected("20.softmax_gbps", four_bytes, "4 bytes", "bfloat16")
+    assert "element_size" not in result.message  # tier 1 says what is wrong, not the code that fixes it
+
+
+def test_gbps_counting_four_passes_fails_without_the_formula():
+    def four_passes(rows, cols, seconds, dtype=torch.float32):  # read for max, read for sum, read + write
+        return 4 * rows * cols * dtype.itemsize / seconds / 1e9
+
+    result = assert_rejected("20.softmax_gbps", four_passes, "4 passes", "cannot avoid")
+    assert "itemsize /" not in result.message and "2 * rows" not in result.message
+
+
+def test_gbps_fuller_hint_names_element_size():
+    from helpers.exercises import hint
+
+    def four_bytes(rows, cols, seconds, dtype=torch.float32):
+        return 2 * rows * cols * 4 / seconds / 1e9
+
+    assert check("20.softmax_gbps", four_bytes, show=False).status == "failed"
+    assert "element_size" in hint("20.softmax_gbps", show=False)
 
 
 def test_gbps_in_bits_fails():
@@ -188,7 +207,10 @@ WRONG = {
     "serial_beside_a_tiling_empty_parallel_for": (
         [(PARALLEL_FOR, "at::parallel_for(0, rows, grain, [](int64_t, int64_t) {});\n    const int64_t begin = 0, end = rows;\n    {"),
          ("    });\n  });\n  return y;", "    }\n  });\n  return y;")],
-        ("not run for rows", "outside the parallel_for")),
+        ("only for rows", "outside the range the function received")),
+    # A body that starts at row 0 instead of begin: every range redoes the rows before it (right values).
+    "loop_from_row_zero_to_end": ([("for (int64_t r = begin; r < end; ++r)", "for (int64_t r = 0; r < end; ++r)")],
+                                  ("only for rows", "outside the range the function received")),
     "grain_as_large_as_the_rows": ([(PARALLEL_FOR, PARALLEL_FOR.replace("grain,", "rows,"))], ("one call", "[(0, 4096)]", "grain")),
 }
 SHORTCUT = """

@@ -224,7 +224,10 @@ def _defined_in(candidate) -> str | None:
 
 def _raised_by_learner(exc: NotImplementedError, candidate: Callable) -> bool:
     """True when the NotImplementedError comes straight from the learner's own code (the stub)."""
-    last = traceback.extract_tb(exc.__traceback__)[-1].filename
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    last = frame.filename
+    if frame.line and not frame.line.lstrip().startswith("raise"):
+        return False  # raised inside a call on that line: a torch kernel without this backend, not the stub
     defined_in = _defined_in(candidate)
     if defined_in is None:
         return "site-packages" not in last
