@@ -1482,8 +1482,8 @@ result = check("01.pairwise_sq_dists", pairwise_sq_dists)
 # shape `[N]`. Return their *one-hot* encoding: a `float32` tensor of shape
 # `[N, num_classes]` that is 1.0 at `[i, labels[i]]` and 0.0 everywhere else; `num_classes`
 # sets the width, even if the largest class does not occur in `labels`. No Python loops, no
-# `F.one_hot`, and no rows picked from an identity matrix (`torch.eye(num_classes)[labels]`: its
-# rows are one-hot rows already). Sections 5-7 have the tools.
+# `F.one_hot`, and no rows picked from an identity matrix (`torch.eye(num_classes)[labels]`, or
+# NumPy's `np.eye`: its rows are one-hot rows already). Sections 5-7 have the tools.
 
 # %%
 def one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:

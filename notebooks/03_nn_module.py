@@ -1652,9 +1652,10 @@ result = check("03.build_mlp", build_mlp)
 # returns `(x - mean) / std` for inputs `[B, F]`, storing `mean` and `std`
 # (tensors `[F]`) as buffers named `mean` and `std`. They must be saved in the
 # `state_dict` and follow `.to()`, but must not be parameters (an optimizer
-# would change them), and `forward` must compute with them: the checker
-# converts your module with `.to()`, loads other statistics with
-# `load_state_dict`, and expects the output to follow.
+# would change them), and `forward` must compute with them as they are when
+# it runs: the checker converts your module with `.to()`, loads other values
+# of `mean` and `std` with `load_state_dict` (any other buffer of yours left
+# as it was), and expects the output to follow.
 
 # %%
 class Standardize(nn.Module):

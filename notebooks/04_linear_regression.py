@@ -1004,6 +1004,8 @@ assert abs(b_flat - y_few.mean().item()) < FLAT_B_TOLERANCE, f"b = {b_flat:.4f} 
 # `torch.linalg.lstsq`, computes it (its documentation says which shapes it
 # expects and what it returns). Write `closed_form_fit(x, y)` for 1-D
 # tensors `x` and `y` of shape `[N]`, returning `(w, b)` as Python floats (the checker refuses tensors).
+# The answer is the exact minimiser, so no gradient descent and no `torch.optim`
+# optimizer (the checker refuses them: an iterative fit only approaches it).
 # Then compare it with the three versions above.
 
 
@@ -1043,7 +1045,7 @@ else:
 
 # %%
 def mse_gradients(w, b, x, y):
-    """Return (dw [D], db []), the gradients of mean((x @ w + b - y)**2), computed by hand."""
+    """Return (dw [D], db []) as tensors (db 0-dim, not a Python float): the gradients of mean((x @ w + b - y)**2), by hand."""
     raise NotImplementedError
 
 

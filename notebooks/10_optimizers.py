@@ -1275,17 +1275,20 @@ assert (reloaded_state.dtype, reloaded_state.device) == (late.weight.dtype, late
 # Write `sgd_step(param, grad, buf, lr, momentum, weight_decay, nesterov)`,
 # one step of `torch.optim.SGD` (with its default `dampening=0`) for one
 # tensor. `buf` is the momentum buffer after the previous step, or `None`
-# before the first step. Return `(new_param, new_buf)` as new tensors,
-# leaving `param`, `grad` and `buf` unchanged; with `momentum == 0`
-# return `(new_param, None)`. Use the table at the top of the chapter, and
-# remember that SGD's weight decay is L2: `weight_decay * param` is added to
-# the gradient first. The checker compares you with `torch.optim.SGD` over
-# several steps, changing `lr` between them as a scheduler would.
+# before the first step. Return `(new_param, new_buf)` as new tensors
+# (none of them one of the inputs or a view of one), leaving `param`, `grad`
+# and `buf` unchanged; with `momentum == 0` return `(new_param, None)`. Use
+# the table at the top of the chapter, and remember that SGD's weight decay
+# is L2: `weight_decay * param` is added to the gradient first. Write the
+# update with tensor arithmetic: `torch.optim.SGD`, the functions of
+# `torch.optim.sgd` (public or private) and `torch._fused_sgd_` are refused.
+# The checker compares you with `torch.optim.SGD` over several steps,
+# changing `lr` between them as a scheduler would.
 
 
 # %%
 def sgd_step(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
-    """Return (new_param, new_buf) after one torch.optim.SGD step, as new tensors (the inputs left unchanged)."""
+    """Return (new_param, new_buf) after one torch.optim.SGD step, as new tensors (the inputs left unchanged, none returned)."""
     raise NotImplementedError
 
 

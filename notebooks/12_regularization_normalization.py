@@ -1354,7 +1354,9 @@ assert not torch.equal(best_alias["weight"], before) and torch.equal(best_copy["
 # True where an element survives; `p` is the drop probability, with
 # 0 ≤ p < 1. Return what
 # `nn.Dropout(p)` would return in training mode with that mask, as a new
-# tensor (leave `x` alone).
+# tensor (leave `x` alone). Use tensor arithmetic: the library's dropout
+# kernels (`torch.ops.aten.native_dropout_backward`, `torch._masked_scale`,
+# ...) are refused.
 
 
 # %%
@@ -1374,8 +1376,8 @@ result = check("12.inverted_dropout", inverted_dropout)
 # that a fresh `nn.BatchNorm2d(C, momentum=momentum)` holds after seeing
 # these batches in training mode. `momentum=None` means the cumulative
 # average. Do not use BatchNorm itself, its kernels (such as
-# `torch.batch_norm_update_stats`) or another library normalisation; the
-# checker compares with BatchNorm.
+# `torch.batch_norm_update_stats` or `torch.ops.aten._native_batch_norm_legit`)
+# or another library normalisation; the checker compares with BatchNorm.
 
 
 # %%
@@ -1393,7 +1395,9 @@ result = check("12.bn_running_stats", bn_running_stats)
 # Write `group_norm(x, num_groups, weight, bias, eps=1e-5)` for `x` of
 # shape `[N, C, *]` (any number of spatial dimensions, also none) without
 # `nn.GroupNorm`, `F.group_norm` or another library normalisation
-# (`F.layer_norm`, `F.rms_norm`, `nn.RMSNorm`, ...). Group g holds the consecutive channels
+# (`F.layer_norm`, `F.rms_norm`, `nn.RMSNorm`, ...), nor their kernels
+# (`torch.ops.aten.native_group_norm`, `native_layer_norm`, the batch-norm
+# ones, ...). Group g holds the consecutive channels
 # g·C/G to (g + 1)·C/G − 1; `weight` and `bias` have one value per channel.
 # The checker compares with `F.group_norm`. When it passes, the cell also
 # uses your function as LayerNorm and as InstanceNorm.

@@ -1318,7 +1318,9 @@ if result.passed:
 # `"rng"` into freshly built objects, and returns the step to continue
 # from. The checker trains a small network with dropout, "crashes", calls
 # your function, continues, and compares every loss with an uninterrupted
-# run.
+# run. It also resumes a checkpoint written with the scaler disabled
+# (`"scaler": {}`, pitfall 3) into an enabled scaler, which should then keep
+# its fresh state.
 
 
 # %%

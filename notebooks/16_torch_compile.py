@@ -1449,7 +1449,9 @@ result = check("16.no_graph_break", normalise_positive_no_break)
 # compile time and the seconds per call eager and compiled, return the
 # smallest number of calls `n >= 1`, as a Python `int`, after which the
 # compiled function has cost no more in total than eager (`compile_s + n *
-# compiled_s <= n * eager_s`), or `None` when that never happens. The cell then applies it
+# compiled_s <= n * eager_s`), or `None` when that never happens. A tiny
+# saving per call puts `n` in the tens of millions, so compute it: the checker
+# wants each answer in well under a second. The cell then applies it
 # to this run's measurements, which must agree with the plot above.
 
 

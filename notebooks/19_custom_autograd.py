@@ -1252,10 +1252,13 @@ assert instance_call_error is not None and "Legacy autograd function" in str(ins
 #
 # Write `LogSumExp`, an `autograd.Function` in the current style, computing
 # lse(x) = log Σᵢ exp(xᵢ) over the **last** dimension (x [..., n] →
-# [...]), without calling `torch.logsumexp` (the checker refuses it). It must
-# be stable: rows like [1000, 1000, −1000] give 1000.69, not `inf`. Write
-# the backward by hand: work out ∂lse/∂xᵢ, and multiply by the incoming
-# gradient. A fully masked row, all −∞ (as in attention with every key
+# [...]), without calling `torch.logsumexp`, `log_softmax` or `softmax` in
+# the forward (the checker refuses them). It must be stable: rows like
+# [1000, 1000, −1000] give 1000.69, not `inf`. Write the backward by hand:
+# work out ∂lse/∂xᵢ, and multiply by the incoming gradient (no
+# `torch.autograd.grad`, `.backward()` or `enable_grad` inside it). Keep the
+# tensors backward needs as section 3 does, not as `ctx` attributes. A fully
+# masked row, all −∞ (as in attention with every key
 # masked), must give −∞, as `torch.logsumexp` does, and a gradient of 0
 # for that row (`torch.logsumexp`'s own backward gives NaN there, which
 # would spread to every parameter). The checker runs `gradcheck` in float64

@@ -1429,8 +1429,8 @@ assert calibration_tests[f"{len(calibration_x)} images, not normalised"] < pitfa
 # ### 1. Asymmetric quantisation from min and max
 #
 # Write `quantize_asymmetric(x, num_bits)` returning `(q, scale, zero_point)`
-# for asymmetric per-tensor quantisation to signed `num_bits`-bit integers,
-# as in the worked example at the start of the chapter (the range of `x`
+# for asymmetric per-tensor quantisation to signed `num_bits`-bit integers
+# (`num_bits` from 2 to 16), as in the worked example at the start of the chapter (the range of `x`
 # widened to include 0, then mapped onto `[qmin, qmax]`): `scale` a Python
 # float, `zero_point` a Python int, `q` an integer tensor (an integer dtype
 # such as `torch.int32`) of the shape of `x`. Write it with plain tensor

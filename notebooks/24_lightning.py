@@ -1318,8 +1318,9 @@ except Exception as err:  # lightning's MisconfigurationException
 # must know which logged name to pass it. Write `plateau_config(model, lr)`
 # returning what `configure_optimizers` should return: an `AdamW` over
 # `model.parameters()` with learning rate `lr`, and a `ReduceLROnPlateau`
-# (`mode="min"`, `factor=0.5`, `patience=1`) stepped once per epoch with
-# the logged `"val_loss"`. The checker parses your answer with Lightning's
+# (`mode="min"`, `factor=0.5`, `patience=1`, every other setting at its
+# default: `threshold`, `threshold_mode`, `cooldown`, `min_lr`, `eps`)
+# stepped once per epoch with the logged `"val_loss"`. The checker parses your answer with Lightning's
 # own code, so Lightning's messages come back as hints.
 
 

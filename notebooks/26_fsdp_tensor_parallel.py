@@ -1172,7 +1172,8 @@ print("in-process group destroyed:", not dist.is_initialized())
 # tensor of `shape` is distributed over a 1-D mesh of `world_size` ranks
 # with `Shard(dim)`, or with `Replicate()` when `dim` is `None`. Remember
 # how five rows split over two ranks above, and that a rank's piece can be
-# empty.
+# empty. DTensor's own placement helpers (`Shard`'s methods,
+# `compute_local_shape_and_global_offset`) are refused here.
 
 # %%
 def local_shard_shapes(shape, world_size, dim):

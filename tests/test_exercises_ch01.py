@@ -329,7 +329,10 @@ def test_softmax_through_logcumsumexp_is_refused(through_logcumsumexp):
 
 
 def test_softmax_task_states_the_goal_but_leaves_the_recipe_to_the_hints():
-    message = check("01.softmax", lambda x, dim: (_ for _ in ()).throw(NotImplementedError), show=False).message
+    def stub(x, dim):  # the untouched stub: a `raise` line of its own (see helpers.exercises._raised_by_learner)
+        raise NotImplementedError
+
+    message = check("01.softmax", stub, show=False).message
     assert "as large as 1000" in message and "88.7" in message and "Leave x unchanged" in message, message
     assert "no library softmax and no logsumexp" in message, message
     assert "amax" not in message and "keepdim" not in message, message
@@ -375,7 +378,6 @@ def _expanded_identity(labels, k):
         (lambda labels, k: torch.diagflat(torch.ones(k))[labels], "[5, 5]"),
         (lambda labels, k: torch.block_diag(*[torch.ones(1, 1)] * k)[labels], "[5, 5]"),
         (lambda labels, k: torch.linalg.matrix_power(torch.ones(k, k), 0)[labels], "[5, 5]"),
-        (lambda labels, k: torch.from_numpy(np.eye(k, dtype=np.float32))[labels], "[5, 5]"),
         (lambda labels, k: (torch.ones(k).diag() * 2)[:, labels].T / 2, "[5, 5]"),  # columns, transposed
         (lambda labels, k: F.embedding_bag(labels[:, None], torch.ones(k).diag(), mode="sum"), "[5, 5]"),
         (lambda labels, k: torch.ones(k).diag().take(labels[:, None] * k + torch.arange(k)), "[5, 5]"),
@@ -383,13 +385,44 @@ def _expanded_identity(labels, k):
         (_expanded_identity, "[5, 5] (expanded to [4, 5, 5])"),
     ],
     ids=["scaled-diag", "scaled-diag_embed", "1-I", "affine", "flip", "roll", "diag-nonzero", "diagflat",
-         "block_diag", "matrix_power", "numpy-eye", "columns", "embedding_bag", "take", "flattened", "expanded"],
+         "block_diag", "matrix_power", "columns", "embedding_bag", "take", "flattened", "expanded"],
 )
 def test_one_hot_rows_of_a_transformed_identity_are_refused(identity_rows, table):
     labels = torch.tensor([0, 3, 3, 1])
     assert torch.equal(identity_rows(labels, 5), torch.eye(5)[labels])  # each really gives the one-hot rows
     message = assert_rejected("01.one_hot", identity_rows, f"indexes a {table} identity matrix", "ready-made").message
     assert "torch.arange" not in message, "the first hint should not give the fix away"
+
+
+@pytest.mark.parametrize(
+    ("numpy_rows", "name"),
+    [
+        (lambda labels, k: torch.from_numpy(np.eye(k, dtype=np.float32)[labels.numpy()]), "numpy.eye"),
+        (lambda labels, k: torch.from_numpy(np.eye(k, dtype=np.float32))[labels], "numpy.eye"),
+        (lambda labels, k: torch.tensor(np.identity(k, dtype=np.float32)[labels.numpy()]), "numpy.identity"),
+        (lambda labels, k: torch.from_numpy(np.take(np.eye(k, dtype=np.float32), labels.numpy(), axis=0)), "numpy.eye"),
+        (lambda labels, k: torch.from_numpy(np.diag(np.ones(k, dtype=np.float32))[labels.numpy()]), "numpy.diag"),
+        (lambda labels, k: torch.from_numpy(np.diagflat(np.ones(k, dtype=np.float32))[labels.numpy()]), "numpy.diagflat"),
+    ],
+    ids=["eye-indexed-in-numpy", "eye-indexed-in-torch", "identity", "take-of-eye", "diag", "diagflat"],
+)
+def test_one_hot_rows_of_a_numpy_identity_are_refused(numpy_rows, name):
+    """NumPy's identity matrices, indexed in NumPy where no torch mode sees the rows read: refused by name."""
+    labels = torch.tensor([0, 3, 3, 1])
+    assert torch.equal(numpy_rows(labels, 5), torch.eye(5)[labels])  # each really gives the one-hot rows
+    assert_rejected("01.one_hot", numpy_rows, "yourself", f"`{name}`", "ready-made")
+
+
+def test_one_hot_written_in_numpy_with_paired_indices_is_accepted():
+    """NumPy is not refused as such: zeros with one 1.0 per row written by paired indices computes the entries."""
+    def numpy_pairs(labels, k):
+        out = np.zeros((labels.shape[0], k), dtype=np.float32)
+        out[np.arange(labels.shape[0]), labels.numpy()] = 1.0
+        return torch.from_numpy(out)
+
+    result = check("01.one_hot", numpy_pairs, show=False)
+    assert result.passed, result.message
+    assert np.eye(2).tolist() == [[1.0, 0.0], [0.0, 1.0]] and np.diag([1, 2]).tolist() == [[1, 0], [0, 2]]
 
 
 @pytest.mark.parametrize(

@@ -278,6 +278,20 @@ class StandardizeAliasesTheBuffers(nn.Module):
         return (x - mean) / std
 
 
+class StandardizeWithInverseBuffer(nn.Module):
+    """Also keeps 1 / std as a (saved) buffer, computed once in __init__, and multiplies by it: wrong, since
+    loading new statistics into mean and std leaves the inverse stale (forward must compute with mean and std)."""
+
+    def __init__(self, mean, std):
+        super().__init__()
+        self.register_buffer("mean", mean.clone())
+        self.register_buffer("std", std.clone())
+        self.register_buffer("inv_std", 1 / std)
+
+    def forward(self, x):
+        return (x - self.mean) * self.inv_std
+
+
 # (exercise, wrong answer, words of the first-tier hint, words of the fuller hint)
 WRONG = [
     ("03.count_parameters", count_state_dict, ["also counts the buffers"], ["model.parameters()"]),
@@ -308,6 +322,9 @@ WRONG = [
      ["self.mean and self.std"]),
     ("03.standardize", StandardizeAliasesTheBuffers, ["load_state_dict", "does not read the buffers"],
      ["self.mean and self.std"]),
+    ("03.standardize", StandardizeWithInverseBuffer, ["'mean' and 'std'", "['inv_std'], left as they were",
+                                                     "not compute from the buffers mean and std"],
+     ["in __init__", "self.mean and self.std in forward"]),
 ]
 
 
@@ -464,19 +481,6 @@ class StandardizeWithEpsBuffer(nn.Module):
         return (x - self.mean) / (self.std + self.eps)
 
 
-class StandardizeWithInverseBuffer(nn.Module):
-    """Also keeps 1 / std as a (saved) buffer and multiplies by it."""
-
-    def __init__(self, mean, std):
-        super().__init__()
-        self.register_buffer("mean", mean.clone())
-        self.register_buffer("std", std.clone())
-        self.register_buffer("inv_std", 1 / std)
-
-    def forward(self, x):
-        return (x - self.mean) * self.inv_std
-
-
 class StandardizeFunctional(nn.Module):
     def __init__(self, mean, std):
         super().__init__()
@@ -493,7 +497,6 @@ RIGHT = [
     ("03.build_mlp", mlp_inplace_relu),
     ("03.build_mlp", mlp_module_list),
     ("03.standardize", StandardizeWithEpsBuffer),
-    ("03.standardize", StandardizeWithInverseBuffer),
     ("03.standardize", StandardizeFunctional),
 ]
 
@@ -669,7 +672,29 @@ def init_returns_a_copy(model):
 
 
 # (wrong answer, words of the first-tier hint, words of the fuller hint)
+def init_alternating_signs(model):
+    """+-sqrt(2 / fan_in) alternating: exactly Kaiming's mean and std, but two values, not a random draw."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (nn.Linear, nn.Conv2d)):
+                s = math.sqrt(2 / m.weight[0].numel())
+                sign = torch.ones_like(m.weight)
+                sign.view(-1)[::2] = -1
+                m.weight.copy_(sign * s)
+                if m.bias is not None:
+                    m.bias.zero_()
+    return model
+
+
+def init_seeded_inside(model):
+    """The right draw, but after seeding inside the function: every model gets the same weights."""
+    torch.manual_seed(1234)
+    return solution("03.init_for_relu")(model)
+
+
 INIT_WRONG = [
+    (init_alternating_signs, ["2 distinct values", "not drawn at random"], ["independently", "kaiming_normal_"]),
+    (init_seeded_inside, ["exactly the same weights", "torch.manual_seed(1)"], ["no seed", "own random weights"]),
     (init_xavier, ["Xavier", "tanh", "expected 0.1768"], ["kaiming_normal_", "nonlinearity='relu'"]),
     (init_fan_out, ["sqrt(2 / fan_out)", "fan_in"], ["mode='fan_in'"]),
     (init_orthogonal, ["The std equals sqrt(2 / fan_out) = sqrt(2 / 512)"], ["mode='fan_in'"]),

@@ -56,6 +56,48 @@ def test_closed_form_fit_by_gradient_descent_with_too_few_steps_fails():
     assert_rejected("04.closed_form_fit", rough, "w=")
 
 
+def _fit_with(make_optimizer, steps):
+    def fit(x, y):
+        w, b = torch.zeros(1, requires_grad=True), torch.zeros(1, requires_grad=True)
+        opt = make_optimizer([w, b])
+
+        def closure():
+            opt.zero_grad()
+            loss = ((w * x + b - y) ** 2).mean()
+            loss.backward()
+            return loss
+
+        for _ in range(steps):
+            opt.step(closure)
+        return w.item(), b.item()
+
+    return fit
+
+
+@pytest.mark.parametrize("fit", [
+    _fit_with(lambda p: torch.optim.LBFGS(p, max_iter=200, line_search_fn="strong_wolfe"), 1),  # exact enough
+    _fit_with(lambda p: torch.optim.SGD(p, lr=0.01), 5),
+    _fit_with(lambda p: torch.optim.Adam(p, lr=0.1), 5),
+], ids=["LBFGS", "SGD", "Adam"])
+def test_closed_form_fit_with_a_torch_optimizer_is_refused(fit):
+    """An iterative fit, however precise (LBFGS lands within 1e-3), is not the closed form the task asks for."""
+    assert_rejected("04.closed_form_fit", fit, "yourself", "`torch.optim` optimizer", "iterative")
+
+
+def test_closed_form_fit_task_says_no_optimizer():
+    assert "no torch.optim optimizer" in exercises.EXERCISES["04.closed_form_fit"].task
+
+
+def test_closed_form_fit_by_the_normal_equations_is_accepted():
+    def normal_equations(x, y):
+        x64, y64 = x.double(), y.double()
+        xm, ym = x64.mean(), y64.mean()
+        w = ((x64 - xm) * (y64 - ym)).sum() / ((x64 - xm) ** 2).sum()
+        return w.item(), (ym - w * xm).item()
+
+    assert check("04.closed_form_fit", normal_equations, show=False).passed
+
+
 def test_closed_form_fit_hints_do_not_paste_the_solution():
     def through_origin(x, y):
         return (x @ y / (x @ x)).item(), 0.0
@@ -177,12 +219,23 @@ def test_mse_gradients_db_of_shape_one_fails():
     assert_rejected("04.mse_gradients", one, "0-dim")
 
 
-def test_mse_gradients_db_as_python_float_is_accepted():
+@pytest.mark.parametrize("to_number", [lambda t: t.item(), float], ids=["item", "float"])
+def test_mse_gradients_db_as_python_float_fails(to_number):
+    """The task states db is a 0-dim tensor (shape []), like b: a Python float is the wrong type."""
     def as_float(w, b, x, y):
         r = x @ w + b - y
-        return 2 / x.shape[0] * (x.T @ r), 2 * r.mean().item()
+        return 2 / x.shape[0] * (x.T @ r), to_number(2 * r.mean())
 
-    assert check("04.mse_gradients", as_float, show=False).passed
+    assert_rejected("04.mse_gradients", as_float, "db should be a tensor of shape []", "got a float")
+    assert ".item()" in hint("04.mse_gradients", show=False)
+
+
+def test_mse_gradients_dw_as_a_list_fails():
+    def as_list(w, b, x, y):
+        r = x @ w + b - y
+        return (2 / x.shape[0] * (x.T @ r)).tolist(), 2 / x.shape[0] * r.sum()
+
+    assert_rejected("04.mse_gradients", as_list, "dw should be a tensor of shape [6]", "got a list")
 
 
 def test_mse_gradients_transposed_product_written_as_r_at_x_is_accepted():
@@ -645,6 +698,23 @@ def test_evaluate_accuracy_mean_of_batch_accuracies_fails():
         return sum(accuracies) / len(accuracies)
 
     assert_rejected("05.evaluate_accuracy", batch_mean, "per-batch accuracies")
+
+
+def test_evaluate_accuracy_dividing_by_batches_times_batch_size_fails():
+    """correct / (len(loader) * batch_size) counts the smaller last batch as full: named as such, not as the
+    mean of per-batch accuracies (the two coincide on the checker's first loader)."""
+    def batches_times_size(model, loader):
+        model.eval()
+        correct = 0
+        with torch.no_grad():
+            for x, y in loader:
+                correct += (model(x).argmax(1) == y).sum().item()
+        return correct / (len(loader) * loader.batch_size)
+
+    first = assert_rejected("05.evaluate_accuracy", batches_times_size, "36 / 64", "4 batches x batch_size 16",
+                            "only 2", "36 / 60").message
+    assert "per-batch" not in first and "len(loader.dataset)" not in first, first
+    assert "len(loader.dataset)" in hint("05.evaluate_accuracy", show=False)
 
 
 def test_evaluate_accuracy_as_percentage_fails():

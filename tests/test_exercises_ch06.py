@@ -219,3 +219,21 @@ def test_sampling_weights_normalised_float32_is_accepted():
         return w / w.sum()
 
     assert check("06.sampling_weights", normalised, show=False).passed
+
+
+def test_shard_range_float_boundaries_fail():
+    """int(w * (n / k)) loses an index to float rounding for a few pairs only (n=15, k=11 first)."""
+    def float_boundaries(n, worker_id, num_workers):
+        return range(int(worker_id * (n / num_workers)), int((worker_id + 1) * (n / num_workers)))
+
+    result = assert_rejected("06.shard_range", float_boundaries, "n=15 and 11 workers", "[14]", "float",
+                             "14.999999999999998")
+    assert "//" not in result.message.split("Hint:")[0], result.message
+
+
+def test_shard_range_integer_floor_boundaries_are_accepted():
+    """Boundaries w * n // k: a fair split too (the larger blocks are not all first), in exact arithmetic."""
+    def floor_boundaries(n, worker_id, num_workers):
+        return range(worker_id * n // num_workers, (worker_id + 1) * n // num_workers)
+
+    assert check("06.shard_range", floor_boundaries, show=False).passed

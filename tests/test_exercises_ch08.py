@@ -560,3 +560,18 @@ def test_lstm_cell_and_as_strided_shortcuts_are_refused():
         return w[:, :T].unsqueeze(-1), w[:, T:]
 
     assert_rejected("08.make_windows", strided, "does it for you")
+
+
+def test_make_windows_counting_without_the_horizon_then_filtering_fails():
+    """N = (L - T) // stride, then dropping the windows whose target runs past the end: one short when
+    horizon < stride (L=12, T=3, horizon=1, stride=2: 4 windows instead of 5)."""
+    def count_without_horizon(series, T, horizon, stride):
+        N = (len(series) - T) // stride
+        idx = torch.arange(N)[:, None] * stride + torch.arange(T + horizon)
+        idx = idx[idx[:, -1] < len(series)]
+        w = series[idx]
+        return w[:, :T].unsqueeze(-1), w[:, T:]
+
+    assert_first_tier_rejected("08.make_windows", count_without_horizon, "T=3, horizon=1, stride=2", "5 windows",
+                               "you made 4", "[8.0, 9.0, 10.0] with target [11.0], is missing")
+    assert "s + T + horizon <= L" in hint("08.make_windows", show=False)

@@ -381,3 +381,31 @@ def test_local_causal_mask_with_a_list_comprehension_fails():
         return torch.tensor([[j <= i and i - j < window for j in range(T)] for i in range(T)])
 
     assert_rejected("09.local_causal_mask", comprehension, "list comprehension", "no Python loop")
+
+
+@pytest.mark.parametrize("fill", [-1e9, float("-inf")])
+def test_grouped_query_attention_causal_mask_hiding_the_diagonal_fails(fill):
+    """triu(0) also masks the diagonal: query i sees only j < i (query 0 nothing), named as such."""
+    def diagonal_hidden(q, k, v, causal=False):
+        group = q.shape[1] // k.shape[1]
+        k, v = _interleave(k, group), _interleave(v, group)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(0), fill)
+        return scores.softmax(-1) @ v
+
+    assert_two_tier("09.grouped_query_attention", diagonal_hidden, ["causal=True", "ITSELF included", "j < i"],
+                    ["diagonal"])
+    assert "softmax is over the keys" not in check("09.grouped_query_attention", diagonal_hidden, show=False).message
+
+
+@pytest.mark.parametrize("enable_gqa", [False, True])
+def test_sdpa_math_kernel_as_a_torch_function_is_refused(enable_gqa):
+    """torch._scaled_dot_product_attention_math decomposes before dispatch: it is refused by name."""
+    def math_kernel(q, k, v, causal=False):
+        if enable_gqa:
+            return torch._scaled_dot_product_attention_math(q, k, v, is_causal=causal, enable_gqa=True)[0]
+        return torch._scaled_dot_product_attention_math(*_repeated(q, k, v), is_causal=causal)[0]
+
+    result = assert_rejected("09.grouped_query_attention", math_kernel, "does it for you")
+    assert "_scaled_dot_product_attention_math" in result.message, result.message

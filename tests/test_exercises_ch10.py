@@ -172,6 +172,72 @@ def test_sgd_in_place_on_its_own_copies_is_accepted():
     assert check("10.sgd_step", on_copies, show=False).passed
 
 
+def test_sgd_through_the_private_sgd_implementations_is_refused():
+    """torch.optim.sgd's single-tensor, multi-tensor and fused steps, and the fused kernel itself (issue 17)."""
+    def private(name):
+        def answer(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+            import torch.optim.sgd as sgd_module
+
+            step = getattr(sgd_module, name)
+            p, bufs = param.clone(), [None if buf is None else buf.clone()]
+            step([p], [grad.clone()], bufs, None, None, weight_decay=weight_decay, momentum=momentum, lr=lr,
+                 dampening=0.0, nesterov=nesterov, maximize=False, has_sparse_grad=False)
+            return p, bufs[0] if momentum else None
+
+        return answer
+
+    def fused(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        p, b = param.clone(), (torch.zeros_like(param) if buf is None else buf.clone())
+        torch._fused_sgd_([p], [grad.clone()], [b] if momentum else [], weight_decay=weight_decay,
+                          momentum=momentum, lr=lr, dampening=0.0, nesterov=nesterov, maximize=False,
+                          is_first_step=buf is None)
+        return p, b if momentum else None
+
+    for name in ("_single_tensor_sgd", "_multi_tensor_sgd"):
+        assert_rejected("10.sgd_step", private(name), "write the SGD update yourself", f"torch.optim.sgd.{name}")
+    assert_rejected("10.sgd_step", fused, "write the SGD update yourself", "_fused_sgd_")
+
+
+def test_sgd_with_foreach_arithmetic_is_accepted():
+    """torch._foreach_* are element-wise arithmetic: the answer still writes the update rule itself."""
+    def with_foreach(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        (g,) = torch._foreach_add([grad], [param], alpha=weight_decay)
+        if momentum == 0:
+            return torch._foreach_add([param], [g], alpha=-lr)[0], None
+        b = g.clone() if buf is None else torch._foreach_add(torch._foreach_mul([buf], momentum), [g])[0]
+        direction = g + momentum * b if nesterov else b
+        return torch._foreach_add([param], [direction], alpha=-lr)[0], b
+
+    assert check("10.sgd_step", with_foreach, show=False).passed
+
+
+def test_sgd_buffer_that_is_the_gradient_itself_fails():
+    """buf = g on the first step, with no weight decay, returns the caller's grad object: not a new tensor."""
+    def aliased(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        g = grad + weight_decay * param if weight_decay else grad
+        if momentum == 0:
+            return param - lr * g, None
+        buf = g if buf is None else momentum * buf + g
+        return param - lr * (g + momentum * buf if nesterov else buf), buf
+
+    def a_view(param, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        g = grad + weight_decay * param if weight_decay else grad
+        if momentum == 0:
+            return param - lr * g, None
+        buf = g.view(g.shape) if buf is None else momentum * buf + g
+        return param - lr * (g + momentum * buf if nesterov else buf), buf
+
+    assert_rejected("10.sgd_step", aliased, "new_buf", "`grad` itself", "new tensors")
+    assert_rejected("10.sgd_step", a_view, "new_buf", "`grad` itself")
+
+
+def test_sgd_task_states_what_is_refused():
+    from helpers.exercises import EXERCISES
+
+    task = EXERCISES["10.sgd_step"].task
+    assert "torch.optim.sgd" in task and "_fused_sgd_" in task and "none of them returned" in task
+
+
 # --------------------------------------------------------------------------
 # 10.decay_groups
 # --------------------------------------------------------------------------

@@ -341,3 +341,91 @@ def test_dropout_task_states_the_range_of_p():
     from helpers.exercises import EXERCISES
 
     assert "0 <= p < 1" in EXERCISES["12.inverted_dropout"].task
+
+
+# --------------------------------------------------------------------------
+# Library kernels called through torch.ops.aten (issue 17): refused however reached
+# --------------------------------------------------------------------------
+
+
+def test_dropout_via_its_aten_kernels_fails():
+    """native_dropout_backward(x, keep, 1 / (1 - p)) and _masked_scale compute the answer from the given mask."""
+    def via_dropout_backward(x, keep, p):
+        return torch.ops.aten.native_dropout_backward(x, keep, 1 / (1 - p))
+
+    def via_an_alias(x, keep, p):
+        kernel = torch.ops.aten.native_dropout_backward  # bound to a name first, then its overload called
+        return kernel.default(x, keep, 1 / (1 - p))
+
+    def via_masked_scale(x, keep, p):
+        return torch._masked_scale(x, keep, 1 / (1 - p))
+
+    assert_rejected("12.inverted_dropout", via_dropout_backward, "yourself", "native_dropout_backward")
+    assert_rejected("12.inverted_dropout", via_an_alias, "yourself", "native_dropout_backward")
+    assert_rejected("12.inverted_dropout", via_masked_scale, "yourself", "_masked_scale")
+
+
+def test_dropout_task_says_the_dropout_kernels_are_refused():
+    from helpers.exercises import EXERCISES
+
+    assert "dropout kernels" in EXERCISES["12.inverted_dropout"].task
+
+
+def test_dropout_with_torch_where_is_accepted():
+    assert check("12.inverted_dropout", lambda x, keep, p: torch.where(keep, x / (1 - p), torch.zeros_like(x)),
+                 show=False).passed
+
+
+def test_running_stats_via_batch_norm_aten_kernels_fails():
+    legit = _running_buffers_updated_by(
+        lambda x, mean, var, m: torch.ops.aten._native_batch_norm_legit(x, None, None, mean, var, True, m, 1e-5))
+    with_update = _running_buffers_updated_by(
+        lambda x, mean, var, m: torch.ops.aten._batch_norm_with_update(x, None, None, mean, var, m, 1e-5))
+    assert_rejected("12.bn_running_stats", legit, "yourself", "_native_batch_norm_legit")
+    assert_rejected("12.bn_running_stats", with_update, "yourself", "_batch_norm_with_update")
+
+
+def test_running_stats_with_var_mean_and_in_place_lerp_is_accepted():
+    def in_place(batches, momentum):
+        c = batches[0].shape[1]
+        mean, var = torch.zeros(c, dtype=batches[0].dtype), torch.ones(c, dtype=batches[0].dtype)
+        for i, x in enumerate(batches, 1):
+            v, m = torch.var_mean(x, dim=(0, 2, 3))
+            f = 1 / i if momentum is None else momentum
+            mean.lerp_(m, f)
+            var.lerp_(v, f)
+        return mean, var
+
+    assert check("12.bn_running_stats", in_place, show=False).passed
+
+
+def test_group_norm_via_normalisation_aten_kernels_fails():
+    def via_native_group_norm(x, g, w, b, eps=1e-5):
+        n, c = x.shape[:2]
+        return torch.ops.aten.native_group_norm(x, w, b, n, c, x[0, 0].numel(), g, eps)[0]
+
+    def via_fused_rms_norm(x, g, w, b, eps=1e-5):
+        centred = _centred_groups(x, g)
+        return _affine(torch.ops.aten._fused_rms_norm(centred, [centred.shape[-1]], None, eps)[0], x, w, b)
+
+    def via_batch_norm_kernel(x, g, w, b, eps=1e-5):
+        flat = x.reshape(1, x.shape[0] * g, -1)  # each (sample, group) becomes a channel of one "batch"
+        return _affine(torch.ops.aten._native_batch_norm_legit(flat, None, None, True, 0.0, eps)[0], x, w, b)
+
+    def via_native_layer_norm(x, g, w, b, eps=1e-5):
+        flat = x.reshape(x.shape[0], g, -1)
+        return _affine(torch.ops.aten.native_layer_norm(flat, flat.shape[-1:], None, None, eps)[0], x, w, b)
+
+    for candidate, kernel in ((via_native_group_norm, "native_group_norm"), (via_fused_rms_norm, "_fused_rms_norm"),
+                              (via_batch_norm_kernel, "_native_batch_norm_legit"),
+                              (via_native_layer_norm, "native_layer_norm")):
+        assert_rejected("12.group_norm", candidate, "yourself", kernel)
+
+
+def test_group_norm_with_var_mean_and_rsqrt_is_accepted():
+    def with_var_mean(x, g, w, b, eps=1e-5):
+        flat = x.reshape(x.shape[0], g, -1)
+        var, mean = torch.var_mean(flat, -1, correction=0, keepdim=True)
+        return _affine((flat - mean) * torch.rsqrt(var + eps), x, w, b)
+
+    assert check("12.group_norm", with_var_mean, show=False).passed

@@ -270,3 +270,35 @@ def test_inference_sharing_only_the_integer_buffer_fails():
 
     result = assert_rejected("14.inference_state", int_buffer_shared, "share memory", "integer buffers")
     assert "float16" in result.message and "num_batches_tracked" in result.message, result.message
+
+
+def test_resume_always_loading_the_scaler_state_fails_on_a_disabled_scalers_checkpoint():
+    """Pitfall 3: {} from a disabled scaler, loaded into an enabled one, raises RuntimeError (issue 17)."""
+    result = assert_rejected("14.resume", _partial_resume(), "GradScaler disabled", "raised RuntimeError")
+    assert "if checkpoint" not in result.message, "tier 1 names the case, not the fix"
+
+
+def test_resume_giving_a_disabled_scaler_a_made_up_state_fails():
+    def made_up(checkpoint, m, o, s, sc):
+        state = checkpoint["scaler"] or {"scale": 1.0, "growth_factor": 2.0, "backoff_factor": 0.5,
+                                         "growth_interval": 2, "_growth_tracker": 0}
+        _partial_resume()({**checkpoint, "scaler": state}, m, o, s, sc)
+        return checkpoint["step"]
+
+    assert_rejected("14.resume", made_up, "should keep its fresh state")
+
+
+def test_resume_skipping_an_empty_scaler_state_is_accepted():
+    def skipping(checkpoint, m, o, s, sc):
+        _partial_resume(scaler=False)(checkpoint, m, o, s, sc)
+        if len(checkpoint["scaler"]) > 0:
+            sc.load_state_dict(checkpoint["scaler"])
+        return checkpoint["step"]
+
+    assert check("14.resume", skipping, show=False).passed
+
+
+def test_resume_task_states_the_disabled_scaler_case():
+    from helpers.exercises import EXERCISES
+
+    assert "'scaler': {}" in EXERCISES["14.resume"].task

@@ -4,6 +4,7 @@ live in tests/test_exercises.py)."""
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 
@@ -49,6 +50,16 @@ def test_no_graph_break_branches_swapped_fails():
         return torch.where(top > 0, x - top, x / top)
 
     assert_rejected("16.no_graph_break", swapped, "divide")
+
+
+def test_no_graph_break_dividing_by_the_largest_magnitude_fails():
+    """x / max |x| equals x / max(x) while no negative value is larger in magnitude: [-5, 1, 0.5] tells them apart."""
+    def by_abs_max(x):
+        top = x.abs().max()
+        safe = torch.where(top > 0, top, torch.ones_like(top))
+        return torch.where(x.max() > 0, x / safe, x - x.max())
+
+    assert_rejected("16.no_graph_break", by_abs_max, "[-5.0, 1.0, 0.5]", "largest absolute value")
 
 
 def test_no_graph_break_strict_comparison_at_zero_fails():
@@ -164,16 +175,52 @@ def test_break_even_zero_for_free_compile_fails():
     assert_rejected("16.break_even_calls", zero, "at least 1")
 
 
-def test_break_even_loop_is_accepted():
+def test_break_even_loop_from_the_estimate_is_accepted():
+    """A loop that steps from the rounded-up quotient to the exact boundary: a closed form, checked."""
     def loop(compile_s, eager_s, compiled_s):
         if compiled_s >= eager_s:
-            return None
-        n = 1
+            return 1 if compile_s <= 0 else None
+        n = max(1, math.ceil(compile_s / (eager_s - compiled_s)) - 2)
         while compile_s + n * compiled_s > n * eager_s:
             n += 1
         return n
 
     assert check("16.break_even_calls", loop, show=False).passed
+
+
+def test_break_even_bounded_count_up_fails():
+    """Counting n = 1, 2, ... up to a limit misses a break-even of 3 * 2**24 calls (issue 17)."""
+    def bounded(compile_s, eager_s, compiled_s):
+        for n in range(1, 10**6):
+            if compile_s + n * compiled_s <= n * eager_s:
+                return n
+        return None
+
+    assert_rejected("16.break_even_calls", bounded, "50331648 calls", "returned None")
+
+
+def test_break_even_slow_right_answer_fails(monkeypatch):
+    """A right count that takes longer than the checker allows (a search up to it): the limit lowered, not waited for."""
+    from helpers.exercises import ch16
+
+    def slow(compile_s, eager_s, compiled_s):
+        if (compile_s, eager_s, compiled_s) == (3.0, 1.0, 1 - 2**-24):  # tens of millions of calls
+            time.sleep(0.05)
+        return ch16._break_even_calls(compile_s, eager_s, compiled_s)
+
+    monkeypatch.setattr(ch16, "_SLOW_S", 0.02)
+    result = assert_rejected("16.break_even_calls", slow, "is right, but it took", "50,331,648 calls")
+    assert "math.ceil" not in result.message.split(" Hint: ")[0], "tier 1 names the problem, not the fix"
+
+
+def test_break_even_none_when_no_faster_even_with_a_free_compile_fails():
+    """(0.0, 0.01, 0.01): 0 + n * 0.01 <= n * 0.01 holds at n = 1, so the answer is 1, not None."""
+    def strict(compile_s, eager_s, compiled_s):
+        if eager_s <= compiled_s:
+            return None
+        return max(1, math.ceil(compile_s / (eager_s - compiled_s)))
+
+    assert_rejected("16.break_even_calls", strict, "(0.0, 0.01, 0.01)", "compiling was free", "expected 1")
 
 
 def test_break_even_right_count_as_a_float_fails():

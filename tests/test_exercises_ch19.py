@@ -148,6 +148,99 @@ def test_logsumexp_old_style_fails():
     assert_rejected("19.logsumexp", OldStyle, "setup_context")
 
 
+def _masked_safe_backward(x, out, g):
+    p = torch.exp(x - out.unsqueeze(-1))
+    return g.unsqueeze(-1) * torch.where(torch.isneginf(out).unsqueeze(-1), torch.zeros_like(p), p)
+
+
+def _masked_safe_forward(x):
+    from helpers.exercises.ch19 import _LogSumExp
+
+    return _LogSumExp.forward(x)
+
+
+def test_logsumexp_tensors_as_ctx_attributes_fail():
+    class CtxAttributes(Function):  # the chapter's pitfall: ctx.out = output makes a reference cycle
+        @staticmethod
+        def forward(x):
+            return _masked_safe_forward(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.x = inputs[0]
+            ctx.out = output
+
+        @staticmethod
+        def backward(ctx, g):
+            return _masked_safe_backward(ctx.x, ctx.out, g)
+
+    result = assert_rejected("19.logsumexp", CtxAttributes, "ctx.x, ctx.out", "version check", "cycle")
+    assert "save_for_backward" not in result.message.split(" Hint: ")[0]  # the fix is the fuller hint's
+
+
+def test_logsumexp_forward_via_log_softmax_is_a_shortcut():
+    def forward(x):  # lse(x) = x_0 - log_softmax(x)_0
+        r = (x - torch.log_softmax(x, -1))[..., 0]
+        return torch.where(torch.isneginf(x).all(-1), torch.full_like(r, float("-inf")), r)
+
+    assert_rejected("19.logsumexp", _lse_class(forward, _masked_safe_backward), "yourself", "log_softmax")
+
+
+def test_logsumexp_forward_via_functional_log_softmax_is_a_shortcut():
+    import torch.nn.functional as F
+
+    def forward(x):
+        r = (x - F.log_softmax(x, dim=-1))[..., :1].squeeze(-1)
+        return torch.where(torch.isneginf(x).all(-1), torch.full_like(r, float("-inf")), r)
+
+    assert_rejected("19.logsumexp", _lse_class(forward, _masked_safe_backward), "yourself", "log_softmax")
+
+
+def test_logsumexp_forward_via_softmax_is_a_shortcut():
+    def forward(x):
+        r = x[..., 0] - torch.log(x.softmax(-1)[..., 0])
+        return torch.where(torch.isneginf(x).all(-1), torch.full_like(r, float("-inf")), r)
+
+    assert_rejected("19.logsumexp", _lse_class(forward, _masked_safe_backward), "yourself", "softmax")
+
+
+def test_logsumexp_softmax_in_the_backward_is_accepted():
+    def backward(x, out, g):  # the derivative is the softmax: computing it with torch.softmax is fine
+        return g.unsqueeze(-1) * torch.softmax(x, -1).nan_to_num(0.0)
+
+    assert check("19.logsumexp", _lse_class(_masked_safe_forward, backward), show=False).passed
+
+
+def test_logsumexp_backward_by_autograd_is_a_shortcut():
+    def backward(x, out, g):  # re-runs the forward under autograd instead of writing the derivative
+        with torch.enable_grad():
+            xx = x.detach().requires_grad_()
+            m = xx.amax(-1, keepdim=True).detach().nan_to_num(neginf=0.0)
+            y = (m + torch.log(torch.exp(xx - m).sum(-1, keepdim=True))).squeeze(-1)
+            (gx,) = torch.autograd.grad(y, xx, g)
+        return gx.nan_to_num(0.0)
+
+    assert_rejected("19.logsumexp", _lse_class(_masked_safe_forward, backward), "yourself", "autograd")
+
+
+def test_logsumexp_backward_calling_autograd_grad_is_a_shortcut():
+    def backward(x, out, g):
+        with torch.set_grad_enabled(True):
+            xx = x.detach().requires_grad_()
+            (gx,) = torch.autograd.grad(_masked_safe_forward(xx), xx, g)
+        return gx.nan_to_num(0.0)
+
+    assert_rejected("19.logsumexp", _lse_class(_masked_safe_forward, backward), "yourself", "set_grad_enabled")
+
+
+def test_logsumexp_backward_by_torch_func_vjp_is_a_shortcut():
+    def backward(x, out, g):
+        _, vjp = torch.func.vjp(_masked_safe_forward, x)
+        return vjp(g)[0].nan_to_num(0.0)
+
+    assert_rejected("19.logsumexp", _lse_class(_masked_safe_forward, backward), "yourself", "torch.func.vjp")
+
+
 def test_logsumexp_wrapper_function_is_accepted():
     from helpers.exercises import solution
 

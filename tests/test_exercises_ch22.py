@@ -148,3 +148,19 @@ def test_spec_with_lower_bound_two_fails():
         return {"x": {0: batch, 1: length}, "mask": {0: batch, 1: length}}
 
     assert_rejected("22.dynamic_shapes_spec", min_two, "lower bound 2", "batch size 1", "range_constraints")
+
+
+def test_spec_with_bounded_dim_dynamic_explains_the_0_1_specialisation():
+    # Dim.DYNAMIC(min=1, max=...) is accepted by export, but recorded from 2: torch's doing, not the learner's
+    def hinted(max_batch, max_len):
+        batch, length = Dim.DYNAMIC(min=1, max=max_batch), Dim.DYNAMIC(min=1, max=max_len)
+        return {"x": {0: batch, 1: length}, "mask": {0: batch, 1: length}}
+
+    result = assert_rejected("22.dynamic_shapes_spec", hinted, "Dim.DYNAMIC with min=1", "0/1 specialisation",
+                             "range_constraints")
+    assert "leaves out" not in result.message
+
+
+def test_general_hint_says_dim_dynamic_takes_bounds():
+    text = exercises.EXERCISES["22.dynamic_shapes_spec"].hint
+    assert "have no upper bound" not in text and "max=" in text and "0 and 1" in text

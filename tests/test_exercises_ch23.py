@@ -28,6 +28,39 @@ def test_quantize_asymmetric_without_zero_in_range_fails():
     assert_rejected("23.quantize_asymmetric", no_zero, "include 0")
 
 
+def _right_q(x, bits):
+    qmin, qmax = _signed(bits)
+    lo, hi = min(x.min().item(), 0.0), max(x.max().item(), 0.0)
+    scale = (hi - lo) / (qmax - qmin)
+    zp = int(qmin - round(lo / scale))
+    return torch.clamp(torch.round(x / scale) + zp, qmin, qmax), scale, zp
+
+
+def test_quantize_asymmetric_int8_storage_wraps_at_16_bits():
+    def int8(x, bits):  # right up to 8 bits; at 16 bits the integers wrap around
+        q, scale, zp = _right_q(x, bits)
+        return q.to(torch.int8), scale, zp
+
+    result = assert_rejected("23.quantize_asymmetric", int8, "16 bits", "int8", "[-128, 127]", "wrapped around")
+    assert "int16" not in result.message.split(" Hint: ")[0]  # the dtype to pick is the fuller hint's
+
+
+def test_quantize_asymmetric_int16_and_float64_answers_are_accepted():
+    def int16(x, bits):
+        q, scale, zp = _right_q(x, bits)
+        return q.to(torch.int16), scale, zp
+
+    def float64(x, bits):  # divides in float64: at 16 bits a few values round the other way at a .5 tie
+        qmin, qmax = _signed(bits)
+        lo, hi = min(x.min().item(), 0.0), max(x.max().item(), 0.0)
+        scale = (hi - lo) / (qmax - qmin)
+        zp = int(qmin - round(lo / scale))
+        return torch.clamp(torch.round(x.double() / scale) + zp, qmin, qmax).to(torch.int64), scale, zp
+
+    assert check("23.quantize_asymmetric", int16, show=False).passed
+    assert check("23.quantize_asymmetric", float64, show=False).passed
+
+
 def test_quantize_asymmetric_dividing_by_two_to_the_bits_fails():
     def levels(x, bits):
         qmin, qmax = _signed(bits)
@@ -83,13 +116,13 @@ def test_quantize_asymmetric_without_rounding_q_fails():
     assert_rejected("23.quantize_asymmetric", truncated, "differ")
 
 
-def test_quantize_asymmetric_with_tensor_scale_and_int8_q_is_accepted():
+def test_quantize_asymmetric_with_tensor_scale_is_accepted():
     def tensors(x, bits):
         qmin, qmax = _signed(bits)
         lo, hi = torch.clamp(x.min(), max=0.0), torch.clamp(x.max(), min=0.0)
         scale = (hi - lo) / (qmax - qmin)
         zp = torch.clamp(qmin - torch.round(lo / scale), qmin, qmax)
-        q = torch.clamp(torch.round(x / scale) + zp, qmin, qmax).to(torch.int8)
+        q = torch.clamp(torch.round(x / scale) + zp, qmin, qmax).to(torch.int32)
         return q, scale.item(), int(zp.item())  # tensors inside; the stated Python types out
 
     assert check("23.quantize_asymmetric", tensors, show=False).passed
@@ -211,8 +244,8 @@ def test_quantize_asymmetric_with_torchao_primitives_is_refused():
 
     def with_torchao(x, bits):
         qmin, qmax = _signed(bits)
-        scale, zp = choose_qparams_affine(x, MappingType.ASYMMETRIC, x.shape, torch.int8, quant_min=qmin, quant_max=qmax)
-        q = quantize_affine(x, x.shape, scale, zp, torch.int8, quant_min=qmin, quant_max=qmax)
+        scale, zp = choose_qparams_affine(x, MappingType.ASYMMETRIC, x.shape, torch.int32, quant_min=qmin, quant_max=qmax)
+        q = quantize_affine(x, x.shape, scale, zp, torch.int32, quant_min=qmin, quant_max=qmax)
         return q, scale.item(), int(zp.item())
 
     _get("23.quantize_asymmetric").test(with_torchao)  # without the guard: a correct answer

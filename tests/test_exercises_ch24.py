@@ -86,6 +86,32 @@ def test_plateau_mode_max_fails():
     assert_rejected("24.plateau_config", mode_max, "mode='min'")
 
 
+def test_plateau_with_a_cooldown_fails():
+    def cooldown(model, lr):
+        opt = _adamw(model, lr)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": _plateau(opt, cooldown=2), "monitor": "val_loss"}}
+
+    assert_rejected("24.plateau_config", cooldown, "cooldown=2", "default 0")
+
+
+def test_plateau_with_an_absolute_threshold_fails():
+    def threshold(model, lr):
+        opt = _adamw(model, lr)
+        scheduler = _plateau(opt, threshold=0.01, threshold_mode="abs")
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "monitor": "val_loss"}}
+
+    assert_rejected("24.plateau_config", threshold, "threshold=0.01", "threshold_mode='abs'")
+
+
+def test_plateau_with_defaults_spelled_out_is_accepted():
+    def explicit(model, lr):
+        opt = _adamw(model, lr)
+        scheduler = _plateau(opt, threshold=1e-4, threshold_mode="rel", cooldown=0, min_lr=0.0, eps=1e-8)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "monitor": "val_loss"}}
+
+    assert check("24.plateau_config", explicit, show=False).passed
+
+
 def test_plateau_per_step_fails():
     def per_step(model, lr):
         opt = _adamw(model, lr)

@@ -50,6 +50,68 @@ def test_local_shard_shapes_torch_chunk_without_empty_ranks_fails():
     assert_rejected("26.local_shard_shapes", chunked, "one shape per rank")
 
 
+def test_local_shard_shapes_torch_chunk_with_empty_ranks_is_accepted():
+    import torch
+
+    def chunked(shape, world, dim):  # the task names torch.chunk's rule: using it, empty ranks added, is fine
+        if dim is None:
+            return [tuple(shape)] * world
+        out = [tuple(c.shape) for c in torch.empty(shape, device="meta").chunk(world, dim=dim)]
+        return out + [tuple(0 if i == dim else s for i, s in enumerate(shape))] * (world - len(out))
+
+    assert check("26.local_shard_shapes", chunked, show=False).passed
+
+
+def test_local_shard_shapes_without_empty_ranks_fails():
+    def no_empty(shape, world, dim):
+        if dim is None:
+            return [tuple(shape)] * world
+        n = shape[dim]
+        chunk = -(-n // world)
+        sizes = [min(chunk, n - r * chunk) for r in range(world) if n - r * chunk > 0]
+        return _with_sizes(shape, len(sizes), dim, sizes)
+
+    assert_rejected("26.local_shard_shapes", no_empty, "one shape per rank")
+
+
+def test_local_shard_shapes_dtensor_shard_helper_is_a_shortcut():
+    from torch.distributed.tensor import Shard
+
+    def helper(shape, world, dim):
+        if dim is None:
+            return [tuple(shape)] * world
+        sizes = [Shard(dim)._local_shard_size_and_offset(shape[dim], world, r)[0] for r in range(world)]
+        return _with_sizes(shape, world, dim, sizes)
+
+    assert_rejected("26.local_shard_shapes", helper, "yourself", "_local_shard_size_and_offset")
+
+
+def test_local_shard_shapes_dtensor_static_helper_is_a_shortcut():
+    from torch.distributed.tensor import Shard
+
+    def static(shape, world, dim):
+        if dim is None:
+            return [tuple(shape)] * world
+        sizes = [Shard.local_shard_size_and_offset(shape[dim], world, r)[0] for r in range(world)]
+        return _with_sizes(shape, world, dim, sizes)
+
+    assert_rejected("26.local_shard_shapes", static, "yourself", "local_shard_size_and_offset")
+    assert isinstance(Shard.__dict__["local_shard_size_and_offset"], staticmethod)  # put back as it was
+    assert Shard.local_shard_size_and_offset(5, 2, 1) == (2, 3)
+
+
+def test_local_shard_shapes_dtensor_utils_is_a_shortcut():
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
+
+    def utils(shape, world, dim):
+        if dim is None:
+            return [tuple(shape)] * world
+        return [tuple(_compute_local_shape_and_global_offset(shape, (world,), [r], [Shard(dim)])[0]) for r in range(world)]
+
+    assert_rejected("26.local_shard_shapes", utils, "yourself", "compute_local_shape_and_global_offset")
+
+
 def test_local_shard_shapes_sharding_replicate_fails():
     def replicate_sharded(shape, world, dim):
         return solution("26.local_shard_shapes")(shape, world, 0 if dim is None else dim)

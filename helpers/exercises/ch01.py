@@ -248,6 +248,14 @@ def _one_hot_table(t, num_classes: int) -> str | None:
     return what
 
 
+def _vector_argument(args: tuple, kwargs: dict) -> bool:
+    """Is the first argument of ``numpy.diag(v)`` / ``numpy.diagflat(v)`` 1-D (which builds a diagonal matrix)?"""
+    import numpy as np
+
+    v = args[0] if args else kwargs.get("v")
+    return v is not None and np.ndim(v) == 1
+
+
 _PAIRED_INDEX_FIX = (
     "Index a tensor of zeros with two index tensors at once, one that counts the rows (torch.arange) "
     "and labels for the columns: section 6 shows that they pair up element by element, so a single "
@@ -260,11 +268,18 @@ _PAIRED_INDEX_FIX = (
     "01.one_hot",
     "write one_hot(labels, num_classes): for int64 class indices of shape [N], return a float32 tensor "
     "of shape [N, num_classes] with 1.0 at [i, labels[i]] and 0.0 elsewhere. No Python loops, no "
-    "F.one_hot, no rows of an identity matrix.",
+    "F.one_hot, no rows of an identity matrix (torch's or NumPy's).",
     _one_hot_reference,
     shortcuts=(
         "torch.nn.functional.one_hot", "torch._decomp.decompositions.one_hot", *_aten("one_hot"),
         Shortcut("torch.eye", does="`torch.eye` (its rows are one-hot rows, ready-made)"),
+        # NumPy's identity matrices, indexed in NumPy where no torch mode sees the rows being read
+        Shortcut("numpy.eye", does="`numpy.eye` (its rows are one-hot rows, ready-made)"),
+        Shortcut("numpy.identity", does="`numpy.identity` (its rows are one-hot rows, ready-made)"),
+        *(Shortcut(f"numpy.{name}", when=_vector_argument,
+                   does=f"`numpy.{name}` of a vector (a diagonal matrix: for a vector of ones, its rows are one-hot "
+                        "rows, ready-made)")
+          for name in ("diag", "diagflat")),
         # OneHotCategorical(...).mode and .sample() call F.one_hot from inside torch, which the
         # direct-call rule would allow; its enumerate_support() is an identity matrix
         Shortcut("torch.distributions.Distribution",

@@ -405,7 +405,8 @@ def _standardize_output(module: nn.Module, x: torch.Tensor, when: str) -> torch.
     "03.standardize",
     "write a module Standardize(mean, std) whose forward returns (x - mean) / std, keeping "
     "mean and std as buffers named 'mean' and 'std' (register_buffer), not as Parameters "
-    "(other buffers are allowed, Parameters are not), and computing with those buffers.",
+    "(other buffers are allowed, Parameters are not), and computing with those buffers as they are when "
+    "forward runs: loading new values of mean and std with load_state_dict changes the output.",
     reference=Standardize,
     hint="A buffer, registered with register_buffer (section 2), is saved in the state_dict and moved by "
          ".to(), but parameters() does not list it, so no optimizer changes it. Register mean and std "
@@ -511,6 +512,25 @@ def _check_standardize(candidate: Callable) -> None:
             "In forward, compute with the registered buffers self.mean and self.std, not with copies "
             "kept elsewhere (a plain attribute, a Python list, a closure): only the buffers are "
             "loaded and moved.",
+        )
+    # Only mean and std change (a checkpoint written with other statistics, the other entries as they were):
+    # forward must compute from those two, not from a value derived from them once in __init__.
+    state = module.state_dict()
+    third_mean = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
+    third_std = torch.tensor([4.0, 0.25, 2.0], dtype=torch.float64)
+    state["mean"], state["std"] = third_mean.clone(), third_std.clone()
+    others = sorted(set(state) - {"mean", "std"})
+    module.load_state_dict(state)
+    followed = _standardize_output(module, x.double(), "after load_state_dict of new mean and std")
+    want_third = (x.double() - third_mean) / third_std
+    if followed.shape != want_third.shape or not torch.allclose(followed, want_third):
+        besides = (f" (the other entries of your state_dict, {others}, left as they were)" if others else "")
+        raise Hint(
+            "after loading a state_dict whose 'mean' and 'std' are [0.5, -1, 2] and [4, 0.25, 2]"
+            f"{besides}, forward should return {want_third.tolist()}, got {followed.tolist()}: forward does "
+            "not compute from the buffers mean and std as they are now.",
+            "A value derived from std once, in __init__ (its inverse, say), keeps the old statistics when new "
+            "ones are loaded into mean and std: derive anything you need from self.mean and self.std in forward.",
         )
 
 
@@ -735,6 +755,14 @@ def _check_init_for_relu(candidate: Callable) -> None:
         std, mean = w.std().item(), w.mean().item()
         want = math.sqrt(2 / fan_in)
         if abs(std / want - 1) < 0.04 and abs(mean) < 0.05 * want:
+            distinct = w.unique().numel()
+            if distinct < w.numel() // 2:  # a random float draw repeats almost no value
+                raise Hint(
+                    f"{label}: the weight has mean {mean:.4f} and std {std:.4f} as it should, but only {distinct} "
+                    f"distinct values among its {w.numel()} entries: they are not drawn at random.",
+                    "Kaiming initialisation draws every weight independently, from a normal (or uniform) "
+                    "distribution with std sqrt(2 / fan_in); nn.init's kaiming_normal_ does it in place.",
+                )
             continue
         candidates = _std_candidates(layer)
         closest = min(candidates, key=lambda k: abs(std / candidates[k][0] - 1))
@@ -746,6 +774,20 @@ def _check_init_for_relu(candidate: Callable) -> None:
             "Kaiming for ReLU: a normal distribution with mean 0 and std sqrt(2 / fan_in), which "
             "nn.init's kaiming_normal_ draws for nonlinearity='relu'.",
         )
+    # drawn from torch's random state: another seed, other weights
+    torch.manual_seed(1)
+    other = _InitTarget()
+    _scramble_norm_layers(other)
+    candidate(other)
+    for name, layer in targets.items():
+        if torch.equal(other.get_submodule(name).weight.detach(), layer.weight.detach()):
+            raise Hint(
+                f"{_layer_name(name, layer)} got exactly the same weights after torch.manual_seed(0) and after "
+                "torch.manual_seed(1): they do not come from torch's random number generator.",
+                "Draw the weights from torch's global random state, as nn.init's functions and Tensor.normal_ "
+                "do, with no seed or fixed torch.Generator of your own inside init_for_relu: every model "
+                "initialised should get its own random weights.",
+            )
     if returned is not model:
         got = "None" if returned is None else f"a {type(returned).__name__} that is not the model it was given"
         raise Hint(

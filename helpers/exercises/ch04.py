@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import Hint, exercise, expect_type
+from . import Hint, Shortcut, exercise, expect_type
 
 # --------------------------------------------------------------------------
 # 04.closed_form_fit
@@ -47,8 +47,14 @@ def _as_pair(result, what: str) -> tuple[float, float]:
 @exercise(
     "04.closed_form_fit",
     "return (w, b), the least-squares line y ≈ w*x + b for 1-D tensors x and y, as Python floats, "
-    "computed exactly (no gradient descent).",
+    "computed exactly (no gradient descent, and no torch.optim optimizer: an iterative fit is not the closed form).",
     reference=_closed_form_fit,
+    shortcuts=(
+        # LBFGS, SGD, Adam, ...: every optimizer subclasses torch.optim.Optimizer
+        Shortcut("torch.optim.Optimizer",
+                 does="a `torch.optim` optimizer (an iterative fit that approaches the line step by step)"),
+    ),
+    goal="the exact least-squares solution (in closed form, without iterating)",
     hint="Write the model as a matrix product, predictions = A @ [w, b], with one column of A per "
     "parameter; then a least-squares solver (torch.linalg.lstsq) finds w and b together.",
 )
@@ -222,8 +228,8 @@ _MAX_PRODUCTS_WITH_X = 5
     "04.mse_gradients",
     "return (dw, db), the gradients of L = mean((x @ w + b - y)**2) for x [N, D], w [D], b [] "
     "and y [N], derived by hand in torch operations (no backward(), torch.autograd, torch.func, finite differences "
-    "or NumPy): dw has shape [D], "
-    "db shape [].",
+    "or NumPy): dw a tensor of shape [D], "
+    "db a 0-dim tensor (shape []), not a Python float.",
     reference=_mse_gradients,
     shortcuts=_AUTOGRAD_SHORTCUTS,
     goal="the gradient (derived by hand, without autograd)",
@@ -273,7 +279,16 @@ def _test_mse_gradients(candidate) -> None:
             dw, db = result
         except (TypeError, ValueError) as exc:
             raise AssertionError(f"return a pair (dw, db); got {type(result).__name__}") from exc
-        dw, db = torch.as_tensor(dw, dtype=torch.float32), torch.as_tensor(db, dtype=torch.float32)
+        # tensors, like w and b: a Python float for db drops its dtype and device (and any batch of biases)
+        for what, value, shape in (("dw", dw, f"[{d}]"), ("db", db, "[]")):
+            if not isinstance(value, torch.Tensor):
+                raise Hint(
+                    f"{what} should be a tensor of shape {shape}, like "
+                    f"{'w' if what == 'dw' else 'b'}, got a {type(value).__name__}.",
+                    "Keep the gradient a tensor: .item(), float() or .tolist() turn a tensor into Python "
+                    "numbers, which the update w - lr * dw, b - lr * db does not need.",
+                )
+        dw, db = dw.to(torch.float32), db.to(torch.float32)
         # Exact shapes: a [D, 1] dw or a [1] / [1, 1] db would broadcast wrongly in w - lr * dw.
         if tuple(dw.shape) != (d,):
             raise Hint(

@@ -520,6 +520,22 @@ def _test_evaluate_accuracy(candidate) -> None:
     if abs(accuracy - 100 * want) < 1e-6:
         raise AssertionError(f"you returned {accuracy:g}, a percentage; return a fraction in [0, 1] ({want:g} here)")
     if abs(accuracy - per_batch_mean) < 1e-6:
+        # Here 36 / (4 batches x 16) is the mean of the per-batch accuracies too: batches of 20 (20, 20 and
+        # 10 samples) tell the two apart (36 / 60 = 0.6 against (0.75 + 0.75 + 0.6) / 3 = 0.7).
+        model.train()
+        again = _as_python_float(_call_keeping_grad_mode(candidate, model, DataLoader(TensorDataset(x, y), batch_size=20)),
+                                 "the accuracy")
+        padded = right.sum().item() / 60
+        if abs(again - padded) < 1e-6:
+            raise Hint(
+                f"you returned {accuracy:.4f} = {right.sum().item()} / 64, as if the loader held 4 batches x "
+                f"batch_size 16 = 64 samples; but its last batch holds only 2, so there are 50 ({want:g} here). "
+                f"With batches of 20 you return {again:g} = {right.sum().item()} / 60, where the loader holds "
+                "20 + 20 + 10 samples. What did you divide by?",
+                "len(loader) counts batches and loader.batch_size is the size of a full batch, so their product "
+                "overcounts whenever the last batch is smaller; the number of samples is len(loader.dataset), or "
+                "the sum of the batch sizes y.shape[0] as you go.",
+            )
         raise AssertionError(
             f"you returned {accuracy:.4f}, the mean of the per-batch accuracies. The last batch holds only 2 of "
             f"the 50 samples, yet counts as much as a full one; count correct predictions over all samples "

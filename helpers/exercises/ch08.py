@@ -365,10 +365,23 @@ def _test_make_windows(candidate) -> None:
     if not torch.equal(y, want_y):
         raise Hint(f"{case} the targets should be {want_y.tolist()}, got {y.tolist()}.",
                    "y[i] holds series[i * stride + T : i * stride + T + horizon].")
+    # a horizon shorter than the stride: the last window's target may end on the series' last value even though
+    # (L - T) // stride windows would stop one short (L=12, T=3, horizon=1, stride=2: 5 windows, not 4)
+    series = torch.arange(12, dtype=torch.float32)
+    X, y = _as_pair(candidate(series.clone(), 3, 1, 2))
+    want_X, want_y = make_windows(series, 3, 1, 2)
+    if X.shape[0] != want_X.shape[0]:
+        n, last = want_X.shape[0], int(want_X[-1, 0, 0])
+        missing = (f": the last window, {want_X[-1, :, 0].tolist()} with target {want_y[-1].tolist()}, is missing"
+                   if X.shape[0] == n - 1 and X.shape[1:] == want_X.shape[1:] and torch.equal(X, want_X[:-1]) else "")
+        raise Hint(f"for the series 0., 1., ..., 11. with T=3, horizon=1, stride=2 there are {n} windows (starts "
+                   f"0, 2, ..., {last}), you made {X.shape[0]}{missing}.",
+                   "N = (L - T - horizon) // stride + 1 counts the starts s = 0, stride, 2 * stride, ... for which "
+                   "s + T + horizon <= L: the target's end, not only the window's, decides the count.")
     # another length, stride 1 (the chapter's case), horizon 1, random values; and a stride that does not divide
     g = torch.Generator().manual_seed(8)
     series = torch.randn(25, generator=g)
-    for T, horizon, stride in ((5, 1, 1), (4, 3, 5)):
+    for T, horizon, stride in ((5, 1, 1), (4, 3, 5), (5, 1, 3)):
         X, y = _as_pair(candidate(series.clone(), T, horizon, stride))
         want_X, want_y = make_windows(series, T, horizon, stride)
         case = f"for a random series of length 25, T={T}, horizon={horizon}, stride={stride}"

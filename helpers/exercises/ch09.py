@@ -152,6 +152,35 @@ _SDPA_KERNELS = (
     "_efficient_attention_forward",
 )
 
+def _hides_the_diagonal(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Does ``got`` match causal attention that also masks the diagonal (query i sees only keys j < i)?
+
+    Query 0 then has no key left: NaN if the masked scores were -inf, the plain mean of the values if they were a
+    large finite negative number (-1e9, the dtype's min); both count.
+    """
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    T, S = scores.shape[-2:]
+    hidden = torch.ones(T, S, dtype=torch.bool).triu()  # j >= i: the diagonal too
+    finite = scores.masked_fill(hidden, -1e9).softmax(dim=-1) @ v
+    if torch.allclose(got, finite, atol=1e-5, rtol=1e-4):
+        return True
+    nan = scores.masked_fill(hidden, float("-inf")).softmax(dim=-1) @ v
+    return torch.equal(torch.isnan(got), torch.isnan(nan)) and torch.allclose(
+        got.nan_to_num(), nan.nan_to_num(), atol=1e-5, rtol=1e-4)
+
+
+#: SDPA kernels and fused attention exposed as ``torch.*`` functions: refused by name when the learner calls one
+#: (those that are not decomposed before dispatch are refused through ``_SDPA_KERNELS`` as well).
+_SDPA_TORCH_FUNCTIONS = (
+    "_scaled_dot_product_attention_math",
+    "_scaled_dot_product_attention_math_for_mps",
+    "_native_multi_head_attention",
+    "_triton_scaled_dot_attention",
+    "_triton_multi_head_attention",
+)
+
 
 @exercise(
     "09.grouped_query_attention",
@@ -166,6 +195,10 @@ _SDPA_KERNELS = (
         Shortcut("torch.nn.functional.multi_head_attention_forward", does="F.multi_head_attention_forward"),
         Shortcut("torch.nn.MultiheadAttention", does="nn.MultiheadAttention"),
         Shortcut("torch.nn.attention.flex_attention.flex_attention", does="flex_attention", lazy=True),
+        # SDPA's math backend as a torch function (CompositeImplicit: it decomposes into matmul and softmax
+        # before dispatch, so no dispatch-level guard sees it), with or without enable_gqa
+        *(Shortcut(f"torch.{name}", does=f"the SDPA kernel `torch.{name}`")
+          for name in _SDPA_TORCH_FUNCTIONS if hasattr(torch, name)),
         # the ATen operator behind F.scaled_dot_product_attention, called through torch.ops
         Shortcut("torch.ops.aten.scaled_dot_product_attention",
                  does="SDPA's ATen operator (`torch.ops.aten.scaled_dot_product_attention`)"),
@@ -228,6 +261,14 @@ def _test_grouped_query_attention(candidate) -> None:
                 f"the task divides by sqrt(d) = {math.sqrt(d):g} {where}",
                 "the 1/sqrt(d) factor keeps the variance of a dot product of d unit-variance numbers at 1; dividing "
                 "by d shrinks the scores further and flattens the softmax",
+            )
+        if causal and _hides_the_diagonal(got, q, k, v):
+            raise Hint(
+                f"with causal=True each query must attend to the keys j <= i, ITSELF included; your output matches "
+                f"attention where query i sees only the keys before it (j < i) {where}, so the diagonal "
+                "pairs (j = i) are masked too, and query 0 is left with no key at all.",
+                "the forbidden pairs are strictly above the diagonal: torch.triu and torch.tril take a `diagonal` "
+                "argument that says whether the main diagonal itself is part of the triangle they keep",
             )
         bad_rows = (~torch.isfinite(got)).any(dim=-1)  # [B, Hq, T]: queries whose output holds NaN or inf
         if bad_rows.any():

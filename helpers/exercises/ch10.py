@@ -8,7 +8,7 @@ import warnings
 import torch
 from torch import nn
 
-from . import Hint, exercise
+from . import Hint, Shortcut, exercise
 
 # --------------------------------------------------------------------------
 # 10.sgd_step
@@ -63,6 +63,12 @@ def _sgd_variant(param, grad, buf, lr, momentum, weight_decay, nesterov, kind):
     return new, new_buf
 
 
+def _shares_memory(a, b) -> bool:
+    """Do tensors ``a`` and ``b`` use the same storage (one is the other, or a view of it)?"""
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
+
+
 _SGD_MISTAKES = {  # kind -> (what went wrong, fuller hint); neither pastes the fix
     "ema": (
         "your momentum buffer is an average, momentum * buf + (1 - momentum) * grad: the new gradient enters "
@@ -95,13 +101,28 @@ _SGD_MISTAKES = {  # kind -> (what went wrong, fuller hint); neither pastes the 
 }
 
 
+# torch.optim.SGD and every function of torch.optim.sgd that performs its step (the public sgd and the private
+# single-tensor, multi-tensor and fused implementations), and the fused kernel itself however it is reached.
+# torch._foreach_* stay allowed: they are element-wise arithmetic on lists of tensors, and the answer still
+# has to write the update rule with them.
+_SGD_SHORTCUTS = (
+    "torch.optim.SGD",
+    *(Shortcut(f"torch.optim.sgd.{name}", does=f"`torch.optim.sgd.{name}` (torch.optim.SGD's own step)")
+      for name in ("sgd", "_single_tensor_sgd", "_multi_tensor_sgd", "_fused_sgd")),
+    Shortcut("torch._fused_sgd_", does="`torch._fused_sgd_` (torch.optim.SGD's fused kernel)"),
+    *(Shortcut(f"torch.ops.aten.{op}", reached=True, does=f"`torch.ops.aten.{op}` (torch.optim.SGD's fused kernel)")
+      for op in ("_fused_sgd_", "_fused_sgd")),
+)
+
+
 @exercise(
     "10.sgd_step",
     "write sgd_step(param, grad, buf, lr, momentum, weight_decay, nesterov) returning (new_param, new_buf) "
-    "after one step of torch.optim.SGD, as new tensors (param, grad and buf left unchanged); buf is None before "
-    "the first step (and new_buf None when momentum is 0).",
+    "after one step of torch.optim.SGD, as new tensors (param, grad and buf left unchanged, and none of them "
+    "returned); buf is None before the first step (and new_buf None when momentum is 0). Write it with tensor "
+    "arithmetic: torch.optim.SGD, the functions of torch.optim.sgd and torch._fused_sgd_ are refused.",
     reference=_sgd_step,
-    shortcuts=("torch.optim.SGD", "torch.optim.sgd.sgd"),
+    shortcuts=_SGD_SHORTCUTS,
     goal="the SGD update",
     hint="Follow the SGD rows of the table in 'The update rules, as torch.optim writes them': L2 weight "
          "decay changes the gradient before anything else, the momentum buffer holds gradients only (it "
@@ -150,6 +171,18 @@ def _test_sgd_step(candidate) -> None:
             got_p, got_buf = out
             if not isinstance(got_p, torch.Tensor) or got_p.shape != param.shape:
                 raise AssertionError(f"{where}: new_param should be a tensor of shape {tuple(param.shape)}")
+            shared = [(out_name, in_name) for out_name, value in (("new_param", got_p), ("new_buf", got_buf))
+                      for in_name, given in inputs.items() if _shares_memory(value, given)]
+            if shared:
+                out_name, in_name = shared[0]
+                raise Hint(
+                    f"{where}: your {out_name} is the input `{in_name}` itself (or a view of it), not a new tensor; "
+                    "the task asks for new tensors",
+                    "the caller owns its inputs: an optimizer overwrites the gradient at the next backward pass "
+                    "(or frees it with zero_grad), and a buffer that is the gradient tensor would change with it. "
+                    "A result built by out-of-place arithmetic owns its memory; one returned as is needs a copy "
+                    "(Tensor.clone)",
+                )
             want_buf = opt.state[p].get("momentum_buffer")
             param_ok = torch.allclose(got_p.detach().double(), p.detach(), rtol=1e-9, atol=1e-12)
             buf_ok = (got_buf is None) if momentum == 0 else (

@@ -42,6 +42,26 @@ _BATCH_NORM_FUNCTIONS = (
 )
 _GROUP_NORM_FUNCTIONS = _BATCH_NORM_FUNCTIONS
 
+
+def _aten(*ops: str, does: str) -> tuple[Shortcut, ...]:
+    """``reached=True`` shortcuts for the ATen operators ``ops`` (each stands for all its overloads too)."""
+    return tuple(Shortcut(f"torch.ops.aten.{op}", reached=True, does=does.format(op=op))
+                 for op in ops if hasattr(torch.ops.aten, op))
+
+
+# The ATen kernels behind the library normalisations, refused however the answer reaches them (called
+# through torch.ops.aten, or through a public function that dispatches to them): each computes a batch's or
+# a group's statistics, or the whole normalisation, for the answer. The answers' own reductions
+# (aten.mean, aten.var, aten.var_mean) are none of these.
+_NORM_KERNELS = _aten(
+    "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+    "_native_batch_norm_legit_functional", "_batch_norm_with_update", "_batch_norm_with_update_functional",
+    "_batch_norm_no_update", "batch_norm_update_stats", "batch_norm_stats", "batch_norm_gather_stats",
+    "batch_norm_elemt", "cudnn_batch_norm", "miopen_batch_norm", "native_group_norm", "native_layer_norm",
+    "_fused_rms_norm",
+    does="`torch.ops.aten.{op}` (a library normalisation's own kernel)",
+)
+
 # The same routes, and the kernels and layers that compute a normalisation's statistics for you, as the
 # framework's shortcuts: they are refused however the answer reached them (an alias imported by name too).
 _NORM_SHORTCUTS = (
@@ -54,6 +74,7 @@ _NORM_SHORTCUTS = (
     Shortcut("torch.nn.RMSNorm", does="`nn.RMSNorm` (a library normalisation layer)"),
     Shortcut("torch.nn.functional.local_response_norm", does="`F.local_response_norm` (a library normalisation)"),
     Shortcut("torch.nn.LocalResponseNorm", does="`nn.LocalResponseNorm` (a library normalisation layer)"),
+    *_NORM_KERNELS,
 )
 
 # --------------------------------------------------------------------------
@@ -84,11 +105,23 @@ def _dropout_case(shape, p, seed):
     return x, keep
 
 
+# Dropout's own kernels: native_dropout_backward(x, keep, 1 / (1 - p)) and _masked_scale(x, keep, 1 / (1 - p))
+# compute exactly this exercise's answer from a given mask, so every dropout kernel is refused, however reached.
+_DROPOUT_SHORTCUTS = _aten(
+    "native_dropout", "native_dropout_backward", "_masked_scale", "_fused_dropout", "dropout", "feature_dropout",
+    "alpha_dropout", "feature_alpha_dropout",
+    does="`torch.ops.aten.{op}` (one of dropout's own kernels)",
+)
+
+
 @exercise(
     "12.inverted_dropout",
     "return inverted dropout of x with the given bool keep-mask (True = kept) and drop probability p (0 <= p < 1): "
-    "kept elements scaled by 1/(1 - p), dropped ones 0, as nn.Dropout(p) does in training mode.",
+    "kept elements scaled by 1/(1 - p), dropped ones 0, as nn.Dropout(p) does in training mode; with tensor "
+    "arithmetic, not the library's dropout kernels (torch.ops.aten.native_dropout_backward, torch._masked_scale, ...).",
     reference=_inverted_dropout,
+    shortcuts=_DROPOUT_SHORTCUTS,
+    goal="the dropout",
     hint="Inverted dropout zeroes the dropped elements and scales the kept ones up during training, so "
          "that each output's expected value equals its input (the Dropout section); p is the probability "
          "of dropping, not of keeping. The bool mask can act as a factor or in torch.where; build a new "
@@ -220,7 +253,8 @@ def _bn_variants(batches, momentum):
     "12.bn_running_stats",
     "return (running_mean, running_var) of a fresh nn.BatchNorm2d after it has seen the given list of "
     "[N, C, H, W] batches in training mode with the given momentum (None = cumulative average); do not use nn.BatchNorm, "
-    "its kernels (torch.batch_norm_update_stats) or another library normalisation.",
+    "its kernels (torch.batch_norm_update_stats, torch.ops.aten._native_batch_norm_legit, ...) or another "
+    "library normalisation.",
     reference=_bn_running_stats,
     shortcuts=_NORM_SHORTCUTS,
     goal="the running statistics",
@@ -301,7 +335,9 @@ def _group_norm(x: torch.Tensor, num_groups: int, weight: torch.Tensor, bias: to
 @exercise(
     "12.group_norm",
     "write group_norm(x, num_groups, weight, bias, eps=1e-5) for x [N, C, *] without nn.GroupNorm, "
-    "F.group_norm or another library normalisation (F.layer_norm, F.rms_norm, nn.RMSNorm, ...); it must equal F.group_norm(x, num_groups, weight, bias, eps).",
+    "F.group_norm or another library normalisation (F.layer_norm, F.rms_norm, nn.RMSNorm, ...) or their kernels "
+    "(torch.ops.aten.native_group_norm, native_layer_norm, the batch-norm ones, ...); it must equal "
+    "F.group_norm(x, num_groups, weight, bias, eps).",
     reference=_group_norm,
     shortcuts=_NORM_SHORTCUTS,
     goal="the normalisation",

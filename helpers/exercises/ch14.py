@@ -208,11 +208,15 @@ def _resume(checkpoint: dict, model: nn.Module, optimizer, scheduler, scaler) ->
 
     Returns:
         ``checkpoint["step"]``: the index of the next step to run.
+
+    A run with the GradScaler disabled saves ``"scaler": {}`` (the chapter's pitfall 3); an enabled
+    scaler refuses to load that, so an empty state is skipped and the fresh scaler keeps its own.
     """
     model.load_state_dict(checkpoint["model"])
     optimizer.load_state_dict(checkpoint["optimizer"])
     scheduler.load_state_dict(checkpoint["scheduler"])
-    scaler.load_state_dict(checkpoint["scaler"])
+    if checkpoint["scaler"]:
+        scaler.load_state_dict(checkpoint["scaler"])
     set_rng_state(checkpoint["rng"])
     return checkpoint["step"]
 
@@ -257,7 +261,9 @@ def _resume_train(model, optimizer, scheduler, scaler, start: int, stop: int) ->
     "14.resume",
     "write resume(checkpoint, model, optimizer, scheduler, scaler) -> int: restore the model, optimizer, scheduler, "
     "GradScaler and random-generator states from the checkpoint dict (keys 'model', 'optimizer', 'scheduler', "
-    "'scaler', 'step', 'rng') into the fresh objects, and return the step to continue from.",
+    "'scaler', 'step', 'rng') into the fresh objects, and return the step to continue from. A checkpoint written "
+    "with the GradScaler disabled holds 'scaler': {} (pitfall 3); resumed into an enabled scaler, that scaler "
+    "keeps its fresh state.",
     reference=_resume,
     hint="Each of the four objects has a state_dict() for saving and a matching load_state_dict() that "
          "restores it (section 'A full checkpoint, and resuming exactly'). The random generators need "
@@ -370,6 +376,28 @@ def _check_resume(candidate) -> None:
             )
     if any(not torch.equal(p, final_reference[k]) for k, p in model.state_dict().items()):
         raise AssertionError("the final weights differ from the uninterrupted run's")
+    _check_resume_disabled_scaler(candidate, checkpoint)
+
+
+def _check_resume_disabled_scaler(candidate, checkpoint: dict) -> None:
+    """Pitfall 3: a checkpoint of a run without a GradScaler (``"scaler": {}``), resumed into an enabled one."""
+    no_scaler = {**checkpoint, "scaler": {}}
+    fresh = _resume_objects(seed=99)
+    want = fresh[3].state_dict()  # the fresh, enabled scaler's own state
+    where = ("for a checkpoint written with the GradScaler disabled (its 'scaler' entry is {}, as in the chapter's "
+             "pitfall 3), resumed into an enabled scaler")
+    more = ("A disabled scaler has no state to save; an enabled one refuses to load an empty state. Restore the "
+            "scaler only when the checkpoint holds a state for it, and let the fresh scaler start from its own "
+            "default scale otherwise.")
+    try:
+        candidate(no_scaler, *fresh)
+    except RuntimeError as exc:
+        raise Hint(f"{where}, your function raised RuntimeError: {str(exc).splitlines()[0]}", more) from exc
+    got = fresh[3].state_dict()
+    if got != want:
+        raise Hint(f"{where}, the scaler should keep its fresh state {want}; after your resume it is {got}", more)
+    if any(not torch.equal(p, checkpoint["model"][k]) for k, p in fresh[0].state_dict().items()):
+        raise AssertionError(f"{where}, the model's weights were not restored")
 
 
 def _same_numpy_state(a: tuple, b: tuple) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+import time
 from contextlib import redirect_stderr
 
 import torch
@@ -69,6 +70,8 @@ def _test_no_graph_break(candidate) -> None:
         "a vector of negative numbers": -torch.rand(6, generator=g) - 0.5,
         "a matrix of negative numbers": -torch.rand(3, 4, generator=g) - 0.1,
         "a vector whose maximum is 0": torch.tensor([-2.0, 0.0, -1.0]),
+        # positive maximum 1, but a larger magnitude below it: the divisor is the maximum, not max |x|
+        "a vector with a positive maximum and a larger negative value": torch.tensor([-5.0, 1.0, 0.5]),
     }
     cases["a matrix with a positive maximum"][1, 2] = 3.0
     for label, x in cases.items():
@@ -81,6 +84,12 @@ def _test_no_graph_break(candidate) -> None:
         if not torch.allclose(got, want, atol=1e-6):
             if x.max() > 0 and torch.allclose(got, x - x.max()):
                 raise AssertionError(f"for {label} you subtracted the maximum; when it is positive, divide by it")
+            if x.max() > 0 and x.abs().max() > x.max() and torch.allclose(got, x / x.abs().max()):
+                raise AssertionError(
+                    f"for {label} ({x.tolist()}) you divided by the largest absolute value, {x.abs().max().item():g}; "
+                    f"expected {want.tolist()}, got {[round(v, 4) for v in got.tolist()]} (normalise_positive divides by the "
+                    f"maximum, {x.max().item():g})"
+                )
             if x.max() <= 0 and torch.allclose(got, x / x.max()):
                 raise AssertionError(
                     f"for {label} you divided by the maximum; when it is not positive (negative or 0), subtract it"
@@ -150,6 +159,10 @@ def _break_even_calls(compile_s: float, eager_s: float, compiled_s: float) -> in
     return n
 
 
+#: Seconds a single answer may take: a closed form takes microseconds; counting up to 5e7 calls takes seconds.
+_SLOW_S = 1.0
+
+
 def _as_calls(value, args):
     """The answer itself: a Python int or None (a float such as 4.0 is not a count of calls)."""
     if value is not None:
@@ -160,7 +173,8 @@ def _as_calls(value, args):
 @exercise(
     "16.break_even_calls",
     "write break_even_calls(compile_s, eager_s, compiled_s): the smallest int n >= 1 (a Python int) with "
-    "compile_s + n * compiled_s <= n * eager_s, or None when that never happens.",
+    "compile_s + n * compiled_s <= n * eager_s, or None when that never happens; n can run into the tens of "
+    "millions, and the answer must come in well under a second.",
     reference=_break_even_calls,
     hint="Every call saves the difference between the eager and the compiled time, and the compile time "
          "has to be paid back out of those savings. Round the number of calls up, never below 1, count "
@@ -177,14 +191,27 @@ def _test_break_even_calls(candidate) -> None:
         (0.3, 1.0, 0.2),  # pays off at the first call
         (0.0, 0.02, 0.01),  # free compile: 1 call
         (11.0, 0.015, 0.0147),  # tiny gain: many calls
+        (3.0, 1.0, 1 - 2**-24),  # saves 2**-24 s a call: exactly 3 * 2**24 = 50331648 calls (binary fractions)
     ]
     never = [(18.0, 0.015, 0.016), (5.0, 0.01, 0.01)]  # slower, or no faster, per call
+    # free compile, no faster per call: 0 + n * 0.01 <= n * 0.01 already at n = 1 (after `never`, whose
+    # messages say more about a division by zero or an inf)
+    free = (0.0, 0.01, 0.01)
     for args in cases:
         want = _break_even_calls(*args)
+        start = time.perf_counter()
         got = _as_calls(candidate(*args), args)
+        took = time.perf_counter() - start
+        compile_s, eager_s, compiled_s = args
+        if got == want and took > _SLOW_S:
+            raise Hint(
+                f"for {args} your answer {got} is right, but it took {took:.1f} s: the time your function takes "
+                f"grows with the answer (here {want:,} calls), and the task asks for the count, not a search for it",
+                "the inequality compile_s + n * compiled_s <= n * eager_s is linear in n: solve it for n, round up "
+                "with math.ceil, and check the boundary with the inequality itself",
+            )
         if got == want:
             continue
-        compile_s, eager_s, compiled_s = args
         if got is None:
             raise AssertionError(f"for {args} compiling does pay off, after {want} calls; you returned None")
         if got == 0:
@@ -219,3 +246,17 @@ def _test_break_even_calls(candidate) -> None:
                 f"for {args} the compiled function is not faster per call, so it never catches up: return None, "
                 f"not {got}"
             )
+    try:
+        got = candidate(*free)
+    except ZeroDivisionError as exc:
+        raise AssertionError(
+            f"for {free} your function divided by zero; compiling was free (compile_s = 0), so "
+            f"0.0 + n * 0.01 <= n * 0.01 holds from the first call: expected 1"
+        ) from exc
+    if got is None:
+        raise AssertionError(
+            f"for {free} you returned None, but compiling was free (compile_s = 0), so 0.0 + n * 0.01 <= n * 0.01 "
+            "holds from the first call: expected 1"
+        )
+    if _as_calls(got, free) != 1:
+        raise AssertionError(f"for {free} the break-even is 1 call (compiling was free); you returned {got}")

@@ -72,14 +72,54 @@ _LSE_SHORTCUTS = (  # a Shortcut's message names it, e.g. "torch.logsumexp does 
 )
 
 
+def _outside_backward(args, kwargs) -> bool:
+    """True unless autograd's engine is running a backward (a softmax there is the derivative, allowed)."""
+    return torch._C._current_graph_task_id() == -1
+
+
+_LSE_FORWARD_SHORTCUTS = (  # in the forward only: lse(x) = x_i - log_softmax(x)_i, or log(1 / softmax(x)_i) + x_i
+    # reached=True: torch.log_softmax, F.log_softmax, x.log_softmax and torch.special.* all run these ATen ops
+    Shortcut("torch.ops.aten._log_softmax", reached=True, when=_outside_backward,
+             does="`log_softmax` in the forward (lse(x) = x_i - log_softmax(x)_i)"),
+    Shortcut("torch.ops.aten._softmax", reached=True, when=_outside_backward,
+             does="`softmax` in the forward (lse(x) = x_i - log(softmax(x)_i))"),
+)
+
+_LSE_BACKWARD_SHORTCUTS = (  # a backward that re-runs the forward under autograd is not hand-written
+    Shortcut("torch.autograd.grad", does="`torch.autograd.grad` (autograd differentiating for you)"),
+    Shortcut("torch.autograd.backward", does="`torch.autograd.backward` (autograd differentiating for you)"),
+    Shortcut("torch.Tensor.backward", does="`Tensor.backward` (autograd differentiating for you)"),
+    # The two above are seen by the torch-function mode, which is off while the checker's own autograd.grad
+    # runs the backward; a backward must switch grad mode on to build a graph, and that is seen: the classes
+    # below are patched, not dispatched.
+    Shortcut("torch.enable_grad", does="`torch.enable_grad` (autograd recording a graph to differentiate for you)"),
+    Shortcut("torch.set_grad_enabled", when=lambda args, kwargs: bool(args[0] if args else kwargs.get("mode")),
+             does="`torch.set_grad_enabled(True)` (autograd recording a graph to differentiate for you)"),
+    Shortcut("torch.func.vjp", does="`torch.func.vjp` (autograd differentiating for you)"),
+    Shortcut("torch.func.grad", does="`torch.func.grad` (autograd differentiating for you)"),
+)
+
+
+def _tensor_attributes(ctx) -> list[str]:
+    """Names of the ctx attributes that hold tensors (or lists and tuples of them)."""
+    found = []
+    for name, value in vars(ctx).items():
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        if any(isinstance(v, torch.Tensor) for v in items):
+            found.append(name)
+    return found
+
+
 @exercise(
     "19.logsumexp",
     "write LogSumExp, a torch.autograd.Function (current style: forward(x), setup_context, backward) computing "
-    "log(sum(exp(x))) over the last dimension, stable for inputs like 1000 or -1000, with a hand-written backward; "
-    "a fully masked row (all -inf) gives -inf and a gradient of 0.",
+    "log(sum(exp(x))) over the last dimension, stable for inputs like 1000 or -1000, without torch.logsumexp, "
+    "log_softmax or softmax in the forward; a hand-written backward (no torch.autograd.grad or .backward() in it); "
+    "tensors saved with ctx.save_for_backward, not as ctx attributes; a fully masked row (all -inf) gives -inf and "
+    "a gradient of 0.",
     reference=_LogSumExp,
-    shortcuts=_LSE_SHORTCUTS,
-    goal="the log-sum-exp",
+    shortcuts=_LSE_SHORTCUTS + _LSE_FORWARD_SHORTCUTS + _LSE_BACKWARD_SHORTCUTS,
+    goal="the log-sum-exp and its backward",
     hint="log-sum-exp does not change when you take a constant out of every element and add it back outside "
          "the log; pick the constant so no exp can overflow. The derivative of lse is a function you met with "
          "cross-entropy, and the saved output gives it without any overflow.",
@@ -96,6 +136,16 @@ def _test_logsumexp(candidate) -> None:
             "the output was not made by a custom autograd.Function (its grad_fn is "
             f"{type(out.grad_fn).__name__}): subclass torch.autograd.Function and call YourClass.apply(x), "
             "not Function.forward or torch.logsumexp"
+        )
+    stored = _tensor_attributes(out.grad_fn)  # the output's grad_fn is the ctx that setup_context received
+    if stored:
+        names = ", ".join(f"ctx.{name}" for name in stored)
+        raise Hint(
+            f"your Function keeps tensors as plain ctx attributes ({names}): such a tensor gets no version check "
+            "(an in-place change gives a silently wrong gradient), and ctx.out = output makes a reference cycle "
+            "output -> grad_fn (the ctx) -> output (section 3 and Pitfall 1 of this chapter)",
+            "save tensors with ctx.save_for_backward(...) in setup_context and read them back in backward with "
+            "ctx.saved_tensors; only non-tensors (shapes, flags, Python numbers) go on ctx as attributes",
         )
     want = torch.logsumexp(x.detach(), dim=-1)
     if out.shape != want.shape:

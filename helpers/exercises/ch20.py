@@ -156,7 +156,7 @@ def _test_softmax_gbps(candidate) -> None:
         passes = 2 * ratio  # the answer counts two passes over the tensor's bytes (one read, one write)
         if passes > 2 and math.isclose(passes, round(passes), rel_tol=1e-6):
             raise Hint(f"{where} you returned {got:.4g}, want {want:.4g} ({ratio:.3g}x too much): you count "
-                       f"{round(passes)} passes over the tensor's bytes, more than the softmax cannot avoid",
+                       f"{round(passes)} passes over the tensor's bytes; count only the traffic a softmax cannot avoid",
                        "a fused softmax reads each element from memory once and writes each result once; the "
                        "passes a naive kernel makes (max, sum, normalise) are not what the GB/s figure counts")
         raise Hint(f"{where} you returned {got:.4g}, want {want:.4g} ({ratio:.3g}x the answer)",

@@ -173,6 +173,16 @@ def _inputs(batch: int, length: int, g: torch.Generator) -> tuple[torch.Tensor, 
     return torch.randn(batch, length, 16, generator=g), mask
 
 
+def _x_entry(spec, index: int):
+    """What the learner's spec gives x's dimension ``index`` (a Dim, a Dim.AUTO / Dim.DYNAMIC hint, ...), or None."""
+    x_spec = spec.get("x") if isinstance(spec, dict) else (spec[0] if isinstance(spec, (list, tuple)) and spec else None)
+    if isinstance(x_spec, dict):
+        return x_spec.get(index)
+    if isinstance(x_spec, (list, tuple)) and index < len(x_spec):
+        return x_spec[index]
+    return None
+
+
 def _accepts(program, x, mask) -> bool:
     try:
         with _quiet():
@@ -182,20 +192,21 @@ def _accepts(program, x, mask) -> bool:
     return True
 
 
-def _size_ranges(program) -> list[tuple[str, int, int | float]]:
-    """(which size, lower bound, upper bound) of x's dynamic batch and length, from the program's range constraints."""
+def _size_ranges(program) -> list[tuple[int, str, int, int | float]]:
+    """(x's dimension, which size, lower bound, upper bound) of x's dynamic batch and length, from the program's
+    range constraints."""
     user_inputs = program.graph_signature.user_inputs
     x_node = next((n for n in program.graph.nodes if n.op == "placeholder" and n.name == user_inputs[0]), None)
     if x_node is None or "val" not in x_node.meta:
         return []
     ranges = []
-    for label, size in zip(("batch size", "length"), x_node.meta["val"].shape[:2]):
+    for index, (label, size) in enumerate(zip(("batch size", "length"), x_node.meta["val"].shape[:2])):
         if not isinstance(size, torch.SymInt):
             continue  # static: the calls below refuse the other sizes
         bounds = program.range_constraints.get(size.node.expr)
         if bounds is not None:
             upper = bounds.upper
-            ranges.append((label, int(bounds.lower), int(upper) if upper.is_finite else float("inf")))
+            ranges.append((index, label, int(bounds.lower), int(upper) if upper.is_finite else float("inf")))
     return ranges
 
 
@@ -209,10 +220,13 @@ def _size_ranges(program) -> list[tuple[str, int, int | float]]:
     hint="Extend the torch.export section's spec, a dict keyed by forward's argument names that maps a "
          "dimension index to a torch.export.Dim with min and max: make one Dim for the batch and one for "
          "the length and reuse the very same objects in both x and mask, since the two must agree. Leave "
-         "x's feature dimension out, because nn.Linear fixes it, and note that Dim.AUTO and Dim.DYNAMIC "
-         "have no upper bound.",
+         "x's feature dimension out, because nn.Linear fixes it. A bare Dim.AUTO or Dim.DYNAMIC sets no upper "
+         "bound; called with min= and max= they take bounds, but export still records their range from 2 "
+         "(sizes 0 and 1 are specialised), while a named Dim keeps the min you give it.",
 )
 def _test_dynamic_shapes_spec(candidate) -> None:
+    from torch.export.dynamic_shapes import _DimHint  # Dim.AUTO / Dim.DYNAMIC, called or not
+
     g = torch.Generator().manual_seed(22)
     torch.manual_seed(22)
     model = MaskedMeanScorer().eval()
@@ -247,12 +261,24 @@ def _test_dynamic_shapes_spec(candidate) -> None:
             if _accepts(program, *_inputs(batch, length, g)):
                 raise AssertionError(
                     f"for ({max_batch}, {max_len}) the exported program accepts {what} {max(batch, length)}, above the "
-                    f"maximum: give the Dim max={'max_batch' if what == 'batch' else 'max_len'} (Dim.AUTO and "
-                    "Dim.DYNAMIC have no upper bound)"
+                    f"maximum: give the Dim max={'max_batch' if what == 'batch' else 'max_len'} (a bare Dim.AUTO or "
+                    "Dim.DYNAMIC sets no upper bound)"
                 )
         # The program's own record of each size's range: a Dim with min=2 still runs batch 1 (export does not
         # guard the lower bound at run time), so calling it cannot tell.
-        for label, lower, upper in _size_ranges(program):
+        for index, label, lower, upper in _size_ranges(program):
+            entry = _x_entry(spec, index)
+            if lower == 2 and isinstance(entry, _DimHint) and (entry.min is None or entry.min <= 1):
+                asked = "min=1" if entry.min is not None else "no min"
+                raise Hint(
+                    f"for ({max_batch}, {max_len}) the exported program records the {label} as {lower}..{upper} "
+                    f"(program.range_constraints), although your spec gives x's {label} a Dim.{entry.type.name} "
+                    f"with {asked}: for these hinted dimensions torch.export specialises the sizes 0 and 1 (the "
+                    f"0/1 specialisation) and records the range from 2, so {label} 1 is outside the program's "
+                    f"declared range; the task asks for every {label} from 1",
+                    "a named torch.export.Dim('...', min=1, max=...) is recorded with the lower bound you give "
+                    "it; share one such object between x and mask",
+                )
             if lower > 1:
                 raise AssertionError(
                     f"for ({max_batch}, {max_len}) the exported program records the {label} as {lower}..{upper} "

@@ -62,8 +62,9 @@ def _parse_like_lightning(conf):
 @exercise(
     "24.plateau_config",
     task="plateau_config(model, lr) returns what configure_optimizers should return: an AdamW over "
-    "model.parameters() with learning rate lr, and a ReduceLROnPlateau (mode 'min', factor 0.5, patience 1) "
-    "that Lightning steps once per epoch with the logged 'val_loss'.",
+    "model.parameters() with learning rate lr, and a ReduceLROnPlateau (mode 'min', factor 0.5, patience 1, every "
+    "other setting at its default: threshold 1e-4 'rel', cooldown 0, min_lr 0, eps 1e-8) that Lightning steps once "
+    "per epoch with the logged 'val_loss'.",
     reference=_plateau_config,
     hint="Return the same kind of dict as the chapter's configure_optimizers: the optimizer, and under "
          "'lr_scheduler' a scheduler dict that says when to step it, here once per epoch. "
@@ -107,6 +108,17 @@ def _test_plateau_config(candidate) -> None:
         raise AssertionError("a loss should go down: ReduceLROnPlateau(mode='min'); mode='max' is for accuracies")
     if scheduler.factor != 0.5 or scheduler.patience != 1:
         raise AssertionError(f"use factor=0.5 and patience=1, got factor={scheduler.factor} and patience={scheduler.patience}")
+    changed = [f"{name}={got!r} (default {want!r})" for name, got, want in (
+        ("threshold", scheduler.threshold, 1e-4), ("threshold_mode", scheduler.threshold_mode, "rel"),
+        ("cooldown", scheduler.cooldown, 0), ("min_lr", scheduler.min_lrs, [0]), ("eps", scheduler.eps, 1e-8),
+    ) if got != want]
+    if changed:
+        raise Hint(
+            f"your ReduceLROnPlateau changes settings the task leaves at their defaults: {', '.join(changed)}",
+            "cooldown waits that many epochs after each cut before counting bad epochs again, and threshold decides "
+            "what counts as an improvement: each changes when the learning rate drops. Pass only mode, factor and "
+            "patience.",
+        )
     if config.interval != "epoch" or config.frequency != 1:
         raise AssertionError(
             f"step the scheduler once per epoch ('interval': 'epoch', 'frequency': 1), got interval={config.interval!r} "

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
-from . import Hint, exercise, expect_type
+import torch
+
+from . import Hint, Shortcut, exercise, expect_type
+from .guards import ShortcutUsed
 
 # --------------------------------------------------------------------------
 # 26.local_shard_shapes
@@ -51,12 +55,59 @@ def _as_shapes(value, label) -> list[tuple[int, ...]]:
     return [tuple(shape) for shape in value]
 
 
+# DTensor's own placement helpers compute the local sizes: refused. torch.chunk is not: the task names its rule,
+# and the trap (one shape per rank, empty shards included) stays the learner's. lazy=True: torch.distributed.tensor
+# is imported only when this exercise is checked, not when every chapter's exercises are registered.
+_SHARD_HELPERS = (
+    "torch.distributed.tensor.Shard._local_shard_size_and_offset",
+    "torch.distributed.tensor.Shard._split_tensor",
+    "torch.distributed.tensor._utils.compute_local_shape_and_global_offset",
+    "torch.distributed.tensor._utils._compute_local_shape_and_global_offset",
+)
+_LOCAL_SHAPE_SHORTCUTS = tuple(Shortcut(name, lazy=True) for name in (_SHARD_HELPERS if torch.distributed.is_available() else ()))
+#: Static methods of Shard, which the shortcut guard does not rebind: every DTensor route to the local
+#: sizes goes through one of them, so any call during the answer is refused (see _no_shard_statics).
+_SHARD_STATICS = ("local_shard_size_and_offset", "_custom_chunk", "_split_tensor_helper")
+
+
+@contextlib.contextmanager
+def _no_shard_statics():
+    """Record calls of Shard's static split helpers while the answer runs; refuse the answer if it reached one."""
+    if not torch.distributed.is_available():
+        yield
+        return
+    from torch.distributed.tensor import Shard
+
+    called: list[str] = []
+    saved = {name: Shard.__dict__[name] for name in _SHARD_STATICS if isinstance(Shard.__dict__.get(name), staticmethod)}
+
+    def recorder(name, fn):
+        def record(*args, **kwargs):
+            called.append(name)
+            return fn(*args, **kwargs)
+        return staticmethod(record)
+
+    for name, original in saved.items():
+        setattr(Shard, name, recorder(name, original.__func__))
+    try:
+        yield
+    finally:
+        for name, original in saved.items():
+            setattr(Shard, name, original)
+    if called:
+        raise ShortcutUsed(f"this exercise asks you to write the local shard shapes yourself; `Shard.{called[0]}`, "
+                           "which your code reached through DTensor's placement helpers, does it for you.")
+
+
 @exercise(
     "26.local_shard_shapes",
     "given a global shape, a world size and a placement (dim=d for Shard(d), dim=None for Replicate()), "
     "return the local shape on each rank, as a list of tuples of ints in rank order (DTensor splits like "
-    "torch.chunk).",
+    "torch.chunk). DTensor's own placement helpers (Shard's methods, compute_local_shape_and_global_offset) are "
+    "refused.",
     reference=_local_shard_shapes,
+    shortcuts=_LOCAL_SHAPE_SHORTCUTS,
+    goal="the local shard shapes",
     hint="Shard(d) splits dimension d the way torch.chunk does, as the five rows on two ranks showed: "
          "every rank gets the rounded-up share until the rows run out, so the last ranks may get fewer "
          "rows or none, while every other dimension stays whole. Return one tuple per rank, empty shards "
@@ -76,7 +127,9 @@ def _test_local_shard_shapes(candidate) -> None:
     for shape, world, dim in cases:
         label = f"shape {shape}, world size {world}, " + ("Replicate()" if dim is None else f"Shard({dim})")
         want = _local_shard_shapes(shape, world, dim)
-        got = _as_shapes(candidate(shape, world, dim), label)
+        with _no_shard_statics():
+            answer = candidate(shape, world, dim)
+        got = _as_shapes(answer, label)
         if got == want:
             continue
         if len(got) != world:
