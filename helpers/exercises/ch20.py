@@ -141,9 +141,11 @@ def _test_softmax_gbps(candidate) -> None:
         where = f"for ({rows}, {cols}) {str(dtype).removeprefix('torch.')} in {seconds:g} s"
         ratio = got / want if want else float("nan")
         if math.isclose(ratio, 0.5, rel_tol=1e-6):
-            raise AssertionError(f"{where} you returned {got:.4g}, half the answer: the output is written too, so count the bytes twice (read + write)")
+            raise Hint(f"{where} you returned {got:.4g}, half the answer: your count misses half of the memory traffic",
+                       "a softmax reads every element, and its output has to get to memory too")
         if math.isclose(ratio, 1e9 / 2**30, rel_tol=1e-6):
-            raise AssertionError(f"{where} you returned {got:.4g}: that is GiB/s (2**30 bytes); GB/s divides by 1e9")
+            raise Hint(f"{where} you returned {got:.4g}, {1e9 / 2**30:.3f}x the answer: a unit of the result is not the one "
+                       "the task asks for", "GB/s, as GPU data sheets give it, counts decimal gigabytes; GiB are 2**30 bytes")
         if math.isclose(ratio, 8, rel_tol=1e-6):
             raise AssertionError(f"{where} you returned {got:.4g}, 8x too much: count bytes, not bits")
         if dtype != torch.float32 and math.isclose(got, _softmax_gbps(rows, cols, seconds), rel_tol=1e-6):
