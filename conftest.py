@@ -7,13 +7,7 @@ under ``--dist loadfile`` this plugin gives xdist a scheduler of its own,
   does, so the cells of one notebook (nbval items) run in one kernel;
 - except the papermill smoke runs, which become one group per notebook, so
   they spread over the workers instead of running one after another on one;
-- except the groups that start several processes each (chapters 25 and 26
-  launch torchrun jobs, the spawn test starts DataLoader workers), which
-  form one work unit, so they run one after another on one worker: two of
-  them at once put four or more busy processes on the 2 cores (in a CI run
-  where they overlapped, chapters 25 and 26 took 95 s and 119 s under
-  nbval, against 77 s and 74 s in the run before);
-- and the units are handed out longest first, by the seconds recorded in
+- and the groups are handed out longest first, by the seconds recorded in
   ``tests/test_seconds.json`` (longest-processing-time-first scheduling), so
   no worker is left with a long notebook at the end while the other idles.
   (``--no-loadscope-reorder`` stops xdist re-sorting them by test count.)
@@ -53,20 +47,6 @@ def group_of(nodeid: str) -> str:
     return f"smoke:{m.group(1)}" if m else nodeid.split("::", 1)[0]
 
 
-#: Groups that start several processes: scheduled as one unit (see the module docstring).
-MULTIPROCESS_GROUPS = frozenset({
-    "notebooks/25_ddp.ipynb", "smoke:25_ddp",
-    "notebooks/26_fsdp_tensor_parallel.ipynb", "smoke:26_fsdp_tensor_parallel",
-    "tests/test_ch06_spawn.py", "tests/test_distributed.py", "tests/test_distributed_ch26.py",
-})
-
-
-def unit_of(nodeid: str) -> str:
-    """The work unit a test is scheduled in: its group, or ``"multiprocess"`` for the groups above."""
-    group = group_of(nodeid)
-    return "multiprocess" if group in MULTIPROCESS_GROUPS else group
-
-
 def recorded_seconds() -> dict[str, float]:
     """Seconds per group from the last recorded run (empty if the file is missing or unreadable)."""
     try:
@@ -85,11 +65,8 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     cost = recorded_seconds()
-    unit_cost: dict[str, float] = defaultdict(float)
-    for group in {group_of(item.nodeid) for item in items}:
-        unit_cost[unit_of(group)] += cost.get(group, 0.0)
-    # A stable sort: tests keep their order inside a unit (nbval cells must).
-    items.sort(key=lambda item: -unit_cost[unit_of(item.nodeid)])
+    # A stable sort: tests keep their order inside a group (nbval cells must).
+    items.sort(key=lambda item: -cost.get(group_of(item.nodeid), 0.0))
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -98,10 +75,10 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class GroupScheduling(LoadScopeScheduling):
-        """``loadfile``, except that each smoke run is a work unit of its own and the multi-process groups one."""
+        """``loadfile``, except that each smoke run is a work unit of its own."""
 
         def _split_scope(self, nodeid: str) -> str:
-            return unit_of(nodeid)
+            return group_of(nodeid)
 
     return GroupScheduling(config, log)
 

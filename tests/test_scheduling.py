@@ -69,26 +69,3 @@ def test_longest_groups_are_collected_first_and_cells_keep_their_order(plugin, t
     items = [Item(i) for i in ids]
     plugin.pytest_collection_modifyitems(None, items)
     assert [i.nodeid for i in items] == ids[2:] + [ids[1], ids[0]]
-
-
-def test_multiprocess_groups_share_one_unit_and_its_summed_cost_orders_it(plugin, tmp_path, monkeypatch):
-    ddp_cell = "notebooks/25_ddp.ipynb::Cell 3"
-    ddp_smoke = "tests/test_notebooks_run.py::test_notebook_runs_with_smoke_parameters[25_ddp]"
-    spawn = "tests/test_ch06_spawn.py::test_chapter_06_prints_the_stored_checked_output_under_spawn"
-    assert {plugin.unit_of(i) for i in (ddp_cell, ddp_smoke, spawn)} == {"multiprocess"}
-    assert plugin.unit_of("notebooks/05_mlp_mnist.ipynb::Cell 0") == "notebooks/05_mlp_mnist.ipynb"
-    assert plugin.unit_of("tests/test_ch06_spawn.py::test_shard_functions") == "multiprocess"  # whole file
-    # 40 + 30 s of multi-process groups outrank a 60 s notebook; the unit's items keep their order
-    table = tmp_path / "seconds.json"
-    table.write_text(json.dumps({"notebooks/25_ddp.ipynb": 40.0, "smoke:25_ddp": 30.0,
-                                 "notebooks/07_x.ipynb": 60.0}), encoding="utf-8")
-    monkeypatch.setattr(plugin, "RECORDED_SECONDS", table)
-
-    class Item:
-        def __init__(self, nodeid):
-            self.nodeid = nodeid
-
-    ids = ["notebooks/07_x.ipynb::Cell 0", ddp_cell, "notebooks/07_x.ipynb::Cell 1", ddp_smoke]
-    items = [Item(i) for i in ids]
-    plugin.pytest_collection_modifyitems(None, items)
-    assert [i.nodeid for i in items] == [ddp_cell, ddp_smoke, ids[0], ids[2]]
