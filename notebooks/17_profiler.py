@@ -59,6 +59,7 @@ SYNC_STEPS = 8  # training steps in each profile of the host-sync section
 SYNC_ROUNDS = 3  # interleaved rounds of the host-sync timing (each round times both loops)
 STACK_DEPTH = 5  # innermost stack frames key_averages(group_by_stack_n=...) groups by
 MIN_RUN_TIME = 0.5  # seconds of timed runs helpers.bench.measure collects per variant
+LABEL_MAX_SHARE = 0.03  # outside a profiler, a step's 3 record_function labels must cost under this fraction of it
 MIN_DATA_SHARE = 0.5  # the starved loop must spend at least this share of a step loading data
 MIN_SPEEDUP = 1.3  # the batched fix must make a training pass at least this much faster
 MAX_DATA_SHARE_AFTER = 0.5  # after the batched fix, loading must take less than this share of a step
@@ -193,7 +194,9 @@ step_cost = measure(lambda: train_step(x0, y0), label="one train_step (3 labels 
 print(step_cost)
 print(label_cost)
 print(f"the 3 labels of a step cost {3 * label_cost.median_s / step_cost.median_s:.2%} of the step")
-assert 3 * label_cost.median_s < 0.01 * step_cost.median_s, "outside a profiler, 3 labels should cost under 1 % of a step"
+assert 3 * label_cost.median_s < LABEL_MAX_SHARE * step_cost.median_s, (
+    f"outside a profiler, 3 labels should cost under {LABEL_MAX_SHARE:.0%} of a step (a busy machine can disturb the "
+    "two timings, which are taken one after the other: rerun)")
 
 # %% [markdown]
 # ## A first profile
