@@ -132,7 +132,7 @@ def test_local_causal_mask_with_triu_and_tril_is_accepted():
 # --------------------------------------------------------------------------
 
 
-def _written_out(q, k, v, causal, expand, scale=True):
+def _written_out(q, k, v, causal, expand, scale=True, invert_mask=False):
     group = q.shape[1] // k.shape[1]
     k, v = expand(k, group), expand(v, group)
     scores = q @ k.transpose(-2, -1)
@@ -140,7 +140,8 @@ def _written_out(q, k, v, causal, expand, scale=True):
         scores = scores / math.sqrt(q.shape[-1])
     if causal:
         T, S = scores.shape[-2:]
-        scores = scores.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(), float("-inf"))
+        allowed = torch.ones(T, S, dtype=torch.bool).tril()
+        scores = scores.masked_fill(allowed if invert_mask else ~allowed, float("-inf"))
     return scores.softmax(dim=-1) @ v
 
 
@@ -185,13 +186,7 @@ def _scaled_by(q, k, v, causal, divisor):
 def test_grouped_query_attention_inverted_causal_mask_fails():
     """-inf on the allowed keys (j <= i): the last query has no key left, its row is NaN."""
     def inverted(q, k, v, causal=False):
-        group = q.shape[1] // k.shape[1]
-        k, v = _interleave(k, group), _interleave(v, group)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        if causal:
-            T, S = scores.shape[-2:]
-            scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool).tril(), float("-inf"))
-        return scores.softmax(dim=-1) @ v
+        return _written_out(q, k, v, causal, _interleave, invert_mask=True)
 
     assert_two_tier("09.grouped_query_attention", inverted, ["causal=True", "NaN", "mask is inverted", "j <= i"],
                     ["forbidden pairs", "above the diagonal"])

@@ -287,13 +287,7 @@ def test_group_norm_in_another_dtype_fails():
 
 def test_running_stats_via_batch_norm_update_stats_fails():
     """BatchNorm's own statistics kernel, fed fresh buffers batch by batch: a shortcut."""
-    def update_stats(batches, momentum):
-        c = batches[0].shape[1]
-        mean, var = torch.zeros(c, dtype=batches[0].dtype), torch.ones(c, dtype=batches[0].dtype)
-        for i, x in enumerate(batches, 1):
-            torch.batch_norm_update_stats(x, mean, var, 1 / i if momentum is None else momentum)
-        return mean, var
-
+    update_stats = _running_buffers_updated_by(lambda x, mean, var, m: torch.batch_norm_update_stats(x, mean, var, m))
     assert_rejected("12.bn_running_stats", update_stats, "yourself", "torch.batch_norm_update_stats")
 
 
