@@ -18,7 +18,12 @@ median is stable. This module adds four things on top:
 - it returns a small :class:`Timing` with the median, the spread, and how many
   blocks and calls they rest on;
 - :func:`speedup` and :func:`timing_table` turn timings into the ratios and
-  the table the notebooks print.
+  the table the notebooks print;
+- :func:`interleaved` and :func:`per_round_ratio` compare variants on a
+  shared machine: timed one after the other, a burst of load from another
+  process can land on one variant and not the other and move their ratio
+  several-fold, so each round times every variant once and a ratio is the
+  median of the per-round ratios.
 
 Example::
 
@@ -31,7 +36,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -41,7 +46,7 @@ from .device import import_without_cuda_home_log
 # Its import logs a harmless CUDA_HOME line on GPU-less machines with a CUDA toolkit.
 benchmark = import_without_cuda_home_log("torch.utils.benchmark")
 
-__all__ = ["MIN_BLOCKS", "Timing", "measure", "speedup", "timing_table"]
+__all__ = ["MIN_BLOCKS", "Timing", "interleaved", "measure", "per_round_ratio", "speedup", "timing_table"]
 
 MIN_BLOCKS = 5
 """The fewest timed blocks :func:`measure` accepts: with five, the quartiles
@@ -170,3 +175,76 @@ def timing_table(timings: Sequence[Timing], *, baseline: Timing | None = None) -
         lines.append(f"{t.label:<{width}}  {_human(t.median_s):>10}  {_human(t.iqr_s):>10}  "
                      f"{t.calls:>7}  {t.blocks:>6}  {speedup(base, t):>7.2f}x")
     return "\n".join(lines)
+
+
+def interleaved(
+    fns: Mapping[str, Callable[[], object]],
+    *,
+    rounds: int,
+    min_run_time: float = 0.25,
+) -> dict[str, list[Timing]]:
+    """Time every callable in ``fns`` once per round, for ``rounds`` rounds.
+
+    Within a round the variants are timed back to back, in the order of
+    ``fns`` in even rounds (0, 2, ...) and in reverse order in odd ones, so
+    no variant always runs first or always follows the same neighbour.
+    Every variant therefore sees the machine at nearly the same moments as
+    the others, which is what makes :func:`per_round_ratio` robust to load
+    from other processes.
+
+    Args:
+        fns: name -> callable with no arguments, e.g.
+            ``{"eager": lambda: model(x), "compiled": lambda: cmodel(x)}``.
+        rounds: how many rounds; an odd count gives :func:`per_round_ratio`
+            a true middle value. At least 1.
+        min_run_time: seconds of timed runs per variant per round, passed to
+            :func:`measure` (each variant costs about ``rounds`` times this).
+
+    Returns:
+        name -> list of ``rounds`` :class:`Timing` (seconds per call), in
+        round order; each label is ``"<name>, round <r>"`` (r from 1).
+
+    Raises:
+        ValueError: ``fns`` is empty or ``rounds`` < 1.
+        Whatever a callable raises (see :func:`measure`).
+    """
+    if not fns:
+        raise ValueError("interleaved() needs at least one name -> callable in fns")
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds!r}")
+    names = list(fns)
+    timings: dict[str, list[Timing]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else reversed(names):
+            timings[name].append(measure(fns[name], label=f"{name}, round {r + 1}", min_run_time=min_run_time))
+    return timings
+
+
+def per_round_ratio(timings: Mapping[str, Sequence[Timing]], numerator: str, denominator: str) -> float:
+    """The median over rounds of ``numerator``'s median time / ``denominator``'s, each pair from one round.
+
+    With ``numerator`` the baseline and ``denominator`` the candidate, this
+    is the candidate's speed-up (> 1 is faster), as :func:`speedup` but over
+    rounds. For an even number of rounds it is the lower of the two middle
+    ratios, so it is always one round's ratio.
+
+    Args:
+        timings: what :func:`interleaved` returned.
+        numerator, denominator: two of its names.
+
+    Raises:
+        KeyError: a name is not in ``timings`` (the message lists the names).
+        ValueError: the two lists differ in length or are empty, or a
+            denominator time is not positive.
+    """
+    for name in (numerator, denominator):
+        if name not in timings:
+            raise KeyError(f"{name!r} is not one of the timed variants {sorted(timings)}")
+    tops, bottoms = timings[numerator], timings[denominator]
+    if not tops or len(tops) != len(bottoms):
+        raise ValueError(f"{numerator!r} and {denominator!r} need the same, non-zero number of rounds; "
+                         f"got {len(tops)} and {len(bottoms)}")
+    if any(b.median_s <= 0 for b in bottoms):
+        raise ValueError(f"{denominator!r} has a non-positive median time in some round")
+    ratios = sorted(a.median_s / b.median_s for a, b in zip(tops, bottoms))
+    return ratios[(len(ratios) - 1) // 2]

@@ -60,6 +60,7 @@ SYNC_ROUNDS = 3  # interleaved rounds of the host-sync timing (each round times 
 STACK_DEPTH = 5  # innermost stack frames key_averages(group_by_stack_n=...) groups by
 MIN_RUN_TIME = 0.5  # seconds of timed runs helpers.bench.measure collects per variant
 LABEL_MAX_SHARE = 0.03  # outside a profiler, a step's 3 record_function labels must cost under this fraction of it
+LABEL_ROUNDS = 5  # interleaved rounds of that comparison (each times one step and one empty label)
 MIN_DATA_SHARE = 0.5  # the starved loop must spend at least this share of a step loading data
 MIN_SPEEDUP = 1.3  # the batched fix must make a training pass at least this much faster
 MAX_DATA_SHARE_AFTER = 0.5  # after the batched fix, loading must take less than this share of a step
@@ -116,7 +117,7 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 from torch.utils.tensorboard import SummaryWriter  # noqa: E402
 from torchvision.transforms import v2  # noqa: E402
 
-from helpers.bench import Timing, measure, speedup, timing_table  # noqa: E402
+from helpers.bench import Timing, interleaved, measure, per_round_ratio, speedup, timing_table  # noqa: E402
 from helpers.data import mnist  # noqa: E402
 from helpers.device import pick_device, seed_everything  # noqa: E402
 from helpers.exercises import check, solution  # noqa: E402, F401  (solution: for when you are stuck)
@@ -143,8 +144,9 @@ print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} CP
 # marks a span of your own code; the profiler shows it next to PyTorch's
 # operators, so the table can say "the backward pass took this long", not
 # only "`aten::convolution_backward` took this long". Outside a profiler
-# it is cheap (measured below against a training step), so labels can stay
-# in your code.
+# it is cheap (measured below against a training step, in interleaved
+# rounds so that both timings see the same machine), so labels can stay in
+# your code.
 
 # %%
 raw = mnist(train=True)
@@ -189,14 +191,17 @@ def empty_label():
         pass
 
 
-label_cost = measure(empty_label, label="enter + leave an empty record_function, no profiler", min_run_time=MIN_RUN_TIME)
-step_cost = measure(lambda: train_step(x0, y0), label="one train_step (3 labels inside)", min_run_time=MIN_RUN_TIME)
-print(step_cost)
-print(label_cost)
-print(f"the 3 labels of a step cost {3 * label_cost.median_s / step_cost.median_s:.2%} of the step")
-assert 3 * label_cost.median_s < LABEL_MAX_SHARE * step_cost.median_s, (
-    f"outside a profiler, 3 labels should cost under {LABEL_MAX_SHARE:.0%} of a step (a busy machine can disturb the "
-    "two timings, which are taken one after the other: rerun)")
+STEP, LABEL = "one train_step (3 labels inside)", "enter + leave an empty record_function"
+label_rounds = interleaved({STEP: lambda: train_step(x0, y0), LABEL: empty_label},
+                           rounds=LABEL_ROUNDS, min_run_time=MIN_RUN_TIME / 2)
+print("round  train_step (median, IQR, calls)    empty label (median, IQR, calls)    3 labels / step")
+for r, (step_t, label_t) in enumerate(zip(label_rounds[STEP], label_rounds[LABEL]), start=1):
+    print(f"{r:5}  {step_t.median_ms:7.2f} ms {step_t.iqr_s * 1e3:5.2f} ms {step_t.calls:6}    "
+          f"{label_t.median_s * 1e6:7.2f} us {label_t.iqr_s * 1e6:5.2f} us {label_t.calls:6}    "
+          f"{3 * label_t.median_s / step_t.median_s:14.2%}")
+label_share = 3 * per_round_ratio(label_rounds, LABEL, STEP)
+print(f"the 3 labels of a step cost {label_share:.2%} of it (median of {LABEL_ROUNDS} interleaved rounds, no profiler)")
+assert label_share < LABEL_MAX_SHARE, f"outside a profiler, 3 labels should cost under {LABEL_MAX_SHARE:.0%} of a step"
 
 # %% [markdown]
 # ## A first profile

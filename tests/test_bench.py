@@ -7,7 +7,15 @@ import time
 import pytest
 import torch
 
-from helpers.bench import MIN_BLOCKS, Timing, measure, speedup, timing_table
+from helpers.bench import (
+    MIN_BLOCKS,
+    Timing,
+    interleaved,
+    measure,
+    per_round_ratio,
+    speedup,
+    timing_table,
+)
 
 
 def test_measure_keeps_the_callers_thread_count():
@@ -77,3 +85,37 @@ def test_speedup_and_table():
         timing_table([])
     with pytest.raises(ValueError, match="non-positive"):
         speedup(slow, Timing("broken", 0.0, 0.0, 1, 1))
+
+
+def test_interleaved_times_every_variant_once_per_round_alternating_the_order():
+    order = []
+    fns = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
+    timings = interleaved(fns, rounds=3, min_run_time=0.01)
+    assert list(timings) == ["a", "b"] and all(len(ts) == 3 for ts in timings.values())
+    assert [t.label for t in timings["b"]] == ["b, round 1", "b, round 2", "b, round 3"]
+    # Rounds a b | b a | a b: collapsing each run of calls (warm-up and timed) to one letter
+    # merges the neighbours that repeat across a round boundary. In one fixed order it would be a b a b a b.
+    runs = [name for i, name in enumerate(order) if i == 0 or order[i - 1] != name]
+    assert runs == ["a", "b", "a", "b"], runs
+    with pytest.raises(ValueError, match="rounds"):
+        interleaved(fns, rounds=0)
+    with pytest.raises(ValueError, match="at least one"):
+        interleaved({}, rounds=1)
+
+
+def _timing(seconds):
+    return Timing(label="", median_s=seconds, iqr_s=0.0, calls=1, blocks=5)
+
+
+def test_per_round_ratio_is_the_median_of_same_round_ratios():
+    # Round 2 is disturbed for "slow" only: the ratio of the two medians would be 30 / 10 = 3,
+    # the per-round ratios are 2, 30 and 4, and their median is 4.
+    timings = {"slow": [_timing(20), _timing(300), _timing(40)], "fast": [_timing(10), _timing(10), _timing(10)]}
+    assert per_round_ratio(timings, "slow", "fast") == 4
+    assert per_round_ratio({k: v[:2] for k, v in timings.items()}, "slow", "fast") == 2  # even: the lower middle
+    with pytest.raises(KeyError, match="'fats' is not one of the timed variants"):
+        per_round_ratio(timings, "slow", "fats")
+    with pytest.raises(ValueError, match="same, non-zero number of rounds"):
+        per_round_ratio({"slow": timings["slow"], "fast": timings["fast"][:2]}, "slow", "fast")
+    with pytest.raises(ValueError, match="non-positive"):
+        per_round_ratio({"slow": [_timing(1)], "fast": [_timing(0)]}, "slow", "fast")
