@@ -15,6 +15,11 @@ under ``--dist loadfile`` this plugin gives xdist a scheduler of its own,
 xdist's own ``--dist loadgroup`` cannot do this with pytest 9: it tags node
 ids through ``item._nodeid``, which pytest 9 no longer reads.
 
+Sharding, for a suite spread over several CI machines: ``make test SHARD=k/N``
+(``pytest --shard k/N``) keeps the k-th of N shares. Each notebook (its nbval
+and smoke runs together) is on exactly one shard, and so are the unit tests;
+the shares are balanced by the same recorded seconds (:func:`shard_plan`).
+
 Costs: at the end of every run a table gives the seconds per notebook (nbval
 with defaults beside the papermill smoke run), and ``build/test_seconds.json``
 records the seconds per group of this run. Copy it over
@@ -61,9 +66,84 @@ def pytest_configure(config):
     # out of the learner's progress ledger, build/progress.jsonl.
     ledger = Path(tempfile.gettempdir()) / f"course-test-progress-{os.getpid()}.jsonl"
     os.environ["COURSE_PROGRESS_LEDGER"] = str(ledger)
+    # No progress bars in the kernels nbval and papermill start, or in the log (helpers.bars).
+    os.environ["COURSE_PROGRESS_BARS"] = "0"
+
+
+UNIT_TESTS = "unit tests"
+"""The shard unit of every test that is not a notebook's nbval or smoke run."""
+
+
+def shard_unit(group: str) -> str:
+    """What a scheduling group belongs to when the suite is sharded: its notebook's stem, or :data:`UNIT_TESTS`.
+
+    A notebook's nbval run and its smoke run are one unit, so each notebook is
+    tested on exactly one shard.
+    """
+    if group.startswith("smoke:"):
+        return group.removeprefix("smoke:")
+    if group.startswith("notebooks/") and group.endswith(".ipynb"):
+        return Path(group).stem
+    return UNIT_TESTS
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    """``"k/N"`` -> (k, N) with 1 <= k <= N; raises ValueError with the expected form otherwise."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", value or "")
+    if not m or not 1 <= int(m[1]) <= int(m[2]):
+        raise ValueError(f"SHARD must be k/N with 1 <= k <= N, e.g. SHARD=2/3; got {value!r}")
+    return int(m[1]), int(m[2])
+
+
+def shard_plan(units: list[str], n: int, cost: dict[str, float]) -> dict[str, int]:
+    """Assign each unit to one of ``n`` shards (numbered from 1), balancing their recorded seconds.
+
+    Longest processing time first: units in order of falling cost (ties by
+    name), each to the shard with the least load so far (ties: the lowest
+    number). Deterministic: the same units and costs give the same plan on
+    every machine. A unit with no recorded cost counts as the median of the
+    recorded ones.
+    """
+    known = sorted(cost[u] for u in units if u in cost)
+    default = known[len(known) // 2] if known else 1.0
+    loads = [0.0] * n
+    plan = {}
+    for unit in sorted(units, key=lambda u: (-cost.get(u, default), u)):
+        k = min(range(n), key=lambda i: (loads[i], i))
+        plan[unit] = k + 1
+        loads[k] += cost.get(unit, default)
+    return plan
+
+
+def pytest_addoption(parser):
+    parser.addoption("--shard", default=None, metavar="K/N",
+                     help="run the K-th of N balanced shares of the suite (each notebook on one shard; "
+                          "the unit tests on one): make test SHARD=K/N")
+
+
+def _select_shard(config, items) -> None:
+    try:
+        k, n = parse_shard(config.getoption("--shard"))
+    except ValueError as err:
+        import pytest
+
+        raise pytest.UsageError(str(err)) from None
+    recorded = recorded_seconds()
+    cost: dict[str, float] = defaultdict(float)
+    for group, seconds in recorded.items():
+        cost[shard_unit(group)] += seconds
+    units = sorted({shard_unit(group_of(item.nodeid)) for item in items})
+    plan = shard_plan(units, n, {u: cost[u] for u in units if u in cost})
+    keep = [item for item in items if plan[shard_unit(group_of(item.nodeid))] == k]
+    dropped = [item for item in items if plan[shard_unit(group_of(item.nodeid))] != k]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = keep
 
 
 def pytest_collection_modifyitems(config, items):
+    if config is not None and config.getoption("--shard", None):
+        _select_shard(config, items)
     cost = recorded_seconds()
     # A stable sort: tests keep their order inside a group (nbval cells must).
     items.sort(key=lambda item: -cost.get(group_of(item.nodeid), 0.0))

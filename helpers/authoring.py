@@ -19,6 +19,7 @@ import jupytext
 import nbformat
 from nbclient import NotebookClient
 
+from .bars import off_in_children
 from .paths import ROOT
 
 NOTEBOOKS = ROOT / "notebooks"
@@ -80,6 +81,7 @@ def build(py: Path, timeout: int = 1200) -> float:
     ``RuntimeError`` if a cell wrote to stderr (nbval discards stderr, and the
     hygiene check refuses stored stderr).
     """
+    off_in_children()  # stored outputs hold no progress bars (helpers.bars)
     nb = jupytext.read(py, fmt="py:percent")
     nb.metadata["kernelspec"] = KERNELSPEC
     nb.metadata["language_info"] = {"name": "python"}

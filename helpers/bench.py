@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .bars import bar
 from .device import import_without_cuda_home_log
 
 # Its import logs a harmless CUDA_HOME line on GPU-less machines with a CUDA toolkit.
@@ -214,7 +215,7 @@ def interleaved(
         raise ValueError(f"rounds must be at least 1, got {rounds!r}")
     names = list(fns)
     timings: dict[str, list[Timing]] = {name: [] for name in names}
-    for r in range(rounds):
+    for r in bar(range(rounds), desc="timing rounds", unit="round"):
         for name in names if r % 2 == 0 else reversed(names):
             timings[name].append(measure(fns[name], label=f"{name}, round {r + 1}", min_run_time=min_run_time))
     return timings

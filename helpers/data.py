@@ -7,7 +7,10 @@ this order (``COURSE_DESIGN.md``, "Data"):
 
 1. ``data/`` (or ``$COURSE_DATA_DIR``): used if the md5 matches;
 2. ``$COURSE_DATA_MIRROR``: copied, or gunzipped for ``.gz``, into ``data/``
-   through a temporary file that is md5-checked before an atomic rename;
+   through a temporary file that is md5-checked before an atomic rename. An
+   ``http://`` or ``https://`` value is a mirror served over HTTP (a
+   classroom's ``make serve-mirror``), fetched with timeouts, retries and
+   resume by :mod:`helpers.http_mirror`;
 3. a download (torchvision's own for MNIST and Fashion-MNIST), skipped when
    ``COURSE_OFFLINE=1``.
 
@@ -41,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .paths import atomic_write, data_dir, mirror_dir, rel
+from .paths import atomic_write, data_dir, mirror_dir, mirror_url, rel
 
 __all__ = [
     "ChecksumError",
@@ -170,6 +173,38 @@ def _download_url(url: str, dest: Path, md5: str) -> None:
     from torch.hub import download_url_to_file
 
     _write_atomically(dest, lambda tmp: download_url_to_file(url, str(tmp), progress=False), md5)
+
+
+def _fetch_over_http(base_url: str, files: list[FileSpec], root: Path, notes: list[str], quiet: bool) -> list[FileSpec]:
+    """Fetch ``files`` from the HTTP mirror at ``base_url`` into ``root``; return those that failed.
+
+    Each file is asked for under its mirror name (``.gz`` decompressed on the
+    way), then, after a 404, under its ``data/`` name (a served ``data/``
+    folder). Each failure adds one line to ``notes`` naming the file, the URL
+    and what happened.
+    """
+    from .http_mirror import MirrorDownloadError, fetch, url_for
+
+    failed = []
+    for f in files:
+        names = [f.mirror] + ([f.path] if f.path != f.mirror else [])
+        for i, name in enumerate(names):
+            try:
+                fetch(url_for(base_url, name), root / f.path, f.md5, name=f.path, gunzip=name.endswith(".gz"))
+                if not quiet:
+                    print(f"fetched {name} from {base_url}")
+                break
+            except MirrorDownloadError as exc:
+                if exc.status == 404 and i + 1 < len(names):
+                    continue  # not under the mirror's name: try the data/ layout
+                failed.append(f)
+                notes.append(f"HTTP mirror: {exc}")
+                break
+            except OSError as exc:  # data/ not writable, disk full
+                failed.append(f)
+                notes.append(f"data folder {root}: {f.path}: {exc.strerror or exc}")
+                break
+    return failed
 
 
 def _is_valid(target: Path, spec: FileSpec) -> bool:
@@ -377,8 +412,12 @@ def ensure(name: str, *, quiet: bool = True) -> Path:
         return root
 
     notes: list[str] = [f"data folder {root}: missing {', '.join(Path(f.path).name for f in missing)}"]
-    mirror = mirror_dir()
-    if mirror is None:
+    mirror, url = mirror_dir(), mirror_url()
+    if url is not None:
+        missing = _fetch_over_http(url, missing, root, notes, quiet)
+        if not missing:
+            return root
+    elif mirror is None:
         notes.append("mirror: COURSE_DATA_MIRROR is not set")
     else:
         still = []
@@ -452,7 +491,8 @@ def status(name: str) -> str:
 
     Returns:
         ``"ready"`` (all files in ``data/``; md5 not re-checked here),
-        ``"mirror"`` (copyable from ``$COURSE_DATA_MIRROR``),
+        ``"mirror"`` (copyable from ``$COURSE_DATA_MIRROR``; for an HTTP
+        mirror, assumed without asking it),
         ``"download"`` (needs a network), ``"offline"`` (downloadable, but
         ``COURSE_OFFLINE=1``) or ``"unavailable"`` (only a mirror has it).
     """
@@ -462,6 +502,8 @@ def status(name: str) -> str:
         return "ready"
     if mirror is not None and all((mirror / f.mirror).is_file() for f in spec.files):
         return "mirror"
+    if mirror_url() is not None:
+        return "mirror"  # an HTTP mirror is not asked here (no network in status()); ensure() asks it
     if spec.download is None and not all(f.url for f in spec.files):
         return "unavailable"
     return "offline" if _offline() else "download"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .paths import ROOT, data_dir, mirror_dir
+from .paths import ROOT, data_dir, mirror_dir, mirror_url
 
 __all__ = [
     "STAND_INS",
@@ -812,7 +812,7 @@ def doctor(datasets: tuple[str, ...] | None = None, min_free_gb: float = 2.0) ->
     names = tuple(datasets) if datasets is not None else tuple(data.REGISTRY)
     # a stand-in is looked up too, so an optional dataset knows whether the chapters can do without it
     where = {n: data.status(n) for n in dict.fromkeys(names + tuple(STAND_INS[n] for n in names if n in STAND_INS))}
-    mirror_set = mirror_dir() is not None
+    mirror_set = mirror_dir() is not None or mirror_url() is not None
     checks.extend(_data_check(n, where, mirror_set) for n in names)
     return DoctorReport(checks)
 

@@ -36,10 +36,20 @@ def build_dir() -> Path:
     return _from_env("COURSE_BUILD_DIR", ROOT / "build")
 
 
+def _is_url(value: str) -> bool:
+    return value.lower().startswith(("http://", "https://"))
+
+
 def mirror_dir() -> Path | None:
-    """The offline mirror named by ``$COURSE_DATA_MIRROR``, or ``None`` if unset."""
+    """The folder mirror named by ``$COURSE_DATA_MIRROR``; ``None`` if unset or an http(s) URL (see :func:`mirror_url`)."""
     value = os.environ.get("COURSE_DATA_MIRROR", "").strip()
-    return _from_env("COURSE_DATA_MIRROR", ROOT) if value else None
+    return _from_env("COURSE_DATA_MIRROR", ROOT) if value and not _is_url(value) else None
+
+
+def mirror_url() -> str | None:
+    """The HTTP mirror named by ``$COURSE_DATA_MIRROR`` (an ``http://`` or ``https://`` URL), else ``None``."""
+    value = os.environ.get("COURSE_DATA_MIRROR", "").strip()
+    return value if _is_url(value) else None
 
 
 def rel(path: Path | str) -> str:

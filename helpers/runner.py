@@ -29,6 +29,7 @@ import nbformat
 import yaml
 
 from .authoring import KERNEL_NAME, NOTEBOOKS
+from .bars import off_in_children
 from .paths import atomic_write_text, build_dir, rel
 from .report import figures_path, format_figure, read_figures
 
@@ -190,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="chapter stems or prefixes (default: all)")
     parser.add_argument("--smoke", action="store_true", help="use the smoke parameters from chapters.yaml")
     args = parser.parse_args(argv)
+    off_in_children()  # the executed notebooks and the log hold no progress bars (helpers.bars)
 
     table = chapters()
     chosen = [s for s in table if not args.names or any(s.startswith(n) for n in args.names)]

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from .bars import bar
+
 __all__ = ["History", "accuracy", "confusion_matrix", "evaluate", "fit", "predict", "train_one_epoch"]
 
 
@@ -52,7 +54,7 @@ def train_one_epoch(
     """
     model.train()
     total_loss, correct, seen = 0.0, 0, 0
-    for x, y in loader:
+    for x, y in bar(loader, desc="train", unit="batch"):
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         logits = model(x)
         loss = loss_fn(logits, y)
@@ -84,7 +86,7 @@ def evaluate(
     """
     model.eval()
     total_loss, correct, seen = 0.0, 0, 0
-    for x, y in loader:
+    for x, y in bar(loader, desc="evaluate", unit="batch"):
         x, y = x.to(device), y.to(device)
         logits = model(x)
         total_loss += loss_fn(logits, y).item() * y.shape[0]  # loss_fn returns a batch mean
@@ -167,7 +169,7 @@ def fit(
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     model.to(device)
     history = History()
-    for epoch in range(1, epochs + 1):
+    for epoch in bar(range(1, epochs + 1), desc="epochs", unit="epoch"):
         start = time.perf_counter()
         history.lr.append(optimizer.param_groups[0]["lr"])
         tl, ta = train_one_epoch(model, train_loader, optimizer, loss_fn, device)

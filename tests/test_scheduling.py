@@ -69,3 +69,70 @@ def test_longest_groups_are_collected_first_and_cells_keep_their_order(plugin, t
     items = [Item(i) for i in ids]
     plugin.pytest_collection_modifyitems(None, items)
     assert [i.nodeid for i in items] == ids[2:] + [ids[1], ids[0]]
+
+
+def _suite(plugin):
+    """Node ids shaped like the real suite: every chapter's nbval cells and smoke run, and unit tests."""
+    from helpers.runner import chapters
+
+    ids = [f"tests/test_{name}.py::test_{i}" for name in ("data", "bench", "ch06_spawn") for i in range(3)]
+    for stem in chapters():
+        ids += [f"notebooks/{stem}.ipynb::Cell {c}" for c in range(3)]
+        ids.append(f"tests/test_notebooks_run.py::test_notebook_runs_with_smoke_parameters[{stem}]")
+    ids.append("tests/test_notebooks_run.py::test_runner_judges_a_run[ok]")
+    return ids
+
+
+class _Config:
+    def __init__(self, shard):
+        self.shard, self.deselected = shard, []
+        self.hook = self
+
+    def getoption(self, name, default=None):
+        return self.shard
+
+    def pytest_deselected(self, items):
+        self.deselected += items
+
+
+class _Item:
+    def __init__(self, nodeid):
+        self.nodeid = nodeid
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_shards_partition_the_notebooks_and_run_the_unit_tests_once(plugin, n):
+    ids = _suite(plugin)
+    kept = []
+    for k in range(1, n + 1):
+        items = [_Item(i) for i in ids]
+        config = _Config(f"{k}/{n}")
+        plugin.pytest_collection_modifyitems(config, items)
+        assert len(items) + len(config.deselected) == len(ids)
+        kept.append({item.nodeid for item in items})
+    assert sorted(i for shard in kept for i in shard) == sorted(ids), "every test in exactly one shard"
+    for stem in {plugin.shard_unit(plugin.group_of(i)) for i in ids}:
+        owners = [k for k, shard in enumerate(kept) if any(plugin.shard_unit(plugin.group_of(i)) == stem for i in shard)]
+        assert len(owners) == 1, f"{stem} is split over shards {owners}"
+    unit_owner = [k for k, shard in enumerate(kept) if "tests/test_data.py::test_0" in shard]
+    assert len(unit_owner) == 1 and all("tests/test_bench.py::test_2" in kept[k] for k in unit_owner)
+
+
+def test_the_plan_is_balanced_by_recorded_seconds_and_deterministic(plugin):
+    cost = {"a": 100.0, "b": 60.0, "c": 50.0, "d": 40.0, "e": 10.0}
+    plan = plugin.shard_plan(list(cost), 2, cost)
+    assert plan == {"a": 1, "b": 2, "c": 2, "d": 1, "e": 2}  # loads 140 and 120
+    assert plugin.shard_plan(list(reversed(cost)), 2, cost) == plan
+    loads = [sum(cost[u] for u, k in plan.items() if k == shard) for shard in (1, 2)]
+    assert max(loads) - min(loads) <= max(cost.values())
+    # a unit with no record counts as the median of the others
+    assert plugin.shard_plan(["a", "b", "new"], 2, {"a": 100.0, "b": 1.0}) == {"a": 1, "new": 2, "b": 1}
+
+
+@pytest.mark.parametrize("bad", ["0/2", "3/2", "2", "a/b", "1/0", ""])
+def test_a_malformed_shard_is_a_usage_error(plugin, bad):
+    with pytest.raises(ValueError, match="SHARD must be k/N"):
+        plugin.parse_shard(bad)
+    if bad:
+        with pytest.raises(pytest.UsageError, match="e.g. SHARD=2/3"):
+            plugin.pytest_collection_modifyitems(_Config(bad), [_Item("tests/test_a.py::t")])

@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..bars import elapsed_bar
 from ..paths import ROOT, build_dir, rel
 
 __all__ = [
@@ -431,6 +432,7 @@ def torchrun(
         seen[proc.pid] = own[2]
     timed_out = False
     deadline = start + timeout
+    waiting = elapsed_bar(f"{module} on {nproc} ranks")
     try:
         while proc.poll() is None:
             seen.update(_descendants(proc.pid, _proc_table()))
@@ -438,7 +440,9 @@ def torchrun(
                 timed_out = True
                 break
             time.sleep(0.1)
+            waiting.update(0.1)
     finally:
+        waiting.close()
         if proc.poll() is None:  # timed out, or interrupted (Ctrl-C in the notebook)
             seen.update(_descendants(proc.pid, _proc_table()))
             try:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import pkgutil
 import random
 import re
@@ -387,5 +388,16 @@ def hint(name: str, *, show: bool = True) -> str:
 
 
 def solution(name: str) -> Callable:
-    """The reference solution of exercise ``name`` (try the exercise first!)."""
-    return _get(name).reference
+    """The reference solution of exercise ``name`` (try the exercise first!).
+
+    Raises:
+        KeyError: ``name`` is not a known exercise.
+        PermissionError: ``$COURSE_HIDE_SOLUTIONS`` is set (``1``, ``true``
+            or ``yes``): a teacher hides the solutions for a graded session
+            (``TEACHING.md``). Checks and hints still work.
+    """
+    ex = _get(name)
+    if os.environ.get("COURSE_HIDE_SOLUTIONS", "").strip().lower() in {"1", "true", "yes"}:
+        raise PermissionError(f"solutions are hidden in this session (COURSE_HIDE_SOLUTIONS is set), so "
+                              f"solution({name!r}) is not available; check({name!r}, ...) and hint({name!r}) still are")
+    return ex.reference
