@@ -60,8 +60,9 @@ def chapter_table(report: dict, table: dict[str, dict]) -> str:
     total = sum(r["seconds"] for r in report.get("chapters", []))
     lines.append("")
     lines.append(f"All chapters one after another: {total / 60:.0f} minutes on the machine that ran `make run` "
-                 "(2 CPU cores, no GPU, for the figures committed here). A learner also reads, thinks and "
-                 "does the exercises: plan three to five times the run time per chapter.")
+                 "(for the figures committed here: 2 CPU cores, no GPU, compile caches in `build/` already "
+                 "filled; a first run also fills them, which adds most to the chapters that need a compiler). "
+                 "This is how long learners wait for the code, not how long a chapter takes to teach.")
     return "\n".join(lines)
 
 
