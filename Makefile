@@ -49,7 +49,7 @@ else
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
 endif
 
-$(STAMP): requirements.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt constraints.txt pyproject.toml jupyter/overrides.json
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) --upgrade "pip>=24"
 	$(PIP_INSTALL) --no-compile -r requirements.txt -c constraints.txt

@@ -17,7 +17,7 @@ ids through ``item._nodeid``, which pytest 9 no longer reads.
 
 Sharding, for a suite spread over several CI machines: ``make test SHARD=k/N``
 (``pytest --shard k/N``) keeps the k-th of N shares. Each notebook (its nbval
-and smoke runs together) is on exactly one shard, and so are the unit tests;
+and smoke runs together) is on exactly one shard, and so is each other test file;
 the shares are balanced by the same recorded seconds (:func:`shard_plan`).
 
 Costs: at the end of every run a table gives the seconds per notebook (nbval
@@ -70,21 +70,17 @@ def pytest_configure(config):
     os.environ["COURSE_PROGRESS_BARS"] = "0"
 
 
-UNIT_TESTS = "unit tests"
-"""The shard unit of every test that is not a notebook's nbval or smoke run."""
-
-
 def shard_unit(group: str) -> str:
-    """What a scheduling group belongs to when the suite is sharded: its notebook's stem, or :data:`UNIT_TESTS`.
+    """What a scheduling group belongs to when the suite is sharded: its notebook's stem, or its test file.
 
     A notebook's nbval run and its smoke run are one unit, so each notebook is
-    tested on exactly one shard.
+    tested on exactly one shard; every other test file is a unit of its own.
     """
     if group.startswith("smoke:"):
         return group.removeprefix("smoke:")
     if group.startswith("notebooks/") and group.endswith(".ipynb"):
         return Path(group).stem
-    return UNIT_TESTS
+    return group
 
 
 def parse_shard(value: str) -> tuple[int, int]:
@@ -118,7 +114,7 @@ def shard_plan(units: list[str], n: int, cost: dict[str, float]) -> dict[str, in
 def pytest_addoption(parser):
     parser.addoption("--shard", default=None, metavar="K/N",
                      help="run the K-th of N balanced shares of the suite (each notebook on one shard; "
-                          "the unit tests on one): make test SHARD=K/N")
+                          "each test file on one): make test SHARD=K/N")
 
 
 def _select_shard(config, items) -> None:

@@ -186,7 +186,7 @@ def _fetch_over_http(base_url: str, files: list[FileSpec], root: Path, notes: li
     from .http_mirror import MirrorDownloadError, fetch, url_for
 
     failed = []
-    for f in files:
+    for k, f in enumerate(files):
         names = [f.mirror] + ([f.path] if f.path != f.mirror else [])
         for i, name in enumerate(names):
             try:
@@ -198,7 +198,15 @@ def _fetch_over_http(base_url: str, files: list[FileSpec], root: Path, notes: li
                 if exc.status == 404 and i + 1 < len(names):
                     continue  # not under the mirror's name: try the data/ layout
                 failed.append(f)
-                notes.append(f"HTTP mirror: {exc}")
+                tried = f" (after a 404 for {names[0]})" if i else ""
+                notes.append(f"HTTP mirror: {exc}{tried}")
+                if exc.unreachable:  # the others would wait just as long: stop here
+                    rest = files[k + 1:]
+                    failed.extend(rest)
+                    if rest:
+                        notes.append(f"HTTP mirror: {len(rest)} more file(s) not tried; is `make serve-mirror` "
+                                     f"running there, and is COURSE_DATA_MIRROR={base_url} right?")
+                    return failed
                 break
             except OSError as exc:  # data/ not writable, disk full
                 failed.append(f)
@@ -471,6 +479,9 @@ def ensure(name: str, *, quiet: bool = True) -> Path:
     mirror_fix = (
         "point COURSE_DATA_MIRROR at a copy of the course mirror, e.g.\n"
         "     `export COURSE_DATA_MIRROR=../shared/datasets`, then re-run."
+    ) if url is None else (
+        f"check the HTTP mirror COURSE_DATA_MIRROR={url}: the lines above say what it answered; the machine\n"
+        "     serving it runs `make serve-mirror` and prints the address to use. Then re-run."
     )
     if spec.download is not None or all(f.url for f in spec.files):
         fixes = (

@@ -17,7 +17,7 @@ A download:
 
 - streams into a temporary file beside the target, with a socket timeout
   (:data:`TIMEOUT_S` seconds without data ends an attempt);
-- retries after a dropped connection, a timeout or a 5xx answer, waiting
+- retries after a dropped connection, a timeout, a 5xx, 408 or 429 answer, waiting
   :data:`BACKOFF_S`, then twice as long each time (:data:`RETRIES` retries);
 - resumes where it stopped when the server honours ``Range`` requests (an
   answer of 206), and starts again from byte 0 when it does not (200);
@@ -79,7 +79,9 @@ BACKOFF_S = 0.5
 """The wait before the first retry; each later wait doubles (0.5, 1, 2, 4 s: 7.5 s in all)."""
 
 _CHUNK = 1 << 16
-#: Answers that will not change if asked again: the file is not there, or not ours to read.
+#: Answers worth asking again (besides every 5xx): timeout, too many requests.
+_TRANSIENT = {408, 429}
+#: Names for the answers that will not change if asked again (every other 4xx fails at once too).
 _PERMANENT = {400: "bad request", 401: "authentication required", 403: "forbidden", 404: "no such file on the mirror",
               405: "method not allowed", 410: "gone"}
 
@@ -93,19 +95,24 @@ class MirrorDownloadError(RuntimeError):
         what: what happened, in words.
         status: the HTTP status of the last answer, or ``None`` (no answer: a
             refused connection, a timeout, a dropped connection, bad content).
+        unreachable: True when no attempt reached the server at all (refused,
+            no route, no answer in time): the other files will fare no better.
     """
 
-    def __init__(self, name: str, url: str, what: str, status: int | None = None):
-        self.name, self.url, self.what, self.status = name, url, what, status
+    def __init__(self, name: str, url: str, what: str, status: int | None = None, *, unreachable: bool = False):
+        self.name, self.url, self.what, self.status, self.unreachable = name, url, what, status, unreachable
         super().__init__(f"{name}: {url}: {what}")
 
 
 class _Retry(Exception):
-    """One attempt failed for a reason that may pass; ``offset`` bytes are on disk."""
+    """One attempt failed for a reason that may pass; ``offset`` bytes are on disk.
 
-    def __init__(self, what: str, offset: int, status: int | None = None):
+    ``unreachable``: no connection could be made at all (refused, no route, no answer).
+    """
+
+    def __init__(self, what: str, offset: int, status: int | None = None, *, unreachable: bool = False):
         super().__init__(what)
-        self.what, self.offset, self.status = what, offset, status
+        self.what, self.offset, self.status, self.unreachable = what, offset, status, unreachable
 
 
 def is_url(value: str) -> bool:
@@ -121,56 +128,57 @@ def url_for(base_url: str, relpath: str) -> str:
 def _attempt(url: str, path: Path, offset: int, timeout: float) -> int:
     """One GET of ``url`` appended to ``path`` (which holds ``offset`` bytes already); returns the new size.
 
-    Raises :class:`_Retry` for what may pass and :class:`MirrorDownloadError` for what will not.
+    Raises :class:`_Retry` (with the bytes now on disk) for what may pass and
+    :class:`MirrorDownloadError` for what will not.
     """
     headers = {"User-Agent": "pytorch-course-data", "Accept-Encoding": "identity"}
     if offset:
         headers["Range"] = f"bytes={offset}-"
     request = urllib.request.Request(url, headers=headers)
+    done = offset  # bytes of the file on disk: what a retry resumes from
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
+            total = None
             if offset and answer.status == 200:  # the server ignored Range: start again from byte 0
                 offset = 0
             elif offset:
-                m = re.fullmatch(r"bytes (\d+)-\d+/(\d+|\*)", answer.headers.get("Content-Range", "").strip())
+                m = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+|\*)", answer.headers.get("Content-Range", "").strip())
                 if answer.status != 206 or not m or int(m[1]) != offset:
+                    done = 0
                     raise _Retry(f"the server answered a resume request with {answer.status} "
-                                 f"{answer.headers.get('Content-Range', '(no Content-Range)')}", 0)
+                                 f"{answer.headers.get('Content-Range', '(no Content-Range)')}: starting again", 0)
+                total = int(m[3]) if m[3] != "*" else int(m[2]) + 1
             length = answer.headers.get("Content-Length")
-            expected = offset + int(length) if length and length.isdigit() else None
+            if total is None and length and length.isdigit():
+                total = offset + int(length)
             with open(path, "r+b" if offset else "wb") as out:
+                done = offset
                 out.seek(offset)
                 out.truncate()
                 while chunk := answer.read(_CHUNK):
                     out.write(chunk)
-                    offset += len(chunk)
-            if expected is not None and offset < expected:
-                raise _Retry(f"the connection closed after {offset:,} of {expected:,} bytes", offset)
-            return offset
+                    done += len(chunk)
+            if total is not None and done < total:
+                raise _Retry(f"the connection closed after {done:,} of {total:,} bytes", done)
+            return done
     except urllib.error.HTTPError as err:
+        err.close()
         if err.code == 416 and offset:  # our partial copy is not a prefix the server recognises
             raise _Retry("the server refused to resume (416): starting again", 0, 416) from err
-        if err.code in _PERMANENT:
-            raise MirrorDownloadError("", url, f"HTTP {err.code} ({_PERMANENT[err.code]})", err.code) from err
-        raise _Retry(f"HTTP {err.code} {err.reason}", _size(path), err.code) from err
+        if err.code in _TRANSIENT or err.code >= 500:
+            raise _Retry(f"HTTP {err.code} {err.reason}", done, err.code) from err
+        what = _PERMANENT.get(err.code, err.reason)
+        raise MirrorDownloadError("", url, f"HTTP {err.code} ({what})", err.code) from err
     except http.client.IncompleteRead as err:
-        raise _Retry(f"the connection closed early ({err})", _size(path)) from err
+        raise _Retry(f"the connection closed early ({err})", done) from err
     except TimeoutError as err:
-        raise _Retry(f"no data for {timeout:g} s (timed out)", _size(path)) from err
+        raise _Retry(f"no data for {timeout:g} s (timed out)", done) from err
     except urllib.error.URLError as err:
-        reason = err.reason
-        if isinstance(reason, (TimeoutError, socket.timeout)):
-            raise _Retry(f"no answer within {timeout:g} s (timed out)", _size(path)) from err
-        raise _Retry(f"cannot connect ({reason})", _size(path)) from err
-    except (ConnectionError, http.client.HTTPException) as err:
-        raise _Retry(f"the connection broke ({type(err).__name__}: {err})", _size(path)) from err
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
+        if isinstance(err.reason, TimeoutError):
+            raise _Retry(f"no answer within {timeout:g} s (timed out)", done, unreachable=True) from err
+        raise _Retry(f"cannot connect ({err.reason})", done, unreachable=True) from err
+    except (OSError, http.client.HTTPException) as err:  # a reset, a network gone mid-file, TLS errors
+        raise _Retry(f"the connection broke ({type(err).__name__}: {err})", done) from err
 
 
 def download(
@@ -178,10 +186,10 @@ def download(
     path: Path | str,
     *,
     name: str | None = None,
-    timeout: float = TIMEOUT_S,
-    retries: int = RETRIES,
-    backoff: float = BACKOFF_S,
-    sleep: Callable[[float], None] = time.sleep,
+    timeout: float | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
+    sleep: Callable[[float], None] | None = None,
 ) -> int:
     """Stream ``url`` into ``path`` (created or overwritten), resuming and retrying as the module says.
 
@@ -190,10 +198,13 @@ def download(
         path: the file to write; it holds a prefix of the content after a
             failure, so callers write to a temporary file (as :func:`fetch` does).
         name: the file's name for error messages (default: the URL's last part).
-        timeout: seconds without data before an attempt is given up.
-        retries: further attempts after a failure that may pass (>= 0).
-        backoff: seconds before the first retry; each later wait doubles.
-        sleep: the waiting function (tests pass a fake one).
+        timeout: seconds without data before an attempt is given up
+            (default :data:`TIMEOUT_S`).
+        retries: further attempts after a failure that may pass, >= 0
+            (default :data:`RETRIES`).
+        backoff: seconds before the first retry; each later wait doubles
+            (default :data:`BACKOFF_S`).
+        sleep: the waiting function (default ``time.sleep``; tests pass a fake one).
 
     Returns:
         The number of bytes written.
@@ -204,6 +215,10 @@ def download(
             failure and the number of attempts.
         ValueError: ``url`` is not http(s), or ``retries`` < 0.
     """
+    timeout = TIMEOUT_S if timeout is None else timeout
+    retries = RETRIES if retries is None else retries
+    backoff = BACKOFF_S if backoff is None else backoff
+    sleep = time.sleep if sleep is None else sleep
     if not is_url(url):
         raise ValueError(f"not an http:// or https:// address: {url!r}")
     if retries < 0:
@@ -221,7 +236,7 @@ def download(
             if attempt < retries:
                 sleep(backoff * 2**attempt)
     tries = f"{retries + 1} attempt{'s' if retries else ''}"
-    raise MirrorDownloadError(name, url, f"{last.what}; gave up after {tries}", last.status)
+    raise MirrorDownloadError(name, url, f"{last.what}; gave up after {tries}", last.status, unreachable=last.unreachable)
 
 
 def fetch(

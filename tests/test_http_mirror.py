@@ -60,7 +60,7 @@ class _Faulty(http.server.BaseHTTPRequestHandler):
             server.requests.append((mode, self.headers.get("Range")))
             seen = sum(1 for m, _ in server.requests if m == mode)
         start = 0
-        if self.headers.get("Range") and mode in ("drop", "flaky"):
+        if self.headers.get("Range") and mode in ("drop", "flaky", "short206", "wrongstart"):
             start = int(self.headers["Range"].removeprefix("bytes=").rstrip("-"))
         if mode == "missing":
             self.send_error(404)
@@ -78,12 +78,27 @@ class _Faulty(http.server.BaseHTTPRequestHandler):
             body = body[: len(body) // 2]
         if mode == "corrupt":
             body = body[:100] + bytes([body[100] ^ 0xFF]) + body[101:]
+        if mode == "wrongstart" and seen == 2:  # a 206 for another range than the one asked for
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes 0-{len(body) - 1}/{len(body)}")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        if mode == "short206" and seen == 2:  # a complete-looking 206 that holds only part of the range
+            part = body[start:start + 1000]
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{start + len(part) - 1}/{len(body)}")
+            self.send_header("Content-Length", str(len(part)))
+            self.end_headers()
+            self.wfile.write(part)
+            return
         self.send_response(206 if start else 200)
         if start:
             self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
         self.send_header("Content-Length", str(len(body) - start))
         self.end_headers()
-        if mode in ("drop", "drop-norange") and seen == 1:  # half the file, then the connection goes
+        if mode in ("drop", "drop-norange", "short206", "wrongstart") and seen == 1:  # half the file, then the connection goes
             self.wfile.write(body[: len(body) // 2])
             self.wfile.flush()
             self.close_connection = True
@@ -134,6 +149,24 @@ def test_a_dropped_connection_resumes_from_where_it_stopped(faulty_server, tmp_p
     assert faulty_server.requests == [("drop", None), ("drop", f"bytes={len(CONTENT) // 2}-")]
 
 
+def test_a_wrong_or_short_partial_answer_is_not_taken_for_the_rest(faulty_server, tmp_path):
+    half = len(CONTENT) // 2
+    fetch(faulty_server.base + "wrongstart/blob.bin", tmp_path / "a.bin", MD5, sleep=_no_wait)
+    assert (tmp_path / "a.bin").read_bytes() == CONTENT
+    assert [r for _, r in faulty_server.requests] == [None, f"bytes={half}-", None]  # then from byte 0
+    faulty_server.requests.clear()
+    fetch(faulty_server.base + "short206/blob.bin", tmp_path / "b.bin", MD5, sleep=_no_wait)
+    assert (tmp_path / "b.bin").read_bytes() == CONTENT
+    assert [r for _, r in faulty_server.requests] == [None, f"bytes={half}-", f"bytes={half + 1000}-"]
+
+
+def test_download_overwrites_an_existing_file_even_after_a_failed_attempt(faulty_server, tmp_path):
+    old = tmp_path / "blob.bin"
+    old.write_bytes(b"stale content from an earlier run")
+    download(faulty_server.base + "flaky/blob.bin", old, sleep=_no_wait)  # 503 first: nothing written yet
+    assert old.read_bytes() == CONTENT, "the retry resumed onto the old file's bytes"
+
+
 def test_a_server_without_ranges_is_read_again_from_the_start(faulty_server, tmp_path):
     dest = tmp_path / "blob.bin"
     fetch(faulty_server.base + "drop-norange/blob.bin", dest, MD5, sleep=_no_wait)
@@ -182,8 +215,9 @@ def test_no_server_is_a_clear_error(tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(MirrorDownloadError, match="cannot connect .*gave up after 3 attempts"):
+    with pytest.raises(MirrorDownloadError, match="cannot connect .*gave up after 3 attempts") as err:
         download(f"http://127.0.0.1:{port}/x", tmp_path / "x", retries=2, sleep=_no_wait)
+    assert err.value.unreachable and err.value.name == "x"
     with pytest.raises(ValueError, match="not an http"):
         download("ftp://example.org/x", tmp_path / "x")
 
@@ -259,6 +293,20 @@ def test_ensure_names_the_file_the_url_and_the_fault(tiny_dataset, tmp_path, mon
     assert f"HTTP mirror: Tiny/raw/blob.bin: {os.environ['COURSE_DATA_MIRROR']}/Tiny/raw/blob.bin.gz: not a complete gzip" in message
     root = tmp_path / "data"
     assert _files(root) == ["Tiny/notes.txt"], "only the good file may be in data/"
+
+
+def test_an_unreachable_mirror_is_tried_for_one_file_only(tiny_dataset, tmp_path, monkeypatch):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("COURSE_DATA_MIRROR", f"http://127.0.0.1:{port}/")
+    monkeypatch.setattr("helpers.http_mirror.BACKOFF_S", 0.0)
+    with pytest.raises(data.DataUnavailableError) as err:
+        data.ensure("tiny-test")
+    message = str(err.value)
+    assert "cannot connect" in message and "1 more file(s) not tried" in message and "make serve-mirror" in message
 
 
 def test_serve_refuses_a_missing_folder(tmp_path, capsys):

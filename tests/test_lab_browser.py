@@ -81,13 +81,16 @@ def lab(tmp_path):
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        while True:
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=1):
                     break
             except OSError:
                 if proc.poll() is not None:
                     pytest.fail(f"JupyterLab exited with {proc.returncode}: {(tmp_path / 'lab.log').read_text()[-2000:]}")
+                if time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not listen on port {port} within 60 s: "
+                                f"{(tmp_path / 'lab.log').read_text()[-2000:]}")
                 time.sleep(0.3)
         yield base, token, f"{STEM}.ipynb"
     finally:

@@ -27,7 +27,7 @@ def test_the_table_shows_measured_seconds_datasets_and_needs():
     assert rows[2] == "| 05 | MLP | 42 s | mnist | - |"
     assert rows[3] == "| 20 | C++ | 120 s | - | compiler, GPU cells (skipped on CPU) |"
     assert rows[4] == "| 25 | DDP | not run | mnist | processes |"
-    assert "All chapters one after another: 3 minutes" in text
+    assert "All 2 chapters run, one after another: 3 minutes" in text
     with pytest.raises(ValueError, match="smoke run"):
         teaching.chapter_table({**_report(), "smoke": True}, table)
     with pytest.raises(ValueError, match="needs \\['gpu'\\]"):

@@ -432,8 +432,9 @@ def torchrun(
         seen[proc.pid] = own[2]
     timed_out = False
     deadline = start + timeout
-    waiting = elapsed_bar(f"{module} on {nproc} ranks")
+    waiting = None
     try:
+        waiting = elapsed_bar(f"{module} on {nproc} ranks")
         while proc.poll() is None:
             seen.update(_descendants(proc.pid, _proc_table()))
             if time.monotonic() > deadline:
@@ -442,7 +443,8 @@ def torchrun(
             time.sleep(0.1)
             waiting.update(0.1)
     finally:
-        waiting.close()
+        if waiting is not None:
+            waiting.close()
         if proc.poll() is None:  # timed out, or interrupted (Ctrl-C in the notebook)
             seen.update(_descendants(proc.pid, _proc_table()))
             try:
