@@ -130,8 +130,9 @@ def _select_shard(config, items) -> None:
         cost[shard_unit(group)] += seconds
     units = sorted({shard_unit(group_of(item.nodeid)) for item in items})
     plan = shard_plan(units, n, {u: cost[u] for u in units if u in cost})
-    keep = [item for item in items if plan[shard_unit(group_of(item.nodeid))] == k]
-    dropped = [item for item in items if plan[shard_unit(group_of(item.nodeid))] != k]
+    keep, dropped = [], []
+    for item in items:
+        (keep if plan[shard_unit(group_of(item.nodeid))] == k else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = keep

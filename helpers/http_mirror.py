@@ -144,7 +144,6 @@ def _attempt(url: str, path: Path, offset: int, timeout: float) -> int:
             elif offset:
                 m = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+|\*)", answer.headers.get("Content-Range", "").strip())
                 if answer.status != 206 or not m or int(m[1]) != offset:
-                    done = 0
                     raise _Retry(f"the server answered a resume request with {answer.status} "
                                  f"{answer.headers.get('Content-Range', '(no Content-Range)')}: starting again", 0)
                 total = int(m[3]) if m[3] != "*" else int(m[2]) + 1

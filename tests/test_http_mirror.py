@@ -52,6 +52,14 @@ class _Faulty(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def _partial(self, body, start, part):
+        """A 206 that says it holds ``part``, from byte ``start`` of ``body``."""
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {start}-{start + len(part) - 1}/{len(body)}")
+        self.send_header("Content-Length", str(len(part)))
+        self.end_headers()
+        self.wfile.write(part)
+
     def do_GET(self):  # noqa: N802 (the base class's name)
         mode, _, name = self.path.strip("/").partition("/")
         body = PACKED if name.endswith(".gz") else CONTENT
@@ -79,19 +87,10 @@ class _Faulty(http.server.BaseHTTPRequestHandler):
         if mode == "corrupt":
             body = body[:100] + bytes([body[100] ^ 0xFF]) + body[101:]
         if mode == "wrongstart" and seen == 2:  # a 206 for another range than the one asked for
-            self.send_response(206)
-            self.send_header("Content-Range", f"bytes 0-{len(body) - 1}/{len(body)}")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self._partial(body, 0, body)
             return
         if mode == "short206" and seen == 2:  # a complete-looking 206 that holds only part of the range
-            part = body[start:start + 1000]
-            self.send_response(206)
-            self.send_header("Content-Range", f"bytes {start}-{start + len(part) - 1}/{len(body)}")
-            self.send_header("Content-Length", str(len(part)))
-            self.end_headers()
-            self.wfile.write(part)
+            self._partial(body, start, body[start:start + 1000])
             return
         self.send_response(206 if start else 200)
         if start:
