@@ -1,6 +1,7 @@
-"""Notebook sources: each chapter is a jupytext percent-format ``.py`` file
-(the one source of truth, reviewable as plain Python) paired with the
-``.ipynb`` that learners open, which carries outputs from a real run.
+"""Notebook sources: each chapter is a jupytext percent-format ``.py`` file in
+``notebooks/src/`` (the one source of truth, reviewable as plain Python) paired
+with the ``notebooks/NN_topic.ipynb`` that learners open, which carries outputs
+from a real run.
 
 Commands (``make notebooks`` runs ``build``)::
 
@@ -11,6 +12,7 @@ Commands (``make notebooks`` runs ``build``)::
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 import time
 from pathlib import Path
@@ -20,17 +22,17 @@ import nbformat
 from nbclient import NotebookClient
 
 from .bars import off_in_children
-from .paths import ROOT
+from .paths import JUPYTEXT_FORMATS, NOTEBOOKS, SOURCES, chapter_notebook
+from .report import read_figures
 
-NOTEBOOKS = ROOT / "notebooks"
 #: The Jupyter kernel that ``make setup`` registers inside .venv.
 KERNEL_NAME = "pytorch-course"
 KERNELSPEC = {"name": KERNEL_NAME, "display_name": "PyTorch course (.venv)", "language": "python"}
 
 
 def sources() -> list[Path]:
-    """Every chapter source ``notebooks/NN_topic.py``, sorted."""
-    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+    """Every chapter source ``notebooks/src/NN_topic.py``, sorted."""
+    return sorted(SOURCES.glob("[0-9][0-9]_*.py"))
 
 
 def _cells(nb) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -42,11 +44,15 @@ def _cells(nb) -> list[tuple[str, str, tuple[str, ...]]]:
 
 def out_of_sync(py: Path) -> str | None:
     """Why ``py`` and its ``.ipynb`` differ, or ``None`` when their cells match."""
-    ipynb = py.with_suffix(".ipynb")
+    ipynb = chapter_notebook(py.stem)
     if not ipynb.exists():
         return f"{ipynb.name} is missing: run `make notebooks`"
     want = _cells(jupytext.read(py, fmt="py:percent"))
-    have = _cells(nbformat.read(ipynb, as_version=4))
+    stored = nbformat.read(ipynb, as_version=4)
+    formats = stored.metadata.get("jupytext", {}).get("formats")
+    if formats != JUPYTEXT_FORMATS:  # jupytext in JupyterLab would pair the notebook with another file
+        return f"{ipynb.name} pairs with jupytext formats {formats!r}, not {JUPYTEXT_FORMATS!r}"
+    have = _cells(stored)
     if len(want) != len(have):
         return f"{py.name} has {len(want)} cells but {ipynb.name} has {len(have)}"
     for i, (w, h) in enumerate(zip(want, have)):
@@ -74,6 +80,24 @@ def _coalesce_streams(outputs: list) -> list:
     return merged
 
 
+def run_stamp(stem: str, seconds: float) -> dict:
+    """What the stored outputs of chapter ``stem`` ran with, for the notebook's metadata (``course.run``).
+
+    Returns ``{"torch": version, "device": ..., "date": "YYYY-MM-DD" (UTC), "seconds": wall seconds}``;
+    the torch version and device are the ones the kernel's ``ChapterReport`` recorded
+    (``build/figures/<stem>.json``). The course site prints this stamp on the chapter's page.
+
+    Raises:
+        RuntimeError: the run left no record with both (the notebook never created its ``ChapterReport``).
+    """
+    record = read_figures(stem) or {}
+    if not record.get("torch") or not record.get("device"):
+        raise RuntimeError(f"{stem}: build/figures/{stem}.json has no torch version and device; "
+                           f"does the notebook create ChapterReport({stem!r})?")
+    return {"torch": record["torch"], "device": record["device"],
+            "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(), "seconds": round(seconds)}
+
+
 def build(py: Path, timeout: int = 1200) -> float:
     """Execute ``py`` top to bottom in the course kernel and write the paired ``.ipynb``.
 
@@ -85,7 +109,7 @@ def build(py: Path, timeout: int = 1200) -> float:
     nb = jupytext.read(py, fmt="py:percent")
     nb.metadata["kernelspec"] = KERNELSPEC
     nb.metadata["language_info"] = {"name": "python"}
-    nb.metadata["jupytext"] = {"formats": "ipynb,py:percent"}
+    nb.metadata["jupytext"] = {"formats": JUPYTEXT_FORMATS}
     start = time.perf_counter()
     NotebookClient(
         nb,
@@ -106,7 +130,8 @@ def build(py: Path, timeout: int = 1200) -> float:
     if noisy:
         raise RuntimeError(f"{py.name} wrote to stderr; silence or capture it:\n" + "\n".join(noisy))
     nb.metadata.get("language_info", {}).pop("version", None)
-    nbformat.write(nb, py.with_suffix(".ipynb"))
+    nb.metadata["course"] = {"run": run_stamp(py.stem, seconds)}
+    nbformat.write(nb, chapter_notebook(py.stem))
     return seconds
 
 

@@ -14,6 +14,23 @@ from pathlib import Path
 #: The course checkout (the folder holding ``pyproject.toml``). ``helpers`` is
 #: installed editable, so this is the clone the learner works in.
 ROOT = Path(__file__).resolve().parents[1]
+#: The chapters as learners open them: ``NN_topic.ipynb``, with stored outputs.
+NOTEBOOKS = ROOT / "notebooks"
+#: Their sources, jupytext percent-format ``NN_topic.py`` files, kept one folder down so that
+#: JupyterLab's file browser shows one entry per chapter.
+SOURCES = NOTEBOOKS / "src"
+#: The jupytext pairing stored in every notebook: the ``src//`` prefix puts the ``.py`` in ``SOURCES``.
+JUPYTEXT_FORMATS = "ipynb,src//py:percent"
+
+
+def chapter_source(stem: str) -> Path:
+    """The jupytext source of chapter ``stem`` (for example ``"04_linear_regression"``): ``notebooks/src/<stem>.py``."""
+    return SOURCES / f"{stem}.py"
+
+
+def chapter_notebook(stem: str) -> Path:
+    """The notebook of chapter ``stem``: ``notebooks/<stem>.ipynb``."""
+    return NOTEBOOKS / f"{stem}.ipynb"
 
 
 def _from_env(var: str, default: Path) -> Path:

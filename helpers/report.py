@@ -14,6 +14,8 @@ import json
 import time
 from pathlib import Path
 
+import torch
+
 from .paths import atomic_write_text, build_dir
 
 __all__ = ["ChapterReport", "figures_path", "format_figure", "read_figures"]
@@ -33,6 +35,15 @@ def _write_json_atomically(path: Path, payload: dict) -> None:
     atomic_write_text(path, json.dumps(payload, indent=2))
 
 
+def machine_device() -> str:
+    """The accelerator this process sees, as a run's stamp names it: ``"cpu"`` when there is none,
+    else its type and, for CUDA, the device name (``"cuda (NVIDIA H200)"``)."""
+    acc = torch.accelerator.current_accelerator(check_available=True)  # None on a CUDA build with no GPU
+    if acc is None:
+        return "cpu"
+    return f"cuda ({torch.cuda.get_device_name()})" if acc.type == "cuda" else acc.type
+
+
 class ChapterReport:
     """The headline figures of one chapter run.
 
@@ -49,7 +60,8 @@ class ChapterReport:
         self.chapter = chapter
         self.path = figures_path(chapter)
         self._start = time.perf_counter()
-        self._data = {"chapter": chapter, "figures": {}, "complete": False, "seconds": None}
+        self._data = {"chapter": chapter, "figures": {}, "complete": False, "seconds": None,
+                      "torch": torch.__version__, "device": machine_device()}
         _write_json_atomically(self.path, self._data)
 
     def record(self, name: str, value: float | int | str, unit: str = "", digits: int = 4):

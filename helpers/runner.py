@@ -28,9 +28,9 @@ from pathlib import Path
 import nbformat
 import yaml
 
-from .authoring import KERNEL_NAME, NOTEBOOKS
+from .authoring import KERNEL_NAME
 from .bars import off_in_children
-from .paths import atomic_write_text, build_dir, rel
+from .paths import NOTEBOOKS, atomic_write_text, build_dir, rel
 from .report import figures_path, format_figure, read_figures
 
 CHAPTERS_FILE = NOTEBOOKS / "chapters.yaml"

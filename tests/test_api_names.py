@@ -22,7 +22,9 @@ import pytest
 import torch
 from torch.autograd.profiler_util import FunctionEventAvg
 
-NOTEBOOKS = sorted(Path(__file__).resolve().parents[1].joinpath("notebooks").glob("[0-9][0-9]_*.py"))
+from helpers.authoring import sources
+
+NOTEBOOKS = sources()
 
 
 def _registered_at_run_time(dotted: str) -> bool:

@@ -16,7 +16,7 @@ import ast
 import nbformat
 import pytest
 
-from helpers.authoring import NOTEBOOKS
+from helpers.paths import NOTEBOOKS
 from helpers.runner import chapters, run_notebook
 
 from .conftest import shared_mirror

@@ -17,9 +17,10 @@ import re
 import pytest
 import torch
 
-from helpers.paths import ROOT
+from helpers.authoring import sources
+from helpers.paths import ROOT, chapter_source
 
-CHAPTER = ROOT / "notebooks" / "00_environment.py"
+CHAPTER = chapter_source("00_environment")
 
 #: The fixed parts of the two device-mismatch messages the chapter quotes (its Pitfalls section).
 ELEMENTWISE_TEXT = "Expected all tensors to be on the same device, but found at least two devices, "
@@ -73,7 +74,7 @@ def test_torchtext_is_neither_pinned_nor_installed():
 
 def test_no_chapter_imports_torchtext():
     importing = [
-        p.name for p in sorted((ROOT / "notebooks").glob("*.py"))
+        p.name for p in sources()
         if re.search(r"^\s*(import|from)\s+torchtext\b", p.read_text(encoding="utf-8"), re.MULTILINE)
     ]
     assert not importing, f"these chapters import the discontinued torchtext: {importing}"

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import jupytext
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = yaml.safe_load((ROOT / "notebooks" / "chapters.yaml").read_text())
+from helpers.paths import NOTEBOOKS, chapter_source
+
+CHAPTERS = yaml.safe_load((NOTEBOOKS / "chapters.yaml").read_text())
 GPU_CHAPTERS = sorted(name for name, row in CHAPTERS.items() if row.get("accelerator") == "cuda")
 
 #: A condition that tests which device is present or in use.
@@ -54,7 +54,7 @@ def _code(source: str) -> ast.Module:
 
 
 def _notebook_code(name: str) -> str:
-    cells = jupytext.read(ROOT / "notebooks" / f"{name}.py").cells
+    cells = jupytext.read(chapter_source(name)).cells
     return "\n".join(line for cell in cells if cell.cell_type == "code"
                      for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
 

@@ -1,13 +1,16 @@
 """A chapter run through JupyterLab's own interface, in headless Chromium, as a learner would run it.
 
 Starts JupyterLab from the course's venv on a free port, in a temporary
-folder holding a copy of one chapter (Lab autosaves; the repository's copy
-stays untouched), opens it in Chromium driven by Selenium, runs every cell
-with Lab's "Run All Cells" command, and checks what the learner would see:
-the kernel's name, every code cell executed, no error output, the figures
-drawn, and an exercise's "not attempted yet" verdict; and that Lab's news
-prompt is off (``jupyter/overrides.json``, installed by ``make setup``). On failure a
-screenshot is kept under ``build/browser/``.
+folder laid out like ``notebooks/`` with a copy of one chapter and its
+jupytext source in ``src/`` (Lab autosaves; the repository's copy stays
+untouched), opens it in Chromium driven by Selenium, runs every cell with
+Lab's "Run All Cells" command, and checks what the learner would see: one
+file-browser entry for the chapter (the source is inside ``src/``), the
+kernel's name, every code cell executed, no error output, the figures drawn,
+and an exercise's "not attempted yet" verdict; that Lab's news prompt is off
+(``jupyter/overrides.json``, installed by ``make setup``); and that saving
+writes the code back to the paired source in ``src/`` (jupytext). On failure
+a screenshot is kept under ``build/browser/``.
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs
 them when missing) and ``selenium``; without them the test is skipped, except
@@ -30,7 +33,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers.paths import ROOT, build_dir
+from helpers.paths import JUPYTEXT_FORMATS, build_dir, chapter_notebook, chapter_source
 
 STEM = "04_linear_regression"
 KERNEL_DISPLAY_NAME = "PyTorch course (.venv)"
@@ -63,11 +66,13 @@ def lab(tmp_path):
         pytest.skip(why)
     folder = tmp_path / "lab"
     folder.mkdir()
-    nb = nbformat.read(ROOT / "notebooks" / f"{STEM}.ipynb", as_version=4)
+    nb = nbformat.read(chapter_notebook(STEM), as_version=4)
     for cell in nb.cells:  # as a learner gets it after "Clear All Outputs": nothing has run yet
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     nbformat.write(nb, folder / f"{STEM}.ipynb")
+    (folder / "src").mkdir()
+    shutil.copy(chapter_source(STEM), folder / "src")  # after the notebook: jupytext prefers a newer source
     token, port = secrets.token_hex(16), _free_port()
     env = {**os.environ, "COURSE_BUILD_DIR": str(tmp_path / "build"), "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
            "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
@@ -92,7 +97,7 @@ def lab(tmp_path):
                     pytest.fail(f"JupyterLab did not listen on port {port} within 60 s: "
                                 f"{(tmp_path / 'lab.log').read_text()[-2000:]}")
                 time.sleep(0.3)
-        yield base, token, f"{STEM}.ipynb"
+        yield base, token, f"{STEM}.ipynb", folder
     finally:
         proc.terminate()
         try:
@@ -124,7 +129,7 @@ def test_a_chapter_runs_all_cells_in_jupyterlab(lab):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    base, token, name = lab
+    base, token, name, folder = lab
     options = webdriver.ChromeOptions()
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
         options.add_argument(flag)
@@ -137,6 +142,9 @@ def test_a_chapter_runs_all_cells_in_jupyterlab(lab):
             f"{base}/lab/api/settings/@jupyterlab/apputils-extension:notification?token={token}", timeout=30))
         news = settings["schema"]["properties"]["fetchNews"]["default"]  # overrides.json changes the defaults
         assert news == "false", f"fetchNews is {news!r}: the news prompt is on; make setup installs jupyter/overrides.json"
+        listing = json.load(urllib.request.urlopen(f"{base}/api/contents/?token={token}", timeout=30))
+        entries = sorted(item["name"] for item in listing["content"])
+        assert entries == sorted([name, "src"]), f"the file browser should list the chapter once and src/: {entries}"
         driver.get(f"{base}/lab/tree/{name}?token={token}")
         state = _wait(driver, lambda s: s and s["kernel"] == KERNEL_DISPLAY_NAME and s["status"] == "idle", 90,
                       "the notebook to open with an idle course kernel")
@@ -158,6 +166,15 @@ def test_a_chapter_runs_all_cells_in_jupyterlab(lab):
         assert images >= 2, f"{images} figures rendered"
         text = "".join(o.get("text", "") for o in outputs if o["output_type"] == "stream")
         assert "not attempted yet" in text, "no exercise showed its 'not attempted yet' verdict"
+        source = folder / "src" / f"{STEM}.py"
+        before = source.stat().st_mtime_ns
+        driver.execute_script("return window.jupyterapp.commands.execute('docmanager:save');")
+        deadline = time.monotonic() + 30
+        while source.stat().st_mtime_ns == before and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert source.stat().st_mtime_ns != before, "saving the notebook did not rewrite its source in src/ (jupytext pairing)"
+        saved = nbformat.read(folder / name, as_version=4)
+        assert saved.metadata["jupytext"]["formats"] == JUPYTEXT_FORMATS, saved.metadata.get("jupytext")
         print(f"JupyterLab ran {len(state['cells'])} code cells of {name} with {images} figures "
               f"in {time.monotonic() - start:.0f} s")
     except BaseException:

@@ -9,7 +9,8 @@ import sys
 import jupytext
 import pytest
 
-from helpers.authoring import NOTEBOOKS, out_of_sync, sources
+from helpers.authoring import out_of_sync, sources
+from helpers.paths import NOTEBOOKS
 from helpers.runner import chapters
 
 from .conftest import SHARED_MIRROR
@@ -19,6 +20,16 @@ SOURCES = sources()
 
 def test_every_chapter_has_a_source_and_vice_versa():
     assert [p.stem for p in SOURCES] == list(chapters())
+
+
+def test_the_notebooks_folder_shows_one_entry_per_chapter():
+    """What JupyterLab's file browser lists in notebooks/: the chapters, their table and the src/ folder of sources."""
+    shown = {p.name for p in NOTEBOOKS.iterdir() if not p.name.startswith(".") and p.name != "__pycache__"}
+    expected = {f"{stem}.ipynb" for stem in chapters()} | {"chapters.yaml", "src"}
+    assert shown == expected, (
+        f"notebooks/ should hold one .ipynb per chapter, chapters.yaml and src/; "
+        f"extra: {sorted(shown - expected)}, missing: {sorted(expected - shown)}"
+    )
 
 
 @pytest.mark.parametrize("py", SOURCES, ids=lambda p: p.stem)

@@ -7,13 +7,15 @@ import json
 import pytest
 import torch
 
-from helpers.report import ChapterReport, read_figures
+from helpers.report import ChapterReport, machine_device, read_figures
 from helpers.runner import ChapterResult, chapters, write_report
 
 
 def test_record_and_finish_write_json(isolated_dirs):
     rep = ChapterReport("05_demo")
-    assert read_figures("05_demo") == {"chapter": "05_demo", "figures": {}, "complete": False, "seconds": None}
+    assert read_figures("05_demo") == {"chapter": "05_demo", "figures": {}, "complete": False, "seconds": None,
+                                       "torch": torch.__version__, "device": machine_device()}
+    assert torch.accelerator.is_available() or machine_device() == "cpu"
     assert rep.record("test accuracy", 98.123456, "%") == 98.123456
     rep.record("device", "cpu")
     stored = read_figures("05_demo")
@@ -68,3 +70,15 @@ def test_units_are_spaced_like_the_report_prints_them():
     assert format_figure(3.1, "x") == "3.1x"
     assert format_figure(0.42, "s") == "0.42 s"
     assert format_figure(12, "") == "12"
+
+
+def test_the_run_stamp_comes_from_the_kernels_record(isolated_dirs):
+    from helpers.authoring import run_stamp
+
+    with pytest.raises(RuntimeError, match="ChapterReport"):
+        run_stamp("05_demo", 3.0)  # the notebook never created its report
+    ChapterReport("05_demo")
+    stamp = run_stamp("05_demo", 12.6)
+    assert stamp["torch"] == torch.__version__ and stamp["seconds"] == 13
+    assert stamp["device"] == machine_device()
+    assert len(stamp["date"]) == 10 and stamp["date"][4] == "-"

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from helpers import teaching
-from helpers.paths import ROOT
+from helpers.paths import chapter_source
 from helpers.runner import chapters
 
 
@@ -58,7 +58,7 @@ def test_chapters_that_start_processes_say_so():
     # torchrun launches, or DataLoader workers, in a chapter's code (comments and markdown left out)
     starts = re.compile(r"torchrun\(|\blaunch\(|num_workers=(WORKERS|[1-9])")
     for stem, meta in chapters().items():
-        code = [line for line in (ROOT / "notebooks" / f"{stem}.py").read_text(encoding="utf-8").splitlines()
+        code = [line for line in chapter_source(stem).read_text(encoding="utf-8").splitlines()
                 if not line.lstrip().startswith("#")]
         if any(starts.search(line) for line in code):
             assert "processes" in meta.get("needs", []), f"{stem} starts processes: add needs: [processes] in chapters.yaml"

@@ -901,7 +901,7 @@ if ci_script.is_file():
     assert ci_steps == ["make setup", "make test", "make check"] and "COURSE_OFFLINE=1" in ci_text, ci_steps
 chapter_table = yaml.safe_load((ROOT / "notebooks" / "chapters.yaml").read_text())
 print(f"notebooks/chapters.yaml, smoke parameters of this chapter: {chapter_table['00_environment']['smoke']}")
-source = ROOT / "notebooks" / "00_environment.py"
+source = ROOT / "notebooks" / "src" / "00_environment.py"
 if source.is_file():
     code_cells = [c.source for c in jupytext.read(source).cells if c.cell_type == "code"]
     compared = sum(c.startswith("# NBVAL_CHECK_OUTPUT") for c in code_cells)
