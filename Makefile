@@ -25,13 +25,14 @@ unexport PYTHONDONTWRITEBYTECODE
 WORKERS ?= 2
 TEST_THREADS ?= 1
 
-.PHONY: help setup wheelhouse run teaching test lab data serve-mirror doctor progress notebooks check lint clean distclean
+.PHONY: help setup wheelhouse run teaching test lab site data serve-mirror doctor progress notebooks check lint clean distclean
 
 help:
 	@echo "make run      execute every notebook and write build/report.md (the main job)"
 	@echo "make teaching  TEACHING.md's chapter table from the last make run"
 	@echo "make test     unit tests + nbval + papermill smoke run of every notebook"
 	@echo "make lab      open JupyterLab on notebooks/ with the course kernel"
+	@echo "make site     the course as a static HTML book in build/site/ (stored outputs; runs nothing)"
 	@echo "make data     fetch or copy every dataset into data/ (for offline workshops)"
 	@echo "make wheelhouse DIR=...  download every pinned package as wheels (then: make setup WHEELHOUSE=...)"
 	@echo "make serve-mirror  serve the datasets on the LAN; it prints the COURSE_DATA_MIRROR learners set"
@@ -83,6 +84,11 @@ test: setup
 lab: setup
 	$(VENV)/bin/jupyter lab $(if $(DISPLAY)$(WAYLAND_DISPLAY)$(filter Darwin,$(shell uname)),,--no-browser) $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
 
+# The course as a static HTML book from the notebooks' stored outputs (helpers/site.py, site/conf.py):
+# nothing is executed and nothing fetched; it prints the page to open and the build time.
+site: setup
+	$(PY) -m helpers.site
+
 data: setup
 	$(PY) -m helpers.data fetch --all
 
@@ -105,7 +111,7 @@ check: lint
 	@if [ -f ../shared/tools/check_notebooks.py ]; then $(PY) ../shared/tools/check_notebooks.py notebooks; fi
 
 lint: setup
-	$(VENV)/bin/ruff check helpers tests conftest.py notebooks/*.py
+	$(VENV)/bin/ruff check helpers tests conftest.py notebooks/src/*.py
 
 clean:
 	rm -rf build
