@@ -12,9 +12,8 @@ and an exercise's "not attempted yet" verdict; that Lab's news prompt is off
 writes the code back to the paired source in ``src/`` (jupytext). On failure
 a screenshot is kept under ``build/browser/``.
 
-Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs
-them when missing) and ``selenium``; without them the test is skipped, except
-under ``CI=true``, where it fails.
+Needs Debian's ``chromium`` and ``chromium-driver`` and ``selenium``
+(``tests/browser_support.py``).
 """
 
 from __future__ import annotations
@@ -35,19 +34,11 @@ import pytest
 
 from helpers.paths import JUPYTEXT_FORMATS, build_dir, chapter_notebook, chapter_source
 
+from .browser_support import chromium, require_browser
+
 STEM = "04_linear_regression"
 KERNEL_DISPLAY_NAME = "PyTorch course (.venv)"
 RUN_TIMEOUT_S = 120
-
-
-def _missing() -> str | None:
-    if shutil.which("chromium") is None or shutil.which("chromedriver") is None:
-        return "needs Debian's chromium and chromium-driver (apt install chromium chromium-driver)"
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "needs selenium"
-    return None
 
 
 def _free_port() -> int:
@@ -59,11 +50,7 @@ def _free_port() -> int:
 @pytest.fixture
 def lab(tmp_path):
     """A JupyterLab server on a copy of the chapter: yields (base URL with token, notebook file name)."""
-    why = _missing()
-    if why:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"the browser test {why}; .ci/run should have installed it")
-        pytest.skip(why)
+    require_browser()
     folder = tmp_path / "lab"
     folder.mkdir()
     nb = nbformat.read(chapter_notebook(STEM), as_version=4)
@@ -126,15 +113,8 @@ return {kernel: panel.sessionContext.kernelDisplayName, status: kernel ? kernel.
 
 @pytest.mark.slow
 def test_a_chapter_runs_all_cells_in_jupyterlab(lab):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
     base, token, name, folder = lab
-    options = webdriver.ChromeOptions()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        options.add_argument(flag)
-    options.binary_location = shutil.which("chromium")
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    driver = chromium()
     shots = build_dir() / "browser"
     start = time.monotonic()
     try:

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import functools
 import http.server
-import os
 import re
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -35,6 +33,8 @@ import pytest
 
 from helpers import site
 from helpers.paths import build_dir
+
+from .browser_support import chromium, require_browser
 
 # Sphinx 9 deprecations inside sphinx-book-theme and myst-parser, not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:.*is deprecated. Check CHANGES for Sphinx API")
@@ -47,16 +47,6 @@ DARK_PAGE = "05_mlp_mnist.html"
 MATH_PAGE = "04_linear_regression.html"
 
 
-def _missing() -> str | None:
-    if shutil.which("chromium") is None or shutil.which("chromedriver") is None:
-        return "needs Debian's chromium and chromium-driver (apt install chromium chromium-driver)"
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "needs selenium"
-    return None
-
-
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args) -> None:  # no line per request in the test output
         pass
@@ -65,11 +55,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def served():
     """The built site, served on 127.0.0.1: yields (base URL, site folder, build seconds)."""
-    why = _missing()
-    if why:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"the browser test {why}; .ci/run should have installed it")
-        pytest.skip(why)
+    require_browser()
     out = build_dir() / "site"
     seconds = site.build(out)
     print(f"site built in {seconds:.1f} s")
@@ -85,15 +71,7 @@ def served():
 
 @pytest.fixture(scope="module")
 def driver():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        options.add_argument(flag)
-    options.binary_location = shutil.which("chromium")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    browser = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    browser = chromium(browser_log=True)
     try:
         yield browser
     finally:
