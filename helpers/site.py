@@ -15,6 +15,8 @@ learner in JupyterLab does not:
   Binder) with a stamp of the stored run: torch version, device, run time and
   date, read from the notebook (:func:`run_stamp`), never typed;
 - every figure gets alt text (:func:`figure_alt`, as MyST-NB cell metadata);
+- code cells lose the directives meant for the tests and the linter, not for a
+  reader (:func:`reader_code`: ``# NBVAL_CHECK_OUTPUT``, ``# noqa``);
 - after each exercise's checker cell, a closed "Show solution" dropdown with
   the reference solution's source from ``helpers/exercises/chNN.py``
   (:func:`reference_sources`; none when ``$COURSE_HIDE_SOLUTIONS`` is set).
@@ -459,6 +461,25 @@ notebook, `solution("{name}")` returns it). Try the exercise first.
 """, f"solution-{name}")
 
 
+_NOQA = r"#\s*noqa(?::\s*[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*)?"
+
+
+def reader_code(source: str) -> str:
+    """A code cell's source as the site shows it: without the test and lint directives a reader need not
+    see (a first line ``# NBVAL_CHECK_OUTPUT``, ``# noqa`` comments); the code itself is unchanged.
+
+    A ``# noqa: F401  (why)`` comment keeps its explanation as ``# (why)``.
+    """
+    lines = source.split("\n")
+    if lines and lines[0].strip() == "# NBVAL_CHECK_OUTPUT":
+        lines = lines[1:]
+    kept = []
+    for line in lines:
+        line = re.sub(r"\s*" + _NOQA + r"\s*$", "", line)  # a directive that ends the line
+        kept.append(re.sub(_NOQA + r"\s+", "# ", line))  # one followed by an explanation
+    return "\n".join(kept)
+
+
 def site_notebook(stem: str, nb: dict, title: str, stamp: RunStamp, solutions: dict[str, str] | None) -> dict:
     """The copy of notebook ``nb`` that the site renders (``nb`` itself is left unchanged).
 
@@ -488,6 +509,7 @@ def site_notebook(stem: str, nb: dict, title: str, stamp: RunStamp, solutions: d
             continue
         if cell["cell_type"] != "code":
             continue
+        cell["source"] = reader_code(source)
         if any("image/png" in o.get("data", {}) for o in cell.get("outputs", [])):
             try:
                 alt = figure_alt(source, heading)

@@ -261,3 +261,17 @@ def test_no_absolute_path_in_the_sources(sources):
     root = str(site.ROOT)
     for name in ["index.md", *(f"{s}.ipynb" for s in stems)]:
         assert root not in (folder / name).read_text(encoding="utf-8"), f"{name} holds the checkout's path"
+
+
+def test_the_site_shows_code_without_test_and_lint_directives():
+    source = ("# NBVAL_CHECK_OUTPUT\nx = 1  # noqa: E402\nimport helpers.plotting  # noqa: F401  (figure defaults)\n"
+              "y = 2  # a comment\nexcept Exception:  # noqa: BLE001, S110 (reported)")
+    assert site.reader_code(source) == ("x = 1\nimport helpers.plotting  # (figure defaults)\ny = 2  # a comment\n"
+                                        "except Exception:  # (reported)")
+    assert site.reader_code("x = 1\n# NBVAL_CHECK_OUTPUT") == "x = 1\n# NBVAL_CHECK_OUTPUT", "only a first line is a directive"
+    for stem in site.chapters():
+        nb = site.site_notebook(stem, site.read_notebook(site.NOTEBOOKS / f"{stem}.ipynb"), "t",
+                                site.RunStamp("2.14.1", "cpu", 1.0, "2026-12-02", "recorded", "ran"), None)
+        code = [site.cell_source(c) for c in nb["cells"] if c["cell_type"] == "code"]
+        assert not any(c.startswith("# NBVAL_CHECK_OUTPUT") for c in code), stem
+        assert not any(re.search(r"#\s*noqa\b", c) for c in code), stem
