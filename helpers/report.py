@@ -14,11 +14,9 @@ import json
 import time
 from pathlib import Path
 
-import torch
-
 from .paths import atomic_write_text, build_dir
 
-__all__ = ["ChapterReport", "figures_path", "format_figure", "read_figures"]
+__all__ = ["ChapterReport", "figures_path", "format_figure", "machine_device", "read_figures"]
 
 
 def format_figure(value: float | int | str, unit: str) -> str:
@@ -38,6 +36,8 @@ def _write_json_atomically(path: Path, payload: dict) -> None:
 def machine_device() -> str:
     """The accelerator this process sees, as a run's stamp names it: ``"cpu"`` when there is none,
     else its type and, for CUDA, the device name (``"cuda (NVIDIA H200)"``)."""
+    import torch  # here, not at the top: the runner and the authoring check read reports without torch
+
     acc = torch.accelerator.current_accelerator(check_available=True)  # None on a CUDA build with no GPU
     if acc is None:
         return "cpu"
@@ -60,6 +60,8 @@ class ChapterReport:
         self.chapter = chapter
         self.path = figures_path(chapter)
         self._start = time.perf_counter()
+        import torch  # a notebook has imported it already
+
         self._data = {"chapter": chapter, "figures": {}, "complete": False, "seconds": None,
                       "torch": torch.__version__, "device": machine_device()}
         _write_json_atomically(self.path, self._data)

@@ -45,11 +45,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from .paths import NOTEBOOKS, ROOT, build_dir, rel
+from .runner import CHAPTERS_FILE, chapters
 
-CHAPTERS_FILE = NOTEBOOKS / "chapters.yaml"
 EXERCISES_DIR = ROOT / "helpers" / "exercises"
 #: Sphinx's configuration folder (``conf.py``, ``_static/course.css``).
 CONF_DIR = ROOT / "site"
@@ -66,19 +64,6 @@ class SiteError(RuntimeError):
 # --------------------------------------------------------------------------
 # Reading notebooks
 # --------------------------------------------------------------------------
-
-
-def chapters() -> dict[str, dict]:
-    """The chapter table ``notebooks/chapters.yaml``, in course order (stem -> row).
-
-    Raises:
-        SiteError: a row has no ``title``.
-    """
-    table = yaml.safe_load(CHAPTERS_FILE.read_text(encoding="utf-8")) or {}
-    for stem, row in table.items():
-        if not isinstance(row, dict) or not row.get("title"):
-            raise SiteError(f"{rel(CHAPTERS_FILE)}: chapter {stem!r} has no title")
-    return table
 
 
 def read_notebook(path: Path) -> dict:
