@@ -61,3 +61,35 @@ def test_runner_judges_a_run(tmp_path, monkeypatch, cells, expected):
         assert result.figures == {"n": {"value": 7, "unit": ""}}, "the injected parameter must reach the notebook"
     else:
         assert result.status == "FAILED" and expected in result.error
+
+
+@pytest.mark.slow
+def test_runner_saves_the_executed_notebook_at_most_every_few_seconds(tmp_path, monkeypatch):
+    """papermill saves the whole notebook at every cell's start and end; the runner's engine throttles that,
+    and still writes the finished notebook (with the error) when a cell raises."""
+    import nbformat
+    import papermill.engines
+
+    from helpers import runner
+
+    writes = []
+    real_write = papermill.engines.write_ipynb
+    monkeypatch.setattr(papermill.engines, "write_ipynb", lambda nb, path: (writes.append(path), real_write(nb, path)))
+    monkeypatch.setattr(runner, "SAVE_EVERY_S", 3600.0)
+    monkeypatch.setenv("COURSE_BUILD_DIR", str(tmp_path / "build"))
+    cells = ["from helpers.report import ChapterReport", "r = ChapterReport('98_probe')", *["x = 1"] * 6, "r.finish()"]
+    result = runner.run_notebook(_notebook(tmp_path / "98_probe.ipynb", *cells), title="probe", parameters={},
+                                 out_dir=tmp_path / "out")
+    assert result.status == "OK", result.error
+    # papermill itself would save 2 x 10 times (cell start and end) plus at the start and the end
+    assert 1 <= len(writes) <= 3, f"expected the start and final saves only, got {len(writes)}"
+    ran = nbformat.read(tmp_path / "out" / "98_probe.ipynb", as_version=4)
+    assert all(c.execution_count for c in ran.cells), "the final save must hold every executed cell"
+
+    writes.clear()
+    result = runner.run_notebook(_notebook(tmp_path / "98_fail.ipynb", "x = 1", "raise ValueError('late')", "y = 2"),
+                                 title="probe", parameters={}, out_dir=tmp_path / "out")
+    assert result.status == "FAILED" and "late" in result.error
+    failed = nbformat.read(tmp_path / "out" / "98_fail.ipynb", as_version=4)
+    assert any(o.get("ename") == "ValueError" for c in failed.cells for o in c.get("outputs", [])), \
+        "the notebook written after a failing cell must show the error"
