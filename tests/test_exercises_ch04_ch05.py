@@ -918,3 +918,38 @@ def test_mse_gradients_through_the_autograd_engine_is_refused():
     want_w, want_b = ch04._mse_gradients(w, b, x, y)
     assert torch.allclose(dw, want_w, atol=1e-5) and torch.allclose(db, want_b, atol=1e-5), "the route must be right"
     assert_rejected("04.mse_gradients", _mse_engine, "required grad", "by hand")
+
+
+# --------------------------------------------------------------------------
+# 05.train_step and 05.evaluate_accuracy: the course's own helpers are no answer
+# --------------------------------------------------------------------------
+
+
+def _step_by_helper(model, batch, optimizer):
+    from helpers.training import train_one_epoch
+
+    return train_one_epoch(model, [batch], optimizer)[0]
+
+
+def _accuracy_by_evaluate(model, loader):
+    from helpers.training import evaluate
+
+    return evaluate(model, loader)[1]
+
+
+def _accuracy_by_predict(model, loader):
+    from helpers.training import predict
+
+    preds, targets = predict(model, loader)
+    return (preds == targets).float().mean().item()
+
+
+@pytest.mark.parametrize("name, candidate, used", [
+    ("05.train_step", _step_by_helper, "helpers.training.train_one_epoch"),
+    ("05.evaluate_accuracy", _accuracy_by_evaluate, "helpers.training.evaluate"),
+    ("05.evaluate_accuracy", _accuracy_by_predict, "helpers.training.predict"),
+], ids=["train_one_epoch", "evaluate", "predict"])
+def test_chapter_05_loops_built_on_the_course_helpers_are_refused(name, candidate, used):
+    """Chapter 05 imports helpers.training for its own run; calling it is not writing the step or the loop.
+    Each of these answers computes the right number (the reference uses the same recipe)."""
+    assert_rejected(name, candidate, f"`{used}`")

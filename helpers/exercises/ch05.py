@@ -344,6 +344,9 @@ def _same(tensors_a, tensors_b, atol: float = 1e-5) -> bool:
     "with the mean cross-entropy of the model's logits, returning the loss as a Python float. The model "
     "may arrive in evaluation mode.",
     reference=_train_step,
+    # chapter 05 imports these helpers for its own training run; an answer that calls them is not the step written out
+    shortcuts=("helpers.training.train_one_epoch", "helpers.training.fit"),
+    goal="the training step",
     hint="This is one turn of the five-step loop of chapter 04 that the Training section describes: put "
          "the model in training mode first, since it may arrive in evaluation mode, compute the "
          "cross-entropy of the raw logits (it applies log-softmax itself), clear the old gradients before "
@@ -470,6 +473,8 @@ def _evaluate_accuracy(model: nn.Module, loader) -> float:
     "(x, y)) that the model classifies correctly, in [0, 1], evaluated the way an evaluation must be "
     "(the model arrives in training mode).",
     reference=_evaluate_accuracy,
+    shortcuts=("helpers.training.evaluate", "helpers.training.predict", "helpers.training.fit"),
+    goal="the evaluation loop",
     hint="Evaluation differs from training in the two ways the Evaluation section shows: the model goes "
          "into evaluation mode (Dropout off, BatchNorm on its running statistics) and autograd stops "
          "recording. Take one predicted class per sample (an argmax over the class dimension), add up "
