@@ -953,3 +953,23 @@ def test_chapter_05_loops_built_on_the_course_helpers_are_refused(name, candidat
     """Chapter 05 imports helpers.training for its own run; calling it is not writing the step or the loop.
     Each of these answers computes the right number (the reference uses the same recipe)."""
     assert_rejected(name, candidate, f"`{used}`")
+
+
+def _fit_by_polyfit(x, y):
+    import numpy as np
+
+    w, b = np.polyfit(x.double().numpy(), y.double().numpy(), 1)
+    return float(w), float(b)
+
+
+def _fit_by_polynomial_module(x, y):
+    from numpy.polynomial import polynomial
+
+    b, w = polynomial.polyfit(x.double().numpy(), y.double().numpy(), 1)
+    return float(w), float(b)
+
+
+@pytest.mark.parametrize("fit", [_fit_by_polyfit, _fit_by_polynomial_module], ids=["np.polyfit", "polynomial.polyfit"])
+def test_closed_form_fit_by_a_library_line_fit_is_refused(fit):
+    """A polynomial fit builds the design matrix itself, which is the exercise; both give the exact line."""
+    assert_rejected("04.closed_form_fit", fit, "polynomial fit")

@@ -53,6 +53,10 @@ def _as_pair(result, what: str) -> tuple[float, float]:
         # LBFGS, SGD, Adam, ...: every optimizer subclasses torch.optim.Optimizer
         Shortcut("torch.optim.Optimizer",
                  does="a `torch.optim` optimizer (an iterative fit that approaches the line step by step)"),
+        # whole-answer line fits: they build the design matrix themselves (a solver such as
+        # torch.linalg.lstsq, which the hint names, is allowed: the exercise is to set up A)
+        Shortcut("numpy.polyfit", does="numpy's polynomial fit (it builds the design matrix for you)"),
+        Shortcut("numpy.polynomial.polynomial.polyfit", does="numpy's polynomial fit (it builds the design matrix for you)"),
     ),
     goal="the exact least-squares solution (in closed form, without iterating)",
     hint="Write the model as a matrix product, predictions = A @ [w, b], with one column of A per "
