@@ -19,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -102,13 +103,14 @@ def run_chapter(stem: str, *, smoke: bool = False, out_dir: Path | None = None, 
     )
 
 
+@functools.cache
 def _register_engine() -> None:
     """Register papermill's nbclient engine under :data:`ENGINE_NAME`, with saves at most every :data:`SAVE_EVERY_S`.
 
     papermill (2.x) builds its ``NotebookExecutionManager`` inside ``Engine.execute_notebook``; this
     engine builds a subclass whose ``save()`` skips a save that comes sooner than ``SAVE_EVERY_S``
     after the last one, except the final save of ``notebook_complete()``, which papermill also reaches
-    when a cell raised. Registering again replaces the entry, so calling this twice is harmless.
+    when a cell raised. Cached: the classes are built and registered once per process.
     """
     from papermill.engines import NBClientEngine, NotebookExecutionManager, papermill_engines
 

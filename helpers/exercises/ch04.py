@@ -55,8 +55,8 @@ def _as_pair(result, what: str) -> tuple[float, float]:
                  does="a `torch.optim` optimizer (an iterative fit that approaches the line step by step)"),
         # whole-answer line fits: they build the design matrix themselves (a solver such as
         # torch.linalg.lstsq, which the hint names, is allowed: the exercise is to set up A)
-        Shortcut("numpy.polyfit", does="numpy's polynomial fit (it builds the design matrix for you)"),
-        Shortcut("numpy.polynomial.polynomial.polyfit", does="numpy's polynomial fit (it builds the design matrix for you)"),
+        *(Shortcut(name, does="numpy's polynomial fit (it builds the design matrix for you)")
+          for name in ("numpy.polyfit", "numpy.polynomial.polynomial.polyfit")),
     ),
     goal="the exact least-squares solution (in closed form, without iterating)",
     hint="Write the model as a matrix product, predictions = A @ [w, b], with one column of A per "
