@@ -54,11 +54,10 @@ TRAIN_STEPS = 5  # steps of the eager vs compiled training comparison
 TRAIN_STEP_BACKEND = "inductor"  # backend for the compiled training step ("aot_eager" skips code generation: quicker)
 MIN_RUN_TIME = 0.5  # seconds of timed calls per measurement (helpers.bench.measure)
 MIN_CHAIN_SPEEDUP = 1.3  # what the checks require of the compiled elementwise chain over plain eager
-MIN_FUSION_GAIN = 1.15  # ... and of Inductor over eager writing into preallocated out= buffers (fusion alone)
 BATCH_SIZES = (2, 3, 4, 5, 6, 7)  # batch sizes of the recompilation experiment
 CHAIN_ROUNDS = 5  # interleaved rounds of the chain's first timing, eager against compiled
 BACKEND_ROUNDS = 3  # interleaved rounds of the other comparisons (each times every variant once)
-MAX_SAME_WORK_RATIO = 2.5  # how far apart (either way) the checks allow two variants that run the same kernels
+MAX_SAME_WORK_RATIO = 2.5  # how far apart (either way) the checks allow the default and reduce-overhead modes' same kernel
 MIN_VS_OUT = 0.85  # backend='eager'/'aot_eager' time over the out= variant's: eager's kernels cannot beat it by much
 SEED = 0
 
@@ -85,6 +84,7 @@ import re
 import resource
 import time
 import warnings
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
@@ -468,10 +468,11 @@ assert len(kernels) == 1, f"expected the whole chain fused into one kernel, got 
 # instruction), every later `tmp` is a register, and GELU has been expanded
 # into its formula with `erf`. Eager PyTorch runs the same chain as eight
 # separate operators, and each reads its inputs from memory and writes a
-# new tensor back (4 MB each with the default `CHAIN_SIZE`). For such simple arithmetic the memory traffic is the
-# bottleneck (the code is *memory-bound*), so doing the work in one pass is
-# where the speed-up comes from, together with not allocating those
-# intermediate tensors at all (the next section separates the two).
+# new tensor back (4 MB each with the default `CHAIN_SIZE`). When those
+# passes go to main memory, the memory traffic is the bottleneck (the code
+# is *memory-bound*), and doing the work in one pass saves most of it. Not
+# allocating the intermediate tensors at all saves the rest; the next
+# section separates the two, and shows that the first depends on the CPU.
 #
 # ## Backends: what each one isolates
 #
@@ -517,6 +518,16 @@ assert len(kernels) == 1, f"expected the whole chain fused into one kernel, got 
 buffers = [torch.empty_like(x) for _ in range(3)]
 
 
+def last_level_cache_mib():
+    """The largest CPU cache of core 0 in MiB, from Linux's sysfs (e.g. "107520K"); 'unknown' elsewhere."""
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip()
+        scale = {"K": 1 / 1024, "M": 1, "G": 1024}.get(text[-1:])
+        sizes.append(float(text[:-1]) * scale if scale else float(text) / 2**20)
+    return f"{max(sizes):.0f}" if sizes else "unknown"
+
+
 def chain_out(x):
     """chain(x) with the same ATen kernels, writing into preallocated buffers (no allocation per call)."""
     a, b, c = buffers
@@ -549,7 +560,9 @@ for name, fn in variants.items():
         print(f"{name:20}: output identical to eager")
 
 faults = {}
+frames_before = counters["frames"]["total"]  # frames Dynamo has compiled (or tried to) so far
 rounds = interleaved(variants, (x,), BACKEND_ROUNDS, faults)
+compiled_in_rounds = counters["frames"]["total"] - frames_before
 print(round_summary(rounds, "eager"))
 print(f"\n{'variant':24} page faults per call, each round")
 for name in variants:
@@ -566,6 +579,9 @@ for name in same_kernels_variants:
     print(f"{name}: {time_vs_eager[name]:.2f}x eager's time, {time_vs_out[name]:.2f}x the out= variant's time")
 print(f"eager / eager with out= buffers: {alloc_cost:.2f}x the time (allocation, page faults, cold caches)")
 print(f"Inductor's speed-up over eager without allocations: {fusion_vs_out:.2f}x")
+print(f"frames Dynamo compiled during the timed rounds: {compiled_in_rounds}")
+print(f"this CPU's largest cache: {last_level_cache_mib()} MiB; x and the out= variant's three buffers: "
+      f"{4 * x.nbytes / 2**20:.0f} MiB")
 print(f"drift: eager timed alone at the top took {drift:.2f}x the time of eager in these rounds "
       f"({eager_alone.median_s * 1e3:.3g} ms against {median_of_rounds(rounds['eager']) * 1e3:.3g} ms)")
 report.record("aot_eager time / eager time (interleaved)", time_vs_eager["backend='aot_eager'"], "x", digits=2)
@@ -576,25 +592,24 @@ _ = report.record("inductor speed-up over eager with out= buffers", fusion_vs_ou
 assert inductor_diff < 1e-4
 out_faults = max(faults["eager, out= buffers"])
 assert out_faults < 1, f"preallocated out= buffers should not fault, got {out_faults:.1f} per call"
+assert compiled_in_rounds == 0, f"the timed calls recompiled {compiled_in_rounds} frame(s): that is extra work"
 for name in same_kernels_variants:
-    assert time_vs_eager[name] < MAX_SAME_WORK_RATIO, (
-        f"{name} runs eager's kernels but took {time_vs_eager[name]:.2f}x eager's time in the same rounds"
-    )
     assert time_vs_out[name] > MIN_VS_OUT, (
         f"{name} ran {1 / time_vs_out[name]:.2f}x faster than eager with no allocation at all "
         f"(allowed: {1 / MIN_VS_OUT:.2f}x, noise): it runs the same kernels, so memory cannot explain that"
     )
-assert fusion_vs_out > MIN_FUSION_GAIN, f"fusion gained only {fusion_vs_out:.2f}x over eager without allocations"
 
 # %% [markdown]
 # Read the tables together. Interleaved, `backend='eager'` and
-# `backend='aot_eager'` are never slower than eager by more than a factor
-# `MAX_SAME_WORK_RATIO`, and never faster than the `out=` variant by more
+# `backend='aot_eager'` are never faster than the `out=` variant by more
 # than noise: their time over the `out=` variant's is above `MIN_VS_OUT`
-# (both checked), because nothing that runs eager's kernels can beat the
-# same kernels with no allocation at all. Between those two bounds either can land
-# anywhere, slower or faster than eager (it depends on the heap, and on the
-# thread count), and the two printed lines under the tables say where each
+# (checked), because nothing that runs eager's kernels can beat the
+# same kernels with no allocation at all. Nor did they do extra work
+# while they were timed: Dynamo compiled no frame during the rounds
+# (checked with its counter), so every call ran the graph already
+# compiled. Above that floor either can land anywhere, slower or faster
+# than eager, by a factor of two or more (it depends on the heap, and on the
+# thread count), so no upper bound on their time is checked; the two printed lines under the tables say where each
 # landed in this run, against eager and against the `out=` variant; a
 # compiled variant that runs eager's kernels can even beat eager, when it
 # happens to allocate more cheaply. Since the kernels are the same, such a
@@ -624,15 +639,23 @@ assert fusion_vs_out > MIN_FUSION_GAIN, f"fusion gained only {fusion_vs_out:.2f}
 # when two variants run the same kernels, give both the same allocation
 # behaviour (the `out=` variant) before you call a difference a speed-up.
 #
-# The fusion gain is real either way, though smaller than the headline
-# whenever eager pays for its allocations: against the fair baseline, eager without any allocation cost, Inductor
-# is still faster (the line "Inductor's speed-up over eager without
-# allocations"; checked to be more than `MIN_FUSION_GAIN`), because one
-# fused loop reads `x` once and writes once, where eager's eight kernels
-# read and write 4 MB each. That figure, not the speed-up over plain eager
-# at the top, is what fusion alone bought; the rest of the headline is
+# What did fusion alone buy? The line "Inductor's speed-up over eager
+# without allocations" compares Inductor with the fair baseline, eager's
+# kernels with no allocation cost. That figure, not the speed-up over plain
+# eager at the top, is what fusion alone bought; the rest of the headline is
 # eager's allocation cost (Inductor allocates only its one output) and the
-# drift between the two tables. `eager` and `aot_eager` are bit-identical
+# drift between the two tables. Fusion alone is **not** checked to be a
+# gain, because it depends on the CPU. One fused loop reads `x` once and
+# writes once, where eager's eight kernels read and write 4 MB each; that
+# saves time when those passes go to main memory. A CPU whose last-level
+# cache holds all of eager's tensors (this CPU's is printed above)
+# serves the eight passes from the cache, the chain is then limited by its
+# arithmetic (`erf`, `sin`, `tanh`, `exp`), and Inductor's vectorised
+# formulas for those can be slower than ATen's. In the stored run, on a
+# CPU with a 105 MB L3, Inductor took about 1.2x the time of the `out=`
+# variant (and as much in quiet runs of the chain alone, with one thread
+# and with two); on the machine of an earlier run, fusion alone gained
+# 1.70x. `eager` and `aot_eager` are bit-identical
 # to eager; Inductor changes the last bits of the result, because it computes GELU,
 # `sigmoid` and `tanh` with its own vectorised formulas; compare compiled
 # outputs with `torch.allclose`, never `torch.equal`.
@@ -797,7 +820,8 @@ _ = report.record("break-even calls (warm cache)", break_even_warm)
 #
 # ## The honest table: a transformer block
 #
-# The chain was the best case: nothing but memory-bound elementwise work.
+# The chain was the best case: nothing but elementwise work, all of it fused
+# into one kernel, over a baseline that allocates eight tensors per call.
 # Chapter 09's `TransformerBlock` is a more typical model: two LayerNorms,
 # attention, and an MLP. We first ask the profiler (chapter 17 explains it)
 # where its eager time goes, then compile it for inference (`eval()`,
@@ -1525,15 +1549,16 @@ else:
 #   fused C++ or Triton code and calls vendor libraries for matrix products.
 #   Backends `eager` and `aot_eager` switch the later stages off, to find
 #   which one is at fault. They run eager's kernels, so compare them with
-#   eager in interleaved rounds: they stay within bounds (checked): at most
-#   `MAX_SAME_WORK_RATIO` times eager's time, and never faster, beyond noise
-#   (`MIN_VS_OUT`), than an `out=` variant that allocates nothing. Within those bounds either
+#   eager in interleaved rounds: they were never faster, beyond noise
+#   (`MIN_VS_OUT`, checked), than an `out=` variant that allocates nothing,
+#   and compiled nothing while timed (checked). Above that floor either
 #   can come out slower or faster than eager (the table says which); such a
 #   gap comes from memory (allocation and page faults) or noise, and one
 #   measured minutes apart can be drift as well.
 # - It pays where work is memory-bound: the elementwise chain gained the
-#   most here, over plain eager (the headline figure) and, by less, over an
-#   eager variant that allocates nothing (fusion alone). A transformer
+#   most here, over plain eager (the headline figure). Against an eager
+#   variant that allocates nothing (fusion alone) the gain depends on the
+#   CPU: it can vanish when the tensors fit in the CPU's cache. A transformer
 #   block, whose eager time goes mostly into matrix products and attention
 #   that stay library calls, gained less (checked), possibly nothing, or
 #   it even ran slower compiled (its table says). The measured table above, not a slogan, is the
