@@ -123,8 +123,8 @@ def test_switch_point_widths_cover_both_sides_and_both_load_paths_and_are_seeded
 
 def test_switch_points_are_the_ones_in_the_cuda_source():
     src = kernels.source("softmax_cuda.cu")
-    fast = src[src.index("at::Tensor softmax_fast("):]
-    warp_max = int(re.search(r"kWarpRowMax\s*=\s*(\d+)", src).group(1))
+    fast = src[src.index("launch_softmax_fast("):]
+    warp_max = int(re.search(r"kWarpRowMax\s*=\s*(\d+)", kernels.source("softmax_cuda.h")).group(1))
     thread_steps = [int(v) for v in re.findall(r"cols <= (\d+) \?", fast)]
     assert "cols <= kWarpRowMax" in fast
     assert sorted(suite.SWITCH_POINTS) == sorted([warp_max, *thread_steps]), "softmax_cuda.cu changed its switch points"

@@ -415,7 +415,7 @@ def test_second_load_returns_the_same_module(ops):
 @pytest.mark.slow
 @pytest.mark.skipif(_nvcc() is None or not has_compiler, reason="no nvcc (CUDA toolkit) or C++ compiler here")
 def test_cuda_sources_compile_with_nvcc(monkeypatch):
-    """SLOW on a cold cache (one to three minutes): nvcc compiles softmax_cuda.cu for one arch.
+    """SLOW on a cold cache (about a minute): nvcc compiles softmax_cuda.cu for one arch.
 
     Runs in `make test` wherever nvcc exists, GPU or not; the build is cached
     in build/torch_extensions, so reruns take a second.

@@ -10,11 +10,11 @@ without build isolation, for example::
 The CUDA ops (``softmax_naive``, ``softmax_fast``) are included when nvcc is
 found (CUDA_HOME) and either a GPU is visible or COURSE_KERNELS_CUDA=1 forces
 them (for a build machine without a GPU; set TORCH_CUDA_ARCH_LIST too).
-COURSE_KERNELS_CUDA=0 leaves them out. Otherwise the module has only
-``softmax_cpu``.
+COURSE_KERNELS_CUDA=0 leaves them out.
 
-Importing the module also registers the operators (``ops.cpp``) in the namespace
-``course_kernels``: ``torch.ops.course_kernels.softmax`` and so on. It is not
+The module binds no Python functions (``py_module.cpp``, no pybind11): importing
+it registers the operators (``ops.cpp``) in the namespace ``course_kernels``, and
+callers use ``torch.ops.course_kernels.softmax`` and so on. The namespace is not
 ``course``, the namespace of the inline builds, because a namespace can be
 defined by only one library per process and the notebook loads both. The
 compiler flags are the inline build's: ``-O3 -fopenmp`` and the SIMD flags of
@@ -53,12 +53,12 @@ def want_cuda() -> bool:
     return toolkit and torch.cuda.is_available()
 
 
-cpu_sources = [str(KERNELS / f) for f in ("softmax_cpu.cpp", "ops.cpp", "bindings.cpp")]
+cpu_sources = [str(KERNELS / f) for f in ("softmax_cpu.cpp", "ops.cpp", "py_module.cpp")]
 cxx_flags = CFLAGS + cpu_vec_flags() + ["-g0"]  # no debug info (Python's own CFLAGS carry -g): a smaller module
 if want_cuda():
     ext = CUDAExtension(
         "course_kernels",
-        cpu_sources + [str(KERNELS / "softmax_cuda.cu")],
+        cpu_sources + [str(KERNELS / f) for f in ("softmax_cuda_host.cpp", "softmax_cuda.cu")],
         include_dirs=[str(KERNELS)],
         define_macros=[("COURSE_WITH_CUDA", None), NAMESPACE],
         extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3", "-lineinfo"]},

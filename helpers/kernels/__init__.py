@@ -6,8 +6,12 @@ The sources are real files beside this module:
 - ``softmax_cpu.cpp``: the CPU kernels, from the scalar loop to ``at::vec``
   (``Vectorized<float>`` and its Sleef ``exp``), rows split over threads with
   ``at::parallel_for``;
-- ``softmax_cuda.cu``: ``softmax_naive`` (one thread per row) and ``softmax_fast``
-  (a warp or block per row, online max/sum, float4 loads);
+- ``softmax_cuda.cu``: the kernels of ``softmax_naive`` (one thread per row) and
+  ``softmax_fast`` (a warp or block per row, online max/sum, float4 loads) and
+  their launchers, declared in ``softmax_cuda.h`` with plain C++ types;
+- ``softmax_cuda_host.cpp``: the two CUDA ops as ``at::Tensor`` functions
+  (checks, allocation, device guard, current stream) around those launchers,
+  compiled by the C++ compiler so that nvcc never parses ATen's headers;
 - ``ops.cpp``: the kernels as dispatcher operators: ``TORCH_LIBRARY`` (the
   schemas ``course::softmax``, ``course::softmax_naive``,
   ``course::softmax_cpu_variant``) and ``TORCH_LIBRARY_IMPL`` per backend;
@@ -111,9 +115,11 @@ NAMESPACE = "course"
 CPU_SOURCES = ("softmax_cpu.cpp", "ops.cpp", "bindings.cpp")
 # The CUDA build's C++ part: the CUDA kernels' TORCH_LIBRARY_IMPL and pybind11 bindings only
 # (-DCOURSE_CUDA_ONLY), so that the CPU build keeps the namespace's single TORCH_LIBRARY block.
-CUDA_CPP_SOURCES = ("ops.cpp", "bindings.cpp")
+# softmax_cuda_host.cpp wraps the launchers of softmax_cuda.cu (which includes no ATen header, so that
+# nvcc stays fast) as at::Tensor functions.
+CUDA_CPP_SOURCES = ("ops.cpp", "bindings.cpp", "softmax_cuda_host.cpp")
 CUDA_SOURCES = ("softmax_cuda.cu",)
-HEADERS = ("softmax_common.h",)
+HEADERS = ("softmax_common.h", "softmax_cuda.h")
 # -fopenmp: ATen/Parallel-inl.h runs at::parallel_for on one thread in code compiled without it.
 CFLAGS = ["-O3", "-fopenmp"]
 LDFLAGS = ["-fopenmp"]

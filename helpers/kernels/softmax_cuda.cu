@@ -42,25 +42,21 @@
 // Built without --use_fast_math: softmax is limited by memory bandwidth, so the
 // approximate __expf would not make it measurably faster, and fast-math's
 // flush-to-zero and relaxed special values would change results.
-// Only c10/cuda headers: ATen/cuda/CUDAContext.h would also pull in cuBLAS and
-// cuSPARSE headers, which a minimal CUDA toolkit (nvcc + runtime) lacks.
-#include <ATen/ops/empty_like.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+// Kernels and launchers only, with no ATen header: softmax_cuda_host.cpp
+// (compiled by the C++ compiler) wraps the launchers as at::Tensor functions.
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
 
-#include "softmax_common.h"
+#include "softmax_cuda.h"
 
 namespace {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarpSize = 32;
-constexpr int kWarpsPerBlock = 4;      // rows per block for the warp-per-row kernel
-constexpr int64_t kWarpRowMax = 1024;  // longer rows get a whole block each
+using course_cuda::kWarpRowMax;
+using course_cuda::kWarpsPerBlock;
 
 // ---------------------------------------------------------------- naive --
 __global__ void softmax_naive_kernel(const float* __restrict__ x, float* __restrict__ y,
@@ -196,35 +192,20 @@ __global__ void softmax_block_kernel(const float* __restrict__ x, float* __restr
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
-void check_cuda_input(const at::Tensor& x, const char* op) {
-  course::check_softmax_input(x, op, at::kCUDA, {at::kFloat}, "Convert with x.float() first");
-  TORCH_CHECK(x.size(0) <= 2147483647LL * kWarpsPerBlock, op, ": too many rows (", x.size(0), ")");
-}
-
 }  // namespace
 
-at::Tensor softmax_naive(const at::Tensor& x) {
-  check_cuda_input(x, "softmax_naive");
-  const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor y = at::empty_like(x);
-  const int64_t rows = x.size(0), cols = x.size(1);
+cudaError_t course_cuda::launch_softmax_naive(const float* x, float* y, int64_t rows, int64_t cols,
+                                              cudaStream_t stream) {
   const int threads = 256;
   const auto blocks = static_cast<unsigned>((rows + threads - 1) / threads);
-  softmax_naive_kernel<<<blocks, threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-      x.data_ptr<float>(), y.data_ptr<float>(), rows, cols);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return y;
+  softmax_naive_kernel<<<blocks, threads, 0, stream>>>(x, y, rows, cols);
+  return cudaGetLastError();
 }
 
-at::Tensor softmax_fast(const at::Tensor& x) {
-  check_cuda_input(x, "softmax_fast");
-  const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor y = at::empty_like(x);
-  const int64_t rows = x.size(0), cols = x.size(1);
-  const float* xp = x.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
+// The row-count limits of these launches are checked by the caller (softmax_cuda_host.cpp).
+cudaError_t course_cuda::launch_softmax_fast(const float* xp, float* yp, int64_t rows, int64_t cols,
+                                             cudaStream_t stream) {
   const bool vec = cols % 4 == 0 && aligned16(xp) && aligned16(yp);
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   if (cols <= kWarpRowMax) {
     const dim3 block(kWarpSize, kWarpsPerBlock);
     const auto blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
@@ -235,7 +216,6 @@ at::Tensor softmax_fast(const at::Tensor& x) {
     }
   } else {
     const int threads = cols <= 4096 ? 256 : (cols <= 16384 ? 512 : 1024);
-    TORCH_CHECK(rows <= 2147483647LL, "softmax_fast: too many rows (", rows, ")");
     const auto blocks = static_cast<unsigned>(rows);
     if (vec) {
       softmax_block_kernel<true><<<blocks, threads, 0, stream>>>(xp, yp, cols);
@@ -243,6 +223,5 @@ at::Tensor softmax_fast(const at::Tensor& x) {
       softmax_block_kernel<false><<<blocks, threads, 0, stream>>>(xp, yp, cols);
     }
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return y;
+  return cudaGetLastError();
 }

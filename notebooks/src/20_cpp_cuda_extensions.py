@@ -69,10 +69,10 @@ EXP_MIN_SHARE = 0.25  # exp must take at least this fraction of the threaded sca
 FLOAT_SUM_MAX = 1.5  # summing in float may make the scalar loop at most this many times faster than summing in double
 THREAD_MIN_SPEEDUP = 1.3  # with >= 2 threads, 2 threads must run the scalar loop on a cache-resident block this many times faster than 1
 TORCH_RATIO_MIN = 0.35  # on one thread, the at::vec op must reach at least this fraction of torch.softmax's speed
-ROUNDS = 5  # interleaved rounds of the one-thread comparison (each round times every kernel once, in a rotated order)
+ROUNDS = 3  # interleaved rounds of the one-thread comparison (each round times every kernel once, in a rotated order)
 RUN_INDUCTOR = True  # compile a tiny function around the op once with the inductor backend (C++ code generation: seconds, more with a cold Inductor cache)
 BUILD_MISTAKES = True  # compile the two broken load_inline examples of the Pitfalls (a few seconds each, every run)
-BUILD_CUDA = True  # compile the CUDA sources when nvcc is present (1-3 min the first time, then cached)
+BUILD_CUDA = True  # compile the CUDA sources when nvcc is present (about a minute the first time on 2 cores, then cached)
 BUILD_PACKAGE = True  # build extensions/course_kernels with setuptools (about a minute the first time, then cached)
 GPU_SHAPES = ((4096, 4096), (65536, 128), (16384, 1024), (1024, 32768), (8, 1_000_000))  # (rows, cols) benchmarked on a GPU
 SEED = 0
@@ -896,8 +896,8 @@ naive_addresses = [lane * 4096 * 4 for lane in range(32)]  # lane i reads x[i, 0
 fast_addresses = [lane * 16 + k for lane in range(32) for k in range(0, 16, 4)]  # lane l reads x[0, 4l : 4l + 4]
 naive_lines, fast_lines = len({a // 128 for a in naive_addresses}), len({a // 128 for a in fast_addresses})
 print(f"128-byte cache lines touched by one warp-wide load: naive {naive_lines} (for 128 bytes used), fast {fast_lines} (for 512 bytes used)")
-naive_cu = kernels.source("softmax_cuda.cu").split("at::Tensor softmax_naive(")[1].split("at::Tensor softmax_fast(")[0]
-naive_block = int(re.search(r"const int threads = (\d+);", naive_cu).group(1))  # the launch in softmax_naive
+naive_cu = kernels.source("softmax_cuda.cu").split("launch_softmax_naive(")[1].split("launch_softmax_fast(")[0]
+naive_block = int(re.search(r"const int threads = (\d+);", naive_cu).group(1))  # the naive launch
 naive_blocks = math.ceil(4096 / naive_block)  # one thread per row
 print(f"the naive kernel on a (4096, 4096) input: {naive_blocks} blocks of {naive_block} = {naive_blocks * naive_block} threads;"
       f" an H200 holds 132 SMs x 2048 = {132 * 2048} threads")
@@ -932,13 +932,27 @@ print()
 show_source("softmax_cuda.cu", start="// One block per row", stop="bool aligned16", max_lines=40)
 
 # %% [markdown]
-# And the host-side wrapper, which runs on the CPU: it checks the input,
-# allocates the output, picks the kernel and launches it on PyTorch's
-# current CUDA stream (so it is ordered with the surrounding PyTorch work).
-# The checks it calls are shared with the CPU op:
+# The rest runs on the CPU, in two files. The **launcher**, at the end of
+# `softmax_cuda.cu`, takes raw pointers and sizes, picks the kernel and its
+# launch shape, and queues it on a stream. The **host wrapper**,
+# `softmax_cuda_host.cpp`, is the `at::Tensor` function Python calls: it
+# checks the input (with the checks the CPU op uses), allocates the output,
+# makes the input's GPU the current device, and calls the launcher on
+# PyTorch's current CUDA stream, so the kernel is ordered with the
+# surrounding PyTorch work.
+#
+# The split is there for the compile time. `nvcc` hands every header a
+# `.cu` file includes to the host C++ compiler as well as to its own front
+# end, and PyTorch's tensor headers are large, so `softmax_cuda.cu`
+# includes only the CUDA runtime and `softmax_cuda.h`, which declares the
+# launchers with plain C++ types. The ordinary C++ compiler handles the
+# ATen side. The build cell below reads, from ninja's log in the build
+# folder, how long each of the two compiles took.
 
 # %%
-show_source("softmax_cuda.cu", start="at::Tensor softmax_fast(")
+show_source("softmax_cuda.cu", start="cudaError_t course_cuda::launch_softmax_fast(")
+print()
+show_source("softmax_cuda_host.cpp", start="at::Tensor softmax_fast(")
 print()
 show_source("softmax_common.h", start="inline void check_softmax_input", stop="}  // namespace course")
 
@@ -974,6 +988,16 @@ if nvcc_path and BUILD_CUDA:
     print(f"built (or loaded from the build cache) and imported {cuda_ops.__name__} in {time.perf_counter() - start:.1f} s")
     print("build folder:", rel(kernels.extension_dir(kernels.CUDA_EXTENSION)))
     print("functions:", [name for name in dir(cuda_ops) if not name.startswith("_")])
+    # .ninja_log: one line per output, "start_ms end_ms mtime output hash", from the build that made it.
+    ninja_log = kernels.extension_dir(kernels.CUDA_EXTENSION) / ".ninja_log"
+    compile_s = {}
+    for line in ninja_log.read_text().splitlines()[1:] if ninja_log.is_file() else []:
+        begin_ms, end_ms, _, output = line.split("\t")[:4]
+        compile_s[output] = (int(end_ms) - int(begin_ms)) / 1000
+    if {"cuda.cuda.o", "main.o"} <= compile_s.keys():
+        print(f"compile times of the build: nvcc, softmax_cuda.cu: {compile_s['cuda.cuda.o']:.1f} s;"
+              f" C++ compiler, ops.cpp + bindings.cpp + softmax_cuda_host.cpp: {compile_s['main.o']:.1f} s")
+        assert compile_s["cuda.cuda.o"] < compile_s["main.o"], "nvcc took longer than the C++ side: has softmax_cuda.cu gained an ATen header?"
 elif nvcc_path:
     print("BUILD_CUDA is False: skipping the CUDA compile")
 
@@ -1198,7 +1222,12 @@ else:
 # PyTorch's include paths. Its operators live in their own namespace,
 # `torch.ops.course_kernels`, set with `-DCOURSE_NS=course_kernels`: this
 # notebook loads the package and the inline build in one process, and one
-# namespace can have only one `TORCH_LIBRARY` block. Building needs the installed torch, so it runs without build
+# namespace can have only one `TORCH_LIBRARY` block. The package binds no
+# Python functions: in place of `bindings.cpp` it compiles `py_module.cpp`,
+# an empty module whose import loads the library and so runs the
+# registrations (the pattern of PyTorch's custom-operator tutorial), and
+# callers use `torch.ops.course_kernels.softmax`; pybind11's headers, slow
+# to compile, stay out of the package build. Building needs the installed torch, so it runs without build
 # isolation. The usual commands would be
 # `pip wheel --no-build-isolation --no-deps -w build/wheels extensions/course_kernels`
 # and `pip install` of the wheel. So that this notebook never changes the
@@ -1214,7 +1243,7 @@ package_dir = ROOT / "extensions" / "course_kernels"
 ext_site = build_dir() / "ext_site"
 ext_temp = build_dir() / "ext_temp"
 package_sources = [package_dir / "setup.py", kernels.KERNEL_DIR / "__init__.py",
-                   *(kernels.KERNEL_DIR / f for f in ("softmax_cpu.cpp", "ops.cpp", "bindings.cpp", "softmax_cuda.cu", "softmax_common.h"))]
+                   *(kernels.KERNEL_DIR / f for f in (*kernels.CPU_SOURCES, *kernels.CUDA_CPP_SOURCES, *kernels.CUDA_SOURCES, *kernels.HEADERS, "py_module.cpp"))]
 
 
 def built_module():
@@ -1251,17 +1280,17 @@ else:
     import course_kernels
 
     print("imported course_kernels from", rel(Path(course_kernels.__file__).parent))
-    print("functions:", [name for name in dir(course_kernels) if not name.startswith("_")])
+    print("its Python functions:", [name for name in dir(course_kernels) if not name.startswith("_")],
+          "; operators it registered:", [f"course_kernels::{op}" for op in ("softmax", "softmax_naive", "softmax_cpu_variant")
+                                          if torch._C._dispatch_has_kernel_for_dispatch_key(f"course_kernels::{op}", "CPU")])
 
 # %%
 if course_kernels is None:
     print("no package was built (BUILD_PACKAGE=False): nothing to compare")
 else:
-    same = torch.equal(course_kernels.softmax_cpu(x_check), cpu_ops.softmax_cpu(x_check))
-    same_op = torch.equal(torch.ops.course_kernels.softmax(x_check), torch.ops.course.softmax(x_check))
-    print(f"package function == inline-loaded function, bit for bit: {same}")
-    print(f"package operator torch.ops.course_kernels.softmax == torch.ops.course.softmax, bit for bit: {same_op}")
-    assert same and same_op, "the installed package and load_inline compiled the same source; their results should be identical"
+    same = torch.equal(torch.ops.course_kernels.softmax(x_check), torch.ops.course.softmax(x_check))
+    print(f"package operator torch.ops.course_kernels.softmax == torch.ops.course.softmax, bit for bit: {same}")
+    assert same, "the installed package and load_inline compiled the same source; their results should be identical"
 
 # %% [markdown]
 # ## Where builds live, and the lock file
