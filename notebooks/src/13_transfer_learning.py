@@ -49,7 +49,7 @@
 RESOLUTION = 64  # CIFAR's 32x32 images are upsampled to RESOLUTION x RESOLUTION (the weights were trained at 224)
 TRAIN_IMAGES = 400  # the first TRAIN_IMAGES training images, the same for all three arms
 TEST_IMAGES = 250  # the first TEST_IMAGES test images
-EPOCHS = 3  # passes over the training images, the same for all three arms
+EPOCHS = 2  # passes over the training images, the same for all three arms
 BATCH_SIZE = 25  # images per optimizer step
 PROBE_LR = 3e-3  # AdamW learning rate of the linear head on frozen features
 HEAD_LR = 3e-3  # fine-tuning: the new classifier
@@ -475,7 +475,7 @@ del drifting
 # ### (a) Feature extraction
 
 # %%
-FEATURE_BATCH = 100  # images per no-grad forward pass when extracting features (no optimizer step: any size fits)
+FEATURE_BATCH = 50  # images per no-grad forward pass when extracting features (no optimizer step: any size fits)
 with torch.no_grad():  # the backbone runs once per image, in eval() mode; the head then trains on these features
     train_features = torch.cat([frozen(train_x[k : k + FEATURE_BATCH].to(device)).cpu()
                                 for k in range(0, len(train_x), FEATURE_BATCH)])

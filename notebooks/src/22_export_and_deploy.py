@@ -63,7 +63,7 @@ MIN_TEST_ACCURACY = 0.90  # the trained MLP's test accuracy the checks require (
 MAX_BATCH = 1024  # the largest batch the exported program and the ONNX model accept
 CHECK_BATCHES = [1, 7, 256]  # batch sizes of the parity checks (all <= MAX_BATCH)
 BENCH_BATCHES = [1, 256]  # batch sizes of the latency table
-BENCH_ROUNDS = 5  # interleaved timing rounds: every runner once per round, the order reversed every other round
+BENCH_ROUNDS = 3  # interleaved timing rounds: every runner once per round, the order reversed every other round
 MIN_RUN_TIME = 0.1  # seconds of timed calls per runner and round (helpers.bench.measure)
 PARITY_ATOL = 1e-4  # largest absolute difference in logits accepted between PyTorch and another runtime
 RUN_COMPILE = True  # time torch.compile too (its first call compiles: about 10 s on 2 cores)
