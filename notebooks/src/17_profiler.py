@@ -53,14 +53,14 @@ WARMUP = 1  # steps profiled but discarded,
 ACTIVE = 2  # steps recorded,
 REPEAT = 2  # and cycles in all
 LOOP_STEPS = 10  # steps the scheduled training loop runs (WAIT + WARMUP + ACTIVE) * REPEAT = 8 of them profile
-BOTTLENECK_STEPS = 6  # recorded training steps in each before/after profile (after 1 warm-up step)
-TIMED_IMAGES = 384  # images in the epoch each timed call of the before/after table runs (6 batches)
-SYNC_STEPS = 8  # training steps in each profile of the host-sync section
+BOTTLENECK_STEPS = 3  # recorded training steps in each before/after profile (after 1 warm-up step)
+TIMED_IMAGES = 256  # images in the epoch each timed call of the before/after table runs (4 batches)
+SYNC_STEPS = 4  # training steps in each profile of the host-sync section
 SYNC_ROUNDS = 3  # interleaved rounds of the host-sync timing (each round times both loops)
 STACK_DEPTH = 5  # innermost stack frames key_averages(group_by_stack_n=...) groups by
 MIN_RUN_TIME = 0.5  # seconds of timed runs helpers.bench.measure collects per variant
 LABEL_MAX_SHARE = 0.03  # outside a profiler, a step's 3 record_function labels must cost under this fraction of it
-LABEL_ROUNDS = 5  # interleaved rounds of that comparison (each times one step and one empty label)
+LABEL_ROUNDS = 3  # interleaved rounds of that comparison (each times one step and one empty label)
 MIN_DATA_SHARE = 0.5  # the starved loop must spend at least this share of a step loading data
 MIN_SPEEDUP = 1.3  # the batched fix must make a training pass at least this much faster
 MAX_DATA_SHARE_AFTER = 0.5  # after the batched fix, loading must take less than this share of a step

@@ -54,8 +54,8 @@ BATCH_SIZE = 128  # samples per step on the deep stack
 BREAKDOWN_BATCHES = (32, 128, 512)  # batch sizes in the memory-breakdown figure
 SEGMENTS = (1, 2, 4, 8, 24)  # checkpoint_sequential segment counts to measure (each at most DEPTH)
 MICRO_BATCHES = 4  # gradient accumulation: BATCH_SIZE is split into this many micro-batches
-TIMING_SECONDS = 1.5  # seconds of timed runs per variant, split over TIMING_ROUNDS interleaved rounds
-TIMING_ROUNDS = 5  # rounds of interleaved measurements: every variant is timed once per round
+TIMING_SECONDS = 1.2  # seconds of timed runs per variant, split over TIMING_ROUNDS interleaved rounds
+TIMING_ROUNDS = 4  # rounds of interleaved measurements: every variant is timed once per round
 TIME_BAND = 0.25  # checkpoint_sequential(segments=1) must time within this fraction (+ IQR) of the plain step
 MAX_RATIO_IQR = 0.5  # time-ratio claims are asserted only when the per-round ratios agree this well (IQR / median)
 MNIST_STEPS = 300  # training steps per optimizer in the 8-bit Adam comparison
