@@ -970,8 +970,8 @@ assert resnet_acc >= MIN_RESNET_ACCURACY, (
 # %% [markdown]
 # What if the inputs are prepared differently? The same weights, four ways.
 # This comparison and the pitfalls below use at most the first 500 test
-# images (half of the subset's 1,000), to stay quick: each pass of the
-# ResNet over them takes a second or more on a CPU:
+# images (half of the subset's 1,000), to stay quick: the evaluation above
+# prints how long one pass over 1,000 images took here:
 
 # %%
 n_demo = min(500, len(test_y))
@@ -997,7 +997,8 @@ assert normalisation_acc["no normalisation, pixels in [0, 255]"] < 0.2, "raw 0-2
 
 # %% [markdown]
 # CIFAR-10's own statistics happen to be close to ImageNet's, so they cost
-# little or nothing (the table above). Leaving the normalisation out
+# little or nothing (the table above; on 500 images one point is five
+# images, within the noise of either arm). Leaving the normalisation out
 # shifts every input far from what the first layers were fitted to, and
 # the accuracy collapses; raw 0-255 pixels
 # leave the network about as accurate as guessing (10 %). No error, no

@@ -53,8 +53,8 @@
 # Reading C++ helps; exercise 3 asks you to write a short C++ op, and the
 # chapter's own kernels show every piece it needs.
 #
-# **Estimated time:** 60 minutes, plus one to three minutes the first time
-# the extensions compile.
+# **Estimated time:** 60 minutes, plus a minute or two the first time the
+# extensions compile (each build cell prints its time).
 
 # %% tags=["parameters"]
 CPU_ROWS = 4096  # rows of the CPU benchmark input
@@ -72,7 +72,7 @@ TORCH_RATIO_MIN = 0.35  # on one thread, the at::vec op must reach at least this
 ROUNDS = 3  # interleaved rounds of the one-thread comparison (each round times every kernel once, in a rotated order)
 RUN_INDUCTOR = True  # compile a tiny function around the op once with the inductor backend (C++ code generation: seconds, more with a cold Inductor cache)
 BUILD_MISTAKES = True  # compile the two broken load_inline examples of the Pitfalls (a few seconds each, every run)
-BUILD_CUDA = True  # compile the CUDA sources when nvcc is present (about a minute the first time on 2 cores, then cached)
+BUILD_CUDA = True  # compile the CUDA sources when nvcc is present (tens of seconds the first time on 2 cores, then cached)
 BUILD_PACKAGE = True  # build extensions/course_kernels with setuptools (about a minute the first time, then cached)
 GPU_SHAPES = ((4096, 4096), (65536, 128), (16384, 1024), (1024, 32768), (8, 1_000_000))  # (rows, cols) benchmarked on a GPU
 SEED = 0
@@ -471,9 +471,10 @@ else:
 #   the ratio of the op's speed to `torch.softmax`'s: "the op (at::vec, all threads): ... ratio"
 #   on the full input with all threads, and "one thread: ratio ..." on the
 #   block (the cell asserts at least `TORCH_RATIO_MIN`). The second is the
-#   fairer comparison of the two kernels: on the full input more than half
+#   fairer comparison of the two kernels: on the full input a large share
 #   of `torch.softmax`'s time can be the allocation of its output (the line
-#   "allocation and first touch"), which both ops pay alike. `at::vec::Vectorized<float>` is PyTorch's portable
+#   "allocation and first touch" gives this run's share; its probe row is
+#   noisy, so read it with the row's IQR), which both ops pay alike. `at::vec::Vectorized<float>` is PyTorch's portable
 #   SIMD type: a register of 16 floats with AVX-512 (8 with AVX2), with
 #   `loadu`, `store`, `maximum`, arithmetic and `exp()`, which calls
 #   **Sleef**'s vectorised `exp` (`Sleef_expf16_u10`, accurate to 1 ULP).
