@@ -6,7 +6,7 @@ benchmark needs: it runs the code a few times before timing it (warm-up: lazy
 initialisation, caches, compiled kernels), synchronises the accelerator before
 reading the clock (CUDA kernels are asynchronous, so an unsynchronised timer
 measures only the launch), and repeats the measurement in blocks so that the
-median is stable. This module adds four things on top:
+median is stable. This module adds these things on top:
 
 - it keeps the current thread count (``Timer`` defaults to **one** thread,
   which silently makes CPU results look several times slower than the rest of
@@ -15,6 +15,12 @@ median is stable. This module adds four things on top:
   once ``min_run_time`` has passed, so a call slower than a fifth of it gets
   fewer than five blocks (one, for a call slower than ``min_run_time``), and a
   "median" of one block is a single sample with no spread at all;
+- it sizes the blocks itself for calls slower than a thousandth of
+  ``min_run_time``: a fixed number of calls per block, from a timed warm-up
+  call, for about :data:`TARGET_BLOCKS` blocks. ``blocked_autorange``'s own
+  search (blocks of 1, 10, 100, ... calls until the timer's overhead is
+  under 1e-4 of a block) made a 2-20 ms call cost two to three times
+  ``min_run_time``. Its blocks are timed with the same synchronisation;
 - it returns a small :class:`Timing` with the median, the spread, and how many
   blocks and calls they rest on;
 - :func:`speedup` and :func:`timing_table` turn timings into the ratios and
@@ -36,6 +42,7 @@ Example::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -46,8 +53,12 @@ from .device import import_without_cuda_home_log
 
 # Its import logs a harmless CUDA_HOME line on GPU-less machines with a CUDA toolkit.
 benchmark = import_without_cuda_home_log("torch.utils.benchmark")
+TaskSpec = benchmark.utils.common.TaskSpec
 
 __all__ = ["MIN_BLOCKS", "Timing", "interleaved", "measure", "per_round_ratio", "speedup", "timing_table"]
+
+TARGET_BLOCKS = 10
+"""How many blocks :func:`measure` aims for with a call slower than a thousandth of ``min_run_time``."""
 
 MIN_BLOCKS = 5
 """The fewest timed blocks :func:`measure` accepts: with five, the quartiles
@@ -109,7 +120,8 @@ def measure(
             It should do the same work on every call.
         label: a name for tables and messages.
         min_run_time: seconds of timed runs to collect, after the warm-up
-            (``torch.utils.benchmark.Timer.blocked_autorange``). More gives a
+            (for calls faster than ``min_run_time / 1000``, by
+            ``torch.utils.benchmark.Timer.blocked_autorange``). More gives a
             steadier median; 0.2–1 s is enough for most cells.
         num_threads: CPU threads during the measurement. ``None`` (the
             default) keeps ``torch.get_num_threads()``, so the timing matches
@@ -117,7 +129,7 @@ def measure(
         min_blocks: the fewest timed blocks (samples of the median). When
             ``min_run_time`` ran out first, more blocks are timed until there
             are this many, so a slow ``fn`` costs at least ``min_blocks``
-            calls plus warm-up. At least :data:`MIN_BLOCKS`.
+            calls plus two warm-up calls. At least :data:`MIN_BLOCKS`.
 
     Returns:
         A :class:`Timing` (seconds per call).
@@ -138,17 +150,53 @@ def measure(
     if min_blocks < MIN_BLOCKS:
         raise ValueError(f"min_blocks must be at least {MIN_BLOCKS} (a median of fewer blocks is not robust), got {min_blocks}")
     fn()  # fail fast, with the caller's own traceback, before the timer's machinery
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads, label=label)
-    parts = [timer.blocked_autorange(min_run_time=min_run_time)]
-    while (blocks := sum(len(m.raw_times) for m in parts)) < min_blocks:
-        # Each block of this slow fn took more than min_run_time / min_blocks. Time the
-        # missing blocks in one more run (its block-size search costs one warm-up call).
-        missing = min_blocks - blocks
-        parts.append(timer.blocked_autorange(min_run_time=missing * parts[-1].median * 0.99))
+    estimate = _block_seconds(fn, 1, threads)  # a second warm-up call, timed: sizes the blocks
+    if estimate < min_run_time / 1000:
+        # Microseconds per call: blocked_autorange grows the block (1, 10, 100, ... calls) until
+        # the timer's own overhead is negligible, then times blocks until min_run_time has passed.
+        timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads, label=label)
+        parts = [timer.blocked_autorange(min_run_time=min_run_time)]
+        number, task = max(1, int(min_run_time / min_blocks / parts[0].median)), parts[0].task_spec
+    else:
+        # Slower calls: blocked_autorange would pick blocks of 10 or 100 calls to make the overhead
+        # of a timer reading (about a microsecond) under 1e-4 of a block, and its search for that
+        # size plus its blocks then cost several times min_run_time for a 2-20 ms call. Here
+        # a block is a fixed number of calls, about min_run_time / TARGET_BLOCKS long.
+        parts, number = [], max(1, int(min_run_time / TARGET_BLOCKS / estimate))
+        task = TaskSpec(stmt="fn()", setup="pass", label=label, num_threads=threads)
+    have = sum(len(m.raw_times) for m in parts)
+    budget = 0.0 if parts else min_run_time  # blocked_autorange has already spent min_run_time
+    raw: list[float] = []
+    while have + len(raw) < min_blocks or sum(raw) < budget:
+        raw.append(_block_seconds(fn, number, threads))
+    if raw:
+        parts.append(benchmark.Measurement(number_per_run=number, raw_times=raw, task_spec=task))
+    blocks = sum(len(m.raw_times) for m in parts)
     calls = sum(len(m.raw_times) * m.number_per_run for m in parts)
     # merge() turns every block into one per-call sample (time / calls in the block).
     (merged,) = benchmark.Measurement.merge(parts) if len(parts) > 1 else parts
     return Timing(label=label, median_s=merged.median, iqr_s=merged.iqr, calls=calls, blocks=blocks)
+
+
+def _sync() -> None:
+    """Wait for the accelerator's queued work, as ``torch.utils.benchmark``'s timer does before each reading."""
+    if torch.accelerator.is_available():
+        torch.accelerator.synchronize()
+
+
+def _block_seconds(fn: Callable[[], object], number: int, threads: int) -> float:
+    """Seconds for ``number`` calls of ``fn`` in a row on ``threads`` CPU threads, synchronised at both ends."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        _sync()
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        _sync()
+        return time.perf_counter() - start
+    finally:
+        torch.set_num_threads(previous)
 
 
 def speedup(baseline: Timing, candidate: Timing) -> float:

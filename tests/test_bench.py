@@ -53,6 +53,26 @@ def test_a_slow_call_still_gets_min_blocks_samples():
         measure(slow, min_run_time=0.05, min_blocks=MIN_BLOCKS - 1)
 
 
+def test_a_few_millisecond_call_costs_about_min_run_time_not_several_times_it():
+    # blocked_autorange alone picked 100-call blocks for a 2 ms call and took 0.76-0.86 s for 0.25 s.
+    calls = []
+
+    def call():
+        calls.append(1)
+        time.sleep(0.002)
+
+    t = measure(call, min_run_time=0.25)
+    assert len(calls) == t.calls + 2, "two warm-up calls (one of them sizes the blocks), then the timed ones"
+    assert t.blocks >= 2 * MIN_BLOCKS, f"about TARGET_BLOCKS blocks expected, got {t.blocks}"
+    # About min_run_time of timed calls (the median is not the mean), and far less than blocked_autorange's 0.76 s.
+    assert 0.2 <= t.calls * t.median_s and t.calls * 0.002 < 0.45, f"{t.calls} calls of 2 ms for a 0.25 s budget"
+
+
+def test_a_fast_call_uses_blocked_autorange_and_keeps_min_blocks():
+    t = measure(lambda: torch.zeros(()), min_run_time=0.05)
+    assert t.blocks >= MIN_BLOCKS and t.calls > 10 * t.blocks, f"{t.calls} calls in {t.blocks} blocks"
+
+
 def test_a_sleep_is_measured_as_at_least_its_length():
     t = measure(lambda: time.sleep(0.002), min_run_time=0.05)
     assert t.median_s >= 0.002
