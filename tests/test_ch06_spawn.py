@@ -7,6 +7,9 @@ the notebook. This test runs the chapter with ``START_METHOD="spawn"`` (the
 setup cell applies it with ``torch.multiprocessing.set_start_method``) and
 requires every ``# NBVAL_CHECK_OUTPUT`` cell to print exactly what the stored
 notebook shows, so the chapter says the same thing on every platform.
+It is also the chapter's smoke run: its parameters are chapter 06's ``smoke``
+entry in ``notebooks/chapters.yaml``, and tests/test_notebooks_run.py leaves
+the chapter out.
 """
 
 from __future__ import annotations
@@ -23,17 +26,6 @@ from .conftest import shared_mirror
 
 STEM = "06_data_loading"
 MARK = "# NBVAL_CHECK_OUTPUT"
-# Parameters that change a checked cell keep their defaults (STREAM_SAMPLES, IMBALANCE_*);
-# the timed table, which no checked cell depends on, shrinks to its num_workers=0 row (one spawn
-# start-up costs seconds; the worker rows were run under spawn by hand).
-SPAWN_PARAMETERS = {
-    "START_METHOD": "spawn",
-    "THROUGHPUT_SAMPLES": 128,
-    "TIMED_EPOCHS": 1,
-    "TIMED_SETTINGS": ["num_workers=0"],
-    "REBALANCED_DRAWS": 3000,
-    "BALANCE_TOLERANCE": 0.03,
-}
 
 
 def _text(cell) -> str:
@@ -56,6 +48,11 @@ def _checked(nb) -> list[tuple[str, str]]:
 @pytest.mark.slow
 def test_chapter_06_prints_the_stored_checked_output_under_spawn(tmp_path, monkeypatch):
     assert STEM in chapters(), "chapter 06 is missing from notebooks/chapters.yaml"
+    # This test is the chapter's smoke run (tests/test_notebooks_run.py leaves it out). Parameters that change a
+    # checked cell keep their defaults (STREAM_SAMPLES, IMBALANCE_*); the timed table, which no checked cell
+    # depends on, shrinks to its num_workers=0 row (one spawn start-up costs seconds).
+    spawn_parameters = chapters()[STEM]["smoke"]
+    assert spawn_parameters.get("START_METHOD") == "spawn", "chapters.yaml: chapter 06's smoke parameters must set START_METHOD: spawn"
     if shared_mirror() is None:
         from helpers.data import status
 
@@ -67,11 +64,12 @@ def test_chapter_06_prints_the_stored_checked_output_under_spawn(tmp_path, monke
     stored_nb = nbformat.read(NOTEBOOKS / f"{STEM}.ipynb", as_version=4)
     params = next(c for c in stored_nb.cells if "parameters" in c.metadata.get("tags", []))
     defined = {t.id for node in ast.parse(params.source).body if isinstance(node, ast.Assign) for t in node.targets}
-    assert set(SPAWN_PARAMETERS) <= defined, f"not in the chapter's parameters cell: {set(SPAWN_PARAMETERS) - defined}"
+    assert set(spawn_parameters) <= defined, f"not in the chapter's parameters cell: {set(spawn_parameters) - defined}"
 
-    result = run_notebook(NOTEBOOKS / f"{STEM}.ipynb", title="Data loading (spawn)", parameters=SPAWN_PARAMETERS,
+    result = run_notebook(NOTEBOOKS / f"{STEM}.ipynb", title="Data loading (spawn)", parameters=spawn_parameters,
                           out_dir=tmp_path / "out", timeout=300)
     assert result.status == "OK", result.error
+    assert result.figures, f"{STEM} recorded no headline figure"
 
     ran = nbformat.read(tmp_path / "out" / f"{STEM}.ipynb", as_version=4)
     setup = next(_text(c) for c in ran.cells if c.cell_type == "code" and "set_start_method" in c.source)
