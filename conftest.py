@@ -20,6 +20,10 @@ Sharding, for a suite spread over several CI machines: ``make test SHARD=k/N``
 and smoke runs together) is on exactly one shard, and so is each other test file;
 the shares are balanced by the same recorded seconds (:func:`shard_plan`).
 
+Kernels: every kernel nbval and papermill start is forked from a warm parent
+that has imported torch, torchvision and matplotlib once (tests/kernel_zygote.py;
+``COURSE_TEST_ZYGOTE=0`` turns it off).
+
 Costs: at the end of every run a table gives the seconds per notebook (nbval
 with defaults beside the papermill smoke run), and ``build/test_seconds.json``
 records the seconds per group of this run. Copy it over
@@ -68,6 +72,10 @@ def pytest_configure(config):
     os.environ["COURSE_PROGRESS_LEDGER"] = str(ledger)
     # No progress bars in the kernels nbval and papermill start, or in the log (helpers.bars).
     os.environ["COURSE_PROGRESS_BARS"] = "0"
+    # Kernels fork from a process that has imported torch once (tests/kernel_zygote.py).
+    from tests.kernel_zygote import install
+
+    install()
 
 
 def shard_unit(group: str) -> str:
