@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -288,6 +289,18 @@ inline void course_recorded_parallel_for(int64_t begin, int64_t end, int64_t gra
 
 #define parallel_for course_recorded_parallel_for
 """
+#: Shifts that make each multi-thread input of a check unlike every earlier one in this process. A row that the
+#: op never writes holds whatever its memory held before: the allocator can hand back the block of an earlier
+#: output, and if that output was of the same input (the generator is seeded alike in every check), the row is
+#: right by accident and a wrong answer passes.
+_SHIFTS = itertools.count(1)
+
+
+def _unseen(x: torch.Tensor) -> torch.Tensor:
+    """``x`` moved by a constant no earlier input had: a row-wise normalisation of it matches no earlier output."""
+    return x + 3.0 * next(_SHIFTS)
+
+
 _RANGES_OP = "_course_parallel_ranges"
 _ONLY_ROW_OP = "_course_only_row"
 
@@ -511,7 +524,7 @@ def _check_op(op) -> None:
         if not _close(got, _reference(x, eps)):
             raise _wrong_formula_hint(label, x, eps, got)
     # On 2 threads, above the grain: at::parallel_for hands out row ranges that do not start at 0.
-    split = [cases[2], ("a (4096, 512) float32 tensor", torch.randn(4096, 512, generator=g), 1e-12)]
+    split = [(cases[2][0], _unseen(cases[2][1]), 1e-12), ("a (4096, 512) float32 tensor", _unseen(torch.randn(4096, 512, generator=g)), 1e-12)]
     take_ranges = getattr(getattr(torch.ops, op._qualified_op_name.split("::")[0]), _RANGES_OP)
     for label, x, eps in split:
         take_ranges()  # forget the ranges of the runs above
@@ -536,11 +549,11 @@ def _check_body_writes(op, only_row, take_ranges, rows: int, g: torch.Generator)
 
     Runs ``op`` on a fresh (4096, 512) input on 2 threads with the body run only for the last range
     (the one holding the last row). An answer whose body handles rows ``b .. e - 1`` leaves every other
-    row unwritten (the fresh output is new memory, and no earlier run saw this input). One that computes
+    row unwritten (no earlier run in this process saw this input, see :func:`_unseen`). One that computes
     rows in a loop beside the ``parallel_for`` (an empty body, or one that repeats the work), or whose body
     starts at row 0, returns rows outside that range right.
     """
-    x = torch.randn(rows, 512, generator=g) + 3.0  # other values than every earlier run: no stale row can match
+    x = _unseen(torch.randn(rows, 512, generator=g))  # other values than every earlier run: no stale row can match
     take_ranges()
     only_row(rows - 1)
     try:

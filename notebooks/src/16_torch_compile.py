@@ -625,11 +625,11 @@ for name in same_kernels_variants:
 # allocation altogether (no faults in any round, checked), is meant to give
 # its price: eager's time over the `out=` time, printed above (its
 # explanation in brackets: allocation, page faults and cold caches
-# together). That ratio need not come out far above 1: when `malloc`
-# reuses freed blocks, eager faults little, and the two then run at about
-# the same speed; when eager faults a lot (its row of fault counts), the
-# ratio is large, and then a large share of eager's time is not its
-# kernels' work at all. The drift line compares the same eager function timed at two
+# together). That ratio can come out near 1, when `malloc` reuses freed
+# blocks and eager faults little; when it is large, a large share of
+# eager's time is not its kernels' work at all. The fault count of a
+# round alone does not predict the ratio: compare the round in which eager
+# faulted least with the range of the ratio. The drift line compares the same eager function timed at two
 # moments of this run, and so do the eager rows of the chain's first
 # table, at the top, and of this one (compare their medians and their
 # ranges of rounds): whatever they show is a
@@ -654,11 +654,11 @@ for name in same_kernels_variants:
 # cache holds all of eager's tensors (this CPU's is printed above)
 # serves the eight passes from the cache, the chain is then limited by its
 # arithmetic (`erf`, `sin`, `tanh`, `exp`), and Inductor's vectorised
-# formulas for those can be slower than ATen's. In the stored run, on a
-# CPU with a 105 MB L3, Inductor took about 1.3x the time of the `out=`
-# variant (about 1.2x in earlier quiet runs of the chain alone, with one thread
-# and with two); on the machine of an earlier run, fusion alone gained
-# 1.70x. `eager` and `aot_eager` are bit-identical
+# formulas for those can be slower than ATen's. The cache size alone does
+# not decide it: in earlier runs on a CPU with a 105 MB L3, Inductor took
+# about 1.2-1.3x the time of the `out=` variant, and on other machines
+# fusion alone gained 1.7x and more, with tensors that fit in their cache
+# too (this run's figure is the line above). `eager` and `aot_eager` are bit-identical
 # to eager; Inductor changes the last bits of the result, because it computes GELU,
 # `sigmoid` and `tanh` with its own vectorised formulas; compare compiled
 # outputs with `torch.allclose`, never `torch.equal`.
@@ -1559,7 +1559,8 @@ else:
 # - It pays where work is memory-bound: the elementwise chain gained the
 #   most here, over plain eager (the headline figure). Against an eager
 #   variant that allocates nothing (fusion alone) the gain depends on the
-#   CPU: it can vanish when the tensors fit in the CPU's cache. A transformer
+#   CPU: it vanished on one CPU whose cache held the tensors, and not on
+#   another whose cache held them too. A transformer
 #   block, whose eager time goes mostly into matrix products and attention
 #   that stay library calls, gained less (checked), possibly nothing, or
 #   it even ran slower compiled (its table says). The measured table above, not a slogan, is the

@@ -86,7 +86,8 @@ import os
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # 6: none of Kineto's levels (0 verbose ... 5 USDT) is printed
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10's C++ warnings, such as the allocator's notes
 
-import copy  # noqa: E402  (the environment variables above must come first)
+import bisect  # noqa: E402  (the environment variables above must come first)
+import copy  # noqa: E402
 import json  # noqa: E402
 import linecache  # noqa: E402
 import math  # noqa: E402
@@ -97,6 +98,7 @@ import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
+from collections import defaultdict  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
@@ -284,13 +286,22 @@ self_sum = sum(e.self_cpu_time_total for e in averages)
 print(f"largest self CPU time: {top.key} ({top.self_cpu_time_total / self_sum:.0%} of all self time)")
 _ = report.record("top operator by self CPU time", top.key)
 
+# %% [markdown]
+# The next cell checks these claims: each label appears once per step and
+# contains operators, the largest self time is an operator's, and the three
+# largest are the layers' arithmetic. Self times are wall-clock times, so
+# a moment in which the machine ran another process inflates whatever was
+# running then, a label's Python as much as an operator. The claims about
+# the largest self times are therefore checked step by step, from
+# `prof.events()`, and must hold in most steps (three of four), not only in
+# the sums over all steps.
+
 # %%
 for name in ("forward", "backward", "optimizer"):
     assert by_name[name].count == PROFILE_STEPS, f"the {name!r} label should appear once per step"
     assert by_name[name].self_cpu_time_total < by_name[name].cpu_time_total, f"{name!r} contains child operators"
 # On a GPU the CPU's self time goes to launching kernels (cudaLaunchKernel rows), so these two are CPU-run claims.
 cpu_run = not ON_DEVICE
-assert not cpu_run or top.key.startswith("aten::"), f"the largest self time should be a PyTorch operator, not a label: {top.key}"
 HEAVY = {"aten::convolution_backward", "aten::mkldnn_convolution", "aten::mm", "aten::addmm", "aten::max_pool2d_with_indices",
          "aten::max_pool2d_with_indices_backward", "aten::clamp_min", "aten::threshold_backward",
          "aten::_log_softmax", "aten::_log_softmax_backward_data"}  # the layers' own arithmetic, and the loss's
@@ -302,8 +313,27 @@ def is_label(name):
     return name in LABEL_NAMES or "#" in name or name.startswith("Optimizer.")
 
 
-top3 = [e.key for e in sorted(cpu_rows(averages), key=lambda e: e.self_cpu_time_total, reverse=True) if not is_label(e.key)][:3]
-assert not cpu_run or set(top3) <= HEAVY, f"the three largest operators by self time should be the layers' (or the loss's) arithmetic: {top3}"
+def step_self_times(prof):
+    """Self CPU time (us) per name in each profiled step: one {name: us} per step, a step starting at its forward label."""
+    events = [e for e in prof.events() if e.device_type == DeviceType.CPU]
+    starts = sorted(e.time_range.start for e in events if e.name == "forward")
+    steps = [defaultdict(float) for _ in starts]
+    for e in events:
+        k = bisect.bisect_right(starts, e.time_range.start) - 1
+        if k >= 0:
+            steps[k][e.name] += e.self_cpu_time_total
+    return steps
+
+
+steps = step_self_times(prof)
+step_top = [max(s, key=s.get) for s in steps]
+step_top3 = [sorted((n for n in s if not is_label(n)), key=s.get, reverse=True)[:3] for s in steps]
+print("largest self time, step by step:", ", ".join(step_top))
+most = PROFILE_STEPS // 2 + 1  # the claims must hold in most steps (3 of 4), not on average
+assert not cpu_run or sum(n.startswith("aten::") for n in step_top) >= most, \
+    f"the largest self time should be a PyTorch operator, not a label, in most steps: {step_top}"
+assert not cpu_run or sum(set(t) <= HEAVY for t in step_top3) >= most, \
+    f"the three largest operators by self time should be the layers' (or the loss's) arithmetic in most steps: {step_top3}"
 assert label_ms["backward"] > label_ms["optimizer"], "the backward pass should cost more than the SGD update"
 
 # %% [markdown]
@@ -679,8 +709,9 @@ assert data_share_before >= MIN_DATA_SHARE, (
 # care about, waits. The table also says where. The largest self time is
 # the `enumerate(DataLoader)` row itself: time inside the loader that no
 # operator accounts for, the Python of 64 separate `__getitem__` calls.
-# Apart from the model's own operators, the rest is spread over many small
-# operators, each called hundreds of times per step (`aten::copy_`,
+# Apart from the model's own operators and one `aten::bmm` per sample (the
+# aside below), the rest is spread over many small operators, each called
+# hundreds of times per step (`aten::copy_`,
 # `aten::view`, `aten::empty`, ...: the last column counts the calls of all
 # `BOTTLENECK_STEPS` steps).
 #
@@ -925,8 +956,9 @@ assert data_share_after < MAX_DATA_SHARE_AFTER, (
 # A profile shows where time goes, but the profiler adds its own overhead
 # to every operator. The verdict on a fix is a plain timing without the
 # profiler: `helpers.bench.measure` times one **whole epoch** per call (the
-# loader iterated to exhaustion, `TIMED_IMAGES` images), after a warm-up
-# call, in at least five timed blocks, and reports the median and the
+# loader iterated to exhaustion, `TIMED_IMAGES` images), after two warm-up
+# calls (the second, timed, sizes the blocks), in at least five timed
+# blocks, and reports the median and the
 # spread over the blocks. A whole epoch is the honest unit for a worker
 # loader: stopping after a few batches would leave batches the workers had
 # already started in flight, paid for but never used, and would hide the

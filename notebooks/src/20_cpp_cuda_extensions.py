@@ -460,8 +460,9 @@ else:
 #   thread, as in CI, it is not measured).
 # - **Where step 2's time goes.** The probe without `exp` shows `exp`'s
 #   share of the loop (the line "one thread: exp's share", from the
-#   interleaved rounds; the cell asserts at least `EXP_MIN_SHARE`; the probe
-#   rows of the first table point the same way on all threads, less steadily).
+#   interleaved rounds; the cell asserts at least `EXP_MIN_SHARE`; on all
+#   threads the probe rows of the first table are less steady and can even
+#   point the other way).
 #   The double sum is not the cost: summing in float changes the time by
 #   little (the line's "float sum instead of double"; the cell asserts under
 #   `FLOAT_SUM_MAX`). The double sum is therefore kept in
