@@ -608,7 +608,7 @@ def write_sources(src_dir: Path) -> list[str]:
     return list(table)
 
 
-def build(out_dir: Path | None = None, *, work_dir: Path | None = None, jobs: int = 2) -> float:
+def build(out_dir: Path | None = None, *, work_dir: Path | None = None, jobs: int = 1) -> float:
     """Build the site into ``out_dir`` (default ``build/site``); returns the seconds it took.
 
     The transformed sources go to ``<work_dir>/site_src`` and Sphinx's doctrees
@@ -637,7 +637,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m helpers.site [--out DIR] [-j N]``: build the site and print where it is."""
     parser = argparse.ArgumentParser(prog="python -m helpers.site", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="output folder (default build/site)")
-    parser.add_argument("-j", "--jobs", type=int, default=2, help="Sphinx processes (default 2: about 10 %% faster on 2 cores)")
+    parser.add_argument("-j", "--jobs", type=int, default=1,
+                        help="Sphinx processes (default 1: on 2 cores, 2 took the same 19-21 s and 10-20 %% more CPU)")
     args = parser.parse_args(argv)
     try:
         seconds = build(args.out, jobs=args.jobs)
