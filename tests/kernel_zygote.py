@@ -114,6 +114,11 @@ def serve(path: str) -> None:
             if sock is server:
                 conn, _ = server.accept()
                 line, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+                while not line.endswith(b"\n"):  # a long environment can arrive in pieces
+                    more = conn.recv(1 << 20)
+                    if not more:
+                        break
+                    line += more
                 request = json.loads(line.decode())
                 pid = os.fork()
                 if pid == 0:
