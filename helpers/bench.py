@@ -42,6 +42,7 @@ Example::
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -167,8 +168,10 @@ def measure(
     have = sum(len(m.raw_times) for m in parts)
     budget = 0.0 if parts else min_run_time  # blocked_autorange has already spent min_run_time
     raw: list[float] = []
-    while have + len(raw) < min_blocks or sum(raw) < budget:
+    spent = 0.0
+    while have + len(raw) < min_blocks or spent < budget:
         raw.append(_block_seconds(fn, number, threads))
+        spent += raw[-1]
     if raw:
         parts.append(benchmark.Measurement(number_per_run=number, raw_times=raw, task_spec=task))
     blocks = sum(len(m.raw_times) for m in parts)
@@ -185,9 +188,11 @@ def _sync() -> None:
 
 
 def _block_seconds(fn: Callable[[], object], number: int, threads: int) -> float:
-    """Seconds for ``number`` calls of ``fn`` in a row on ``threads`` CPU threads, synchronised at both ends."""
-    previous = torch.get_num_threads()
+    """Seconds for ``number`` calls of ``fn`` in a row on ``threads`` CPU threads, synchronised at both ends, with
+    the garbage collector off (as in ``timeit``)."""
+    previous, collecting = torch.get_num_threads(), gc.isenabled()
     torch.set_num_threads(threads)
+    gc.disable()  # as timeit (and so blocked_autorange) does while it times
     try:
         _sync()
         start = time.perf_counter()
@@ -196,6 +201,8 @@ def _block_seconds(fn: Callable[[], object], number: int, threads: int) -> float
         _sync()
         return time.perf_counter() - start
     finally:
+        if collecting:
+            gc.enable()
         torch.set_num_threads(previous)
 
 

@@ -293,8 +293,8 @@ _ = report.record("top operator by self CPU time", top.key)
 # a moment in which the machine ran another process inflates whatever was
 # running then, a label's Python as much as an operator. The claims about
 # the largest self times are therefore checked step by step, from
-# `prof.events()`, and must hold in most steps (three of four), not only in
-# the sums over all steps.
+# `prof.events()`, and must hold in all steps but one (three of four), not
+# only in the sums over all steps.
 
 # %%
 for name in ("forward", "backward", "optimizer"):
@@ -329,11 +329,11 @@ steps = step_self_times(prof)
 step_top = [max(s, key=s.get) for s in steps]
 step_top3 = [sorted((n for n in s if not is_label(n)), key=s.get, reverse=True)[:3] for s in steps]
 print("largest self time, step by step:", ", ".join(step_top))
-most = PROFILE_STEPS // 2 + 1  # the claims must hold in most steps (3 of 4), not on average
+most = PROFILE_STEPS - max(1, PROFILE_STEPS // 4)  # all steps but one (3 of 4), not on average
 assert not cpu_run or sum(n.startswith("aten::") for n in step_top) >= most, \
-    f"the largest self time should be a PyTorch operator, not a label, in most steps: {step_top}"
+    f"the largest self time should be a PyTorch operator, not a label, in all steps but one: {step_top}"
 assert not cpu_run or sum(set(t) <= HEAVY for t in step_top3) >= most, \
-    f"the three largest operators by self time should be the layers' (or the loss's) arithmetic in most steps: {step_top3}"
+    f"the three largest operators by self time should be the layers' (or the loss's) arithmetic in all steps but one: {step_top3}"
 assert label_ms["backward"] > label_ms["optimizer"], "the backward pass should cost more than the SGD update"
 
 # %% [markdown]
