@@ -108,15 +108,6 @@ def serve(path: str) -> None:
     if not ready:
         return
     children: dict[int, socket.socket] = {}  # pid -> the connection that asked for it
-    try:
-        _loop(server, parent, children)
-    finally:  # the worker is gone, or the zygote failed: so are its kernels
-        for pid in children:
-            _kill(pid)
-
-
-def _loop(server: socket.socket, parent: int, children: dict[int, socket.socket]) -> None:
-    """Fork a kernel per request and report each one's exit, until the parent worker exits."""
     while os.getppid() == parent:
         readable, _, _ = select.select([server, *children.values()], [], [], 0.05)
         for sock in readable:
@@ -152,6 +143,8 @@ def _loop(server: socket.socket, parent: int, children: dict[int, socket.socket]
                 except OSError:
                     pass
                 conn.close()
+    for pid in children:  # the worker is gone: so are its kernels
+        _kill(pid)
 
 
 def _kill(pid: int) -> None:
@@ -175,9 +168,6 @@ class ForkedKernel:
 
     def _read(self, timeout: float | None) -> None:
         while self.returncode is None:
-            if b"\n" in self._buffer:
-                self.returncode = int(json.loads(self._buffer.split(b"\n", 1)[0])["exit"])
-                break
             ready, _, _ = select.select([self._conn], [], [], timeout)
             if not ready:
                 return
@@ -235,16 +225,13 @@ class Zygote:
         with open(os.devnull, "rb") as devnull:
             fds = [_fileno(stdin, devnull), _fileno(stdout, sys.__stdout__), _fileno(stderr, sys.__stderr__)]
             socket.send_fds(conn, [(json.dumps({"argv": argv, "env": env, "cwd": cwd}) + "\n").encode()], fds)
-        data = b""
-        while b"\n" not in data:
+        line = b""
+        while not line.endswith(b"\n"):
             chunk = conn.recv(4096)
             if not chunk:
                 raise RuntimeError("the kernel zygote closed the connection before it forked")
-            data += chunk
-        line, rest = data.split(b"\n", 1)  # a kernel that died at once: its exit line may have come too
-        kernel = ForkedKernel(conn, int(json.loads(line)["pid"]), argv)
-        kernel._buffer = rest
-        return kernel
+            line += chunk
+        return ForkedKernel(conn, int(json.loads(line)["pid"]), argv)
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -306,9 +293,7 @@ def install() -> None:
                 atexit.register(_zygote.close)
             if not _zygote.ready:
                 raise RuntimeError("the zygote has more than one thread after its imports")
-            # The kernel's real parent is the zygote: with its pid here, ipykernel's parent poller ends the
-            # kernel as soon as the zygote is gone (a normal launch passes the launcher's own pid).
-            kernel_env = {**(kwargs.get("env") or os.environ), "JPY_PARENT_PID": str(_zygote.process.pid)}
+            kernel_env = {**(kwargs.get("env") or os.environ), "JPY_PARENT_PID": str(os.getpid())}  # as launch_kernel sets it
             process = _zygote.launch(argv, env=kernel_env, cwd=str(kwargs.get("cwd") or os.getcwd()),
                                      stdin=kwargs.get("stdin"), stdout=kwargs.get("stdout"), stderr=kwargs.get("stderr"))
         except (OSError, RuntimeError, ValueError) as error:
