@@ -37,14 +37,20 @@ def test_measure_warms_up_and_repeats():
     assert t.label == "noop" and t.median_s > 0 and t.iqr_s >= 0
 
 
-def test_a_slow_call_still_gets_min_blocks_samples():
-    # 20 ms calls against a 50 ms budget: about 3 blocks would fit; min_blocks asks for 5.
+def _counted_sleep(seconds: float):
+    """(a list that grows by one per call, a function that sleeps ``seconds``)."""
     calls = []
 
-    def slow():
+    def sleep():
         calls.append(1)
-        time.sleep(0.02)
+        time.sleep(seconds)
 
+    return calls, sleep
+
+
+def test_a_slow_call_still_gets_min_blocks_samples():
+    # 20 ms calls against a 50 ms budget: about 3 blocks would fit; min_blocks asks for 5.
+    calls, slow = _counted_sleep(0.02)
     t = measure(slow, min_run_time=0.05)
     assert t.blocks >= MIN_BLOCKS == 5, f"the median rests on {t.blocks} blocks"
     assert t.calls >= t.blocks and len(calls) > t.calls  # warm-up calls are not counted
@@ -56,12 +62,7 @@ def test_a_slow_call_still_gets_min_blocks_samples():
 
 def test_a_few_millisecond_call_costs_about_min_run_time_not_several_times_it():
     # blocked_autorange alone picked 100-call blocks for a 2 ms call and took 0.76-0.86 s for 0.25 s.
-    calls = []
-
-    def call():
-        calls.append(1)
-        time.sleep(0.002)
-
+    calls, call = _counted_sleep(0.002)
     t = measure(call, min_run_time=0.25)
     assert len(calls) == t.calls + 2, "two warm-up calls (one of them sizes the blocks), then the timed ones"
     assert MIN_BLOCKS <= t.blocks <= 3 * TARGET_BLOCKS, f"about TARGET_BLOCKS blocks expected, got {t.blocks}"
