@@ -38,11 +38,9 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.tensor import DTensor
-from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from helpers.distributed.common import process_group, run_main, write_json
-from helpers.distributed.pipeline_check import compare_schedules
 
 
 class TPBlock(nn.Module):
@@ -88,6 +86,10 @@ MLP_PLAN = {"0": ColwiseParallel(), "2": RowwiseParallel()}
 
 def compare(reference: nn.Module, plan: dict, mesh, x: torch.Tensor) -> dict:
     """Parallelise a copy of ``reference`` with ``plan``; compare outputs and gradients with it."""
+    # Imported here, not at the top, like compare_schedules below: they pull in Dynamo and Inductor (about
+    # 1.5 s per process), which mesh_2d's four ranks, importing this module only for TPBlock and BLOCK_PLAN, skip.
+    from torch.distributed.tensor.debug import CommDebugMode
+
     parallel = parallelize_module(copy.deepcopy(reference), mesh, plan)
     with CommDebugMode() as comm:
         out = parallel(x)
@@ -141,6 +143,9 @@ def main() -> None:
         if rank == 0:
             write_json(Path(args.out) / "tp.json", results)
         if args.pipeline:
+            # Imported here because mesh_2d imports this module (see compare above).
+            from helpers.distributed.pipeline_check import compare_schedules
+
             pipeline = compare_schedules(ctx.device, microbatches=args.microbatches, seed=args.seed)
             for name, r in pipeline.items():
                 print(f"pipeline {name}: max |output diff| {r['output_diff']:.1e}, max |grad diff| {r['grad_diff']:.1e}")
