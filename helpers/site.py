@@ -479,6 +479,9 @@ def site_notebook(stem: str, nb: dict, title: str, stamp: RunStamp, solutions: d
             exercise without a reference solution, or a figure gets no alt text.
     """
     nb = json.loads(json.dumps(nb))
+    # The chapters are plain Python (no %magics or !commands; tests/test_site.py checks), which Pygments'
+    # Python lexer colours exactly as the IPython lexer does, in half the time (3 s of a 22 s build).
+    nb.setdefault("metadata", {}).setdefault("language_info", {})["pygments_lexer"] = "python3"
     cells = nb["cells"]
     head = cell_source(cells[0]) if cells else ""
     if not head.startswith("# "):

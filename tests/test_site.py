@@ -275,3 +275,16 @@ def test_the_site_shows_code_without_test_and_lint_directives():
         code = [site.cell_source(c) for c in nb["cells"] if c["cell_type"] == "code"]
         assert not any(c.startswith("# NBVAL_CHECK_OUTPUT") for c in code), stem
         assert not any(re.search(r"#\s*noqa\b", c) for c in code), stem
+
+
+def test_the_site_colours_code_as_plain_python(sources):
+    """helpers.site asks Pygments for its Python lexer; an IPython %magic or !command would need the IPython one."""
+    folder, stems = sources
+    for stem in stems:
+        nb = json.loads((folder / f"{stem}.ipynb").read_text(encoding="utf-8"))
+        assert nb["metadata"]["language_info"]["pygments_lexer"] == "python3", stem
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "code":
+                lines = [line.lstrip() for line in site.cell_source(cell).splitlines()]
+                ipython = [line for line in lines if line.startswith(("%", "!"))]
+                assert not ipython, f"{stem}: IPython syntax {ipython}; give site_notebook the ipython3 lexer back"
