@@ -130,7 +130,9 @@ def measure(
         min_blocks: the fewest timed blocks (samples of the median). When
             ``min_run_time`` ran out first, more blocks are timed until there
             are this many, so a slow ``fn`` costs at least ``min_blocks``
-            calls plus two warm-up calls. At least :data:`MIN_BLOCKS`.
+            calls plus two warm-up calls (plus one block, if the timed warm-up
+            call was over 4x slower than the first block's calls and the blocks
+            are sized again). At least :data:`MIN_BLOCKS`.
 
     Returns:
         A :class:`Timing` (seconds per call).
@@ -172,6 +174,11 @@ def measure(
     while have + len(raw) < min_blocks or spent < budget:
         raw.append(_block_seconds(fn, number, threads))
         spent += raw[-1]
+        if not parts and len(raw) == 1 and raw[0] < number * estimate / 4:
+            # The sizing call was over 4x slower than the calls of this first block: the OS had preempted it,
+            # say. Size the blocks again from this block, and count it as warm-up.
+            estimate, number = raw[0] / number, max(1, int(min_run_time / TARGET_BLOCKS / (raw[0] / number)))
+            raw, spent = [], 0.0
     if raw:
         parts.append(benchmark.Measurement(number_per_run=number, raw_times=raw, task_spec=task))
     blocks = sum(len(m.raw_times) for m in parts)

@@ -70,6 +70,21 @@ def test_a_few_millisecond_call_costs_about_min_run_time_not_several_times_it():
     assert 0.2 <= t.calls * t.median_s and t.calls * 0.002 < 0.45, f"{t.calls} calls of 2 ms for a 0.25 s budget"
 
 
+def test_one_preempted_sizing_call_does_not_shrink_the_blocks():
+    # The timed warm-up call (the second call) is 50x slow, as if the OS had preempted it: the first block (one
+    # call) shows the 1 ms the call really takes, and the blocks are sized again, about 25 calls each for 0.25 s.
+    calls = []
+
+    def call():
+        calls.append(1)
+        time.sleep(0.05 if len(calls) == 2 else 0.001)
+
+    t = measure(call, min_run_time=0.25)
+    assert t.calls >= 10 * t.blocks, f"{t.calls} calls in {t.blocks} blocks: sized by the preempted call"
+    assert len(calls) == t.calls + 3, "two warm-up calls and the one-call block that resized the blocks"
+    assert t.calls * 0.001 < 0.45, f"{t.calls} calls of 1 ms for a 0.25 s budget"
+
+
 def test_a_fast_call_uses_blocked_autorange_and_keeps_min_blocks():
     t = measure(lambda: torch.zeros(()), min_run_time=0.05)
     assert t.blocks >= MIN_BLOCKS and t.calls > 10 * t.blocks, f"{t.calls} calls in {t.blocks} blocks"
