@@ -327,6 +327,27 @@ def test_normalization_constants_per_image_std_fails():
     assert_rejected("05.normalization_constants", per_image, "per-image")
 
 
+def test_normalization_constants_of_the_ink_only_fails():
+    def ink_only(images):  # nearly right on noise images without background; far off on MNIST (81 % black)
+        pixels = images.float() / 255
+        pixels = pixels[pixels > 0]
+        return pixels.mean().item(), pixels.std().item()
+
+    assert_rejected("05.normalization_constants", ink_only, "non-zero pixels", "background")
+
+
+def test_normalization_constants_for_one_fixed_input_fails():
+    first = {}
+
+    def memorised(images):  # right for the first input it sees, then repeats that answer
+        if not first:
+            pixels = images.double() / 255
+            first["answer"] = (pixels.mean().item(), pixels.std().item())
+        return first["answer"]
+
+    assert_rejected("05.normalization_constants", memorised, "20x20")
+
+
 def test_normalization_constants_uint8_mean_crashes_and_fails():
     def no_float(images):
         return images.mean().item() / 255, 0.3  # uint8 mean raises in torch

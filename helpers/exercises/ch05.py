@@ -33,6 +33,20 @@ def _normalization_constants(images: torch.Tensor) -> tuple[float, float]:
     return pixels.mean().item(), pixels.std().item()
 
 
+def _bordered_images(n: int, size: int, border: int, seed: int) -> torch.Tensor:
+    """uint8 [n, size, size] test images: a black frame ``border`` pixels wide (as MNIST's digits have) around a
+    centre of per-image brightness plus noise, so the spread *between* images matters and many pixels are 0."""
+    g = torch.Generator().manual_seed(seed)
+    brightness = torch.randint(0, 160, (n, 1, 1), generator=g)
+    noise = torch.randint(0, 96, (n, size, size), generator=g)
+    images = (brightness + noise).to(torch.uint8)
+    images[:, :border] = 0
+    images[:, -border:] = 0
+    images[:, :, :border] = 0
+    images[:, :, -border:] = 0
+    return images
+
+
 @exercise(
     "05.normalization_constants",
     "return (mean, std) of all pixels of a uint8 tensor [N, 28, 28], after scaling the pixels "
@@ -45,12 +59,13 @@ def _normalization_constants(images: torch.Tensor) -> tuple[float, float]:
          "Python floats.",
 )
 def _test_normalization_constants(candidate) -> None:
-    g = torch.Generator().manual_seed(5)
-    # Images of different brightness: the spread *between* images matters, so the
-    # average of per-image standard deviations is clearly smaller than the pooled one.
-    brightness = torch.randint(0, 160, (64, 1, 1), generator=g)
-    noise = torch.randint(0, 96, (64, 28, 28), generator=g)
-    images = (brightness + noise).to(torch.uint8)
+    # Two inputs of different count and size; in both the average of per-image standard deviations is
+    # clearly smaller than the pooled one, and statistics of the non-black pixels alone are far off.
+    for images in (_bordered_images(64, 28, 4, seed=5), _bordered_images(23, 20, 3, seed=6)):
+        _check_constants(candidate, images)
+
+
+def _check_constants(candidate, images: torch.Tensor) -> None:
     pixels = images.double() / 255
     want_mean, want_std = pixels.mean().item(), pixels.std().item()
     result = candidate(images.clone())
@@ -64,12 +79,19 @@ def _test_normalization_constants(candidate) -> None:
     # The task says "as Python floats": a 0-dim tensor is not one (NumPy's float64 is a float subclass).
     expect_type(mean, float, "the mean you returned")
     expect_type(std, float, "the std you returned")
+    shape = "x".join(map(str, images.shape))
     if abs(mean - 255 * want_mean) < 1e-2 * 255:
         raise AssertionError(
             f"your mean {mean:.2f} is on the 0-255 scale; divide the pixels by 255 first (as ToDtype(scale=True) does)"
         )
+    ink = pixels[pixels > 0]
+    if abs(mean - ink.mean().item()) < 1e-3:
+        raise AssertionError(
+            f"your mean {mean:.4f} is that of the non-zero pixels only; the black background counts too "
+            f"(the mean of all pixels of these {shape} images is {want_mean:.4f})"
+        )
     assert abs(mean - want_mean) < 1e-4, (
-        f"the mean of all pixels in [0, 1] is {want_mean:.4f}, you returned {mean:.4f}"
+        f"the mean of all pixels in [0, 1] of these {shape} images is {want_mean:.4f}, you returned {mean:.4f}"
     )
     per_image_std = pixels.flatten(1).std(dim=1).mean().item()
     if abs(std - per_image_std) < 1e-3:
@@ -78,7 +100,7 @@ def _test_normalization_constants(candidate) -> None:
             f"take one std over all pixels of all images (it is {want_std:.4f} here)"
         )
     assert abs(std - want_std) < 1e-4, (
-        f"the std of all pixels in [0, 1] is {want_std:.4f}, you returned {std:.4f}"
+        f"the std of all pixels in [0, 1] of these {shape} images is {want_std:.4f}, you returned {std:.4f}"
     )
 
 
@@ -475,7 +497,7 @@ def _evaluate_accuracy(model: nn.Module, loader) -> float:
     reference=_evaluate_accuracy,
     shortcuts=("helpers.training.evaluate", "helpers.training.predict", "helpers.training.fit"),
     goal="the evaluation loop",
-    hint="Evaluation differs from training in the two ways the Evaluation section shows: the model goes "
+    hint="Evaluation differs from training in the two ways the Training section and pitfall 1 show: the model goes "
          "into evaluation mode (Dropout off, BatchNorm on its running statistics) and autograd stops "
          "recording. Take one predicted class per sample (an argmax over the class dimension), add up "
          "correct predictions and samples over all batches, and divide only at the end, so that the "

@@ -22,7 +22,7 @@
 # reaches about 98 % test accuracy (the checks require 97.5 %) after three
 # passes over the training set. Training takes well under a minute on two
 # quiet CPU cores (the run below prints its time and checks it against
-# `TRAIN_BUDGET_S`, 90 s); the whole notebook is meant to run within
+# `TRAIN_BUDGET_S`, 60 s); the whole notebook is meant to run within
 # `TIME_BUDGET_S` (three minutes), and checks that budget at the end.
 #
 # **What you will learn**
@@ -55,12 +55,15 @@ TIMING_BATCHES = 100  # batches timed when comparing the two data pipelines
 RACE_STEPS = 100  # training steps of each model in the softmax pitfall's race
 RACE_SEEDS = 3  # the race is run with seeds SEED, SEED + 1, ...
 SHIFT_PIXELS = 2  # how far the shifted test digits are moved to the right
-SHIFT_DROP = 0.05  # the accuracy the MLP must lose on the shifted digits, at least
+SHIFT_DROP = 0.10  # the accuracy the MLP must lose on the shifted digits (those the crop leaves whole), at least
 MIN_LOADING_SPEEDUP = 5.0  # converting once must make data loading at least this many times faster
+MAX_FLOOR_GAP = 0.1  # the trained model's wrong (probabilities) loss must lie this close above its floor
+MAX_DROPOUT_HANDICAP = 0.01  # dropout left on may cost the final model at most this much test accuracy ("a fraction of a point")
+MIN_EPOCH1_GAP = 0.02  # test minus training accuracy after epoch 1, at least ("several points")
 SQUASH_LIMIT_TOL = 0.01  # the correct digits' median squash must lie this close to its limit 10 / (e + 9)
 SQUASH_CONTRAST = 4.0  # after the race, misclassified digits' gradients must be squashed this many times more than correct ones'
-TRAIN_BUDGET_S = 90  # training (EPOCHS epochs) must finish within this many seconds (the syllabus's ~60 s, with a 50 % margin for a busy machine)
-TIME_BUDGET_S = 180  # the whole notebook must run within this many seconds (about 4x a quiet 2-core run)
+TRAIN_BUDGET_S = 60  # training (EPOCHS epochs) must finish within this many seconds (the syllabus's "under about 60 s"; a quiet 2-core run takes about 14)
+TIME_BUDGET_S = 180  # the whole notebook must run within this many seconds (about 6x a quiet 2-core run)
 SEED = 0
 
 # %% [markdown]
@@ -156,13 +159,15 @@ pixels = train_raw.data.float() / 255  # [60000, 28, 28], values in [0, 1]
 MEAN = pixels.mean().item()
 STD = pixels.std().item()
 print(f"{pixels.numel():,} pixels: mean {MEAN:.4f}, std {STD:.4f}")
-print(f"{(pixels == 0).float().mean().item():.0%} of the pixels are exactly 0 (black background)")
+background = (pixels == 0).float().mean().item()
+print(f"{background:.0%} of the pixels are exactly 0 (black background)")
 
 # %% [markdown]
 # So most of each image is black background, which is why the mean is as low
 # as 0.13. The derived values round to the quoted ones:
 
 # %%
+assert background > 0.5, f"only {background:.0%} of the pixels are black: not 'most of each image'"
 assert round(MEAN, 4) == 0.1307, f"mean {MEAN:.5f} does not round to 0.1307"
 assert round(STD, 4) == 0.3081, f"std {STD:.5f} does not round to 0.3081"
 
@@ -176,8 +181,9 @@ assert round(STD, 4) == 0.3081, f"std {STD:.5f} does not round to 0.3081"
 # pixels) all up together or all down together, and weights that need to
 # move in different directions get there by zig-zagging over many samples. Centred inputs have both signs,
 # which removes that restriction. One image through a fresh MLP illustrates
-# the sign rule. The counts follow from the arithmetic above, so the cell
-# checks nothing; and this chapter does not measure whether centring speeds
+# the sign rule. The raw-pixel count follows from the arithmetic above (it
+# must be 0); that centring gives *every* active neuron both signs does not,
+# and the cell checks it. This chapter does not measure whether centring speeds
 # up the training of this particular model (it trains with Adam, which
 # adapts each weight's step on its own):
 
@@ -198,6 +204,8 @@ raw_mixed, raw_active = rows_with_both_signs(pixels[:1])
 centred_mixed, centred_active = rows_with_both_signs((pixels[:1] - MEAN) / STD)
 print(f"raw pixels in [0, 1]: {raw_mixed} of {raw_active} neurons get weight gradients of both signs")
 print(f"normalised pixels:    {centred_mixed} of {centred_active} neurons get weight gradients of both signs")
+assert raw_mixed == 0 < raw_active, "with inputs >= 0, no neuron's weight gradients can have both signs"
+assert centred_mixed == centred_active > 0, "after centring, every active neuron should get gradients of both signs"
 
 # %% [markdown]
 # ## The transforms pipeline
@@ -269,7 +277,7 @@ assert len(caught_v2) == 1 and "deprecated" in str(caught_v2[0].message), "v2.To
 # lot of Python work per image, and it is repeated every epoch for the same
 # 60,000 images.
 #
-# MNIST has no random augmentation, so every epoch produces the same tensors.
+# This pipeline has no random augmentation, so every epoch produces the same tensors.
 # We can do the work once, on the whole uint8 tensor at once:
 # `data.float() / 255`, normalise, add the channel dimension, and wrap the
 # result in a `TensorDataset`, whose `dataset[i]` is just an index into two
@@ -363,7 +371,7 @@ print(f"training on {len(train_set):,} images: {len(train_loader)} batches of up
 # numbers (it keeps the batch dimension). Then come two hidden layers, each
 # a `Linear`, a `ReLU` non-linearity (without it, stacked linear layers would
 # collapse into one linear map), and `Dropout`, which during training zeroes
-# a random 20 % of the activations so that the network cannot lean on any
+# each activation with probability 0.2 (`DROPOUT`) so that the network cannot lean on any
 # single one (chapter 12 looks closer). The last `Linear` outputs 10
 # numbers per image, one score per digit, called **logits**: unnormalised
 # log-probabilities. There is no softmax at the end, because the loss
@@ -432,9 +440,9 @@ print(inspect.getsource(train_one_epoch))
 #   classification: it turns the 10 logits into probabilities with a
 #   softmax and takes -log of the probability given to the correct class;
 # - the optimiser is **Adam** instead of plain SGD. Adam adapts a step size
-#   for each parameter from running averages of its gradients, and works
-#   well with its usual learning rate of 1e-3 without tuning. Chapter 10
-#   compares optimisers;
+#   for each parameter from running averages of its gradients; 1e-3 is its
+#   common default learning rate, and it works here without tuning (the
+#   accuracy check below). Chapter 10 compares optimisers;
 # - the learning rate is not constant: a **cosine schedule**
 #   (`CosineAnnealingLR`) lowers it from `LR` towards 0 along half a cosine
 #   over the `EPOCHS` epochs. The idea: big steps early make fast progress;
@@ -474,7 +482,7 @@ plt.show()
 # it is not measured on the epoch-1 model itself). The training accuracy is also
 # measured with dropout switched on, which handicaps the model, but only a
 # little: pitfall 1 measures the handicap on the final model, a fraction of
-# a point against this gap of several points.
+# a point against this gap of several points (checked there).
 
 # %%
 print(f"epoch 1: train accuracy {history.train_acc[0]:.2%}, test accuracy {history.val_acc[0]:.2%}")
@@ -503,6 +511,14 @@ share = len(train_set) / len(train_full)
 print(f"one training epoch: {train_epoch_seconds:.1f} s; loading its {len(train_set):,} images with per-sample "
       f"transforms: {epoch_seconds['per-sample transforms'] * share:.1f} s, "
       f"from the converted tensor: {epoch_seconds['one tensor, converted once'] * share:.1f} s")
+assert epoch_seconds["per-sample transforms"] * share > train_epoch_seconds, (
+    "loading with per-sample transforms should take longer than the whole training epoch")
+
+# %% [markdown]
+# With per-sample transforms, loading the images alone would take longer
+# than the training epoch that uses them (checked; over four times as long
+# in the run stored here), so that pipeline would have made training several
+# times slower. The tensor converted once costs a small fraction of it.
 
 # %%
 assert test_acc >= TARGET_ACCURACY, (
@@ -532,10 +548,21 @@ plot_confusion_matrix(cm, class_names=[str(d) for d in range(10)], title="MNIST 
 plt.show()
 per_class = cm.diagonal() / cm.sum(dim=1)
 print("accuracy per true class:", {d: f"{a:.1%}" for d, a in enumerate(per_class.tolist())})
+off_diagonal = cm - torch.diag(cm.diagonal())
+true_class, predicted = divmod(off_diagonal.argmax().item(), 10)
+worst = per_class.argsort()[:2].tolist()
+print(f"weakest classes: {worst[0]} ({per_class[worst[0]]:.1%}) and {worst[1]} ({per_class[worst[1]]:.1%}); "
+      f"the most frequent mistake: {true_class} read as {predicted}, {off_diagonal.max().item()} times")
 
 # %%
-assert cm.sum().item() == len(test_set), "every test image is counted once"
 assert abs(cm.diagonal().sum().item() / len(test_set) - test_acc) < 1e-9, "the diagonal holds the correct predictions"
+assert per_class.min() < test_acc < per_class.max(), "some classes should be harder than others"
+
+# %% [markdown]
+# The classes are not equally hard: the weakest two, printed above, make
+# more mistakes than the average (checked), and the most frequent single
+# mistake is printed beside them. Exercise 2 lists the largest off-diagonal
+# cells in order.
 
 # %% [markdown]
 # ### The digits it gets wrong
@@ -581,18 +608,26 @@ image_grid(torch.cat([test_x[:8], shifted_x[:8]]),
 plt.show()
 
 # %%
-shifted_set = TensorDataset(shifted_x, test_set.tensors[1])
-_, shifted_acc = evaluate(model, DataLoader(shifted_set, batch_size=1000), device=device)
-print(f"test accuracy {test_acc:.2%}; on the same digits moved {SHIFT_PIXELS} pixels right: {shifted_acc:.2%}")
-assert shifted_acc < test_acc - SHIFT_DROP, (
+whole = ~(test_raw.data[..., -SHIFT_PIXELS:] > 0).any(dim=(1, 2))  # digits that lose no ink to the crop
+labels = test_set.tensors[1]
+_, whole_acc = evaluate(model, DataLoader(TensorDataset(test_x[whole], labels[whole]), batch_size=1000), device=device)
+_, shifted_acc = evaluate(model, DataLoader(TensorDataset(shifted_x[whole], labels[whole]), batch_size=1000),
+                          device=device)
+print(f"the {whole.sum().item():,} digits that keep all their ink: test accuracy {whole_acc:.2%}, "
+      f"moved {SHIFT_PIXELS} pixels right {shifted_acc:.2%} (a drop of {100 * (whole_acc - shifted_acc):.1f} points, "
+      f"{(whole_acc - shifted_acc) / (1 - whole_acc):.0f} times the error rate on the unmoved digits)")
+assert shifted_acc < whole_acc - SHIFT_DROP, (
     f"moving the digits by {SHIFT_PIXELS} pixels should cost the MLP more than {SHIFT_DROP:.0%} accuracy"
 )
 
 # %% [markdown]
-# The digits are as readable as before, yet the MLP's accuracy drops by
-# several points (printed above; the check asks for more than 5), several
-# times its error rate on the unmoved digits. Convolutional networks (chapter 07) build the knowledge that
-# neighbouring pixels belong together, wherever they are, into the model.
+# The accuracy above is measured only on the digits whose strokes all
+# survive the move, so nothing was cut off, yet the MLP loses more than ten
+# points (the check asks for more than `SHIFT_DROP`, 10 points), many times
+# its error rate on the unmoved digits. Convolutional networks (chapter 07)
+# build the knowledge that neighbouring pixels belong together, wherever
+# they are, into the model; this chapter does not test whether that makes
+# them survive this shift.
 #
 # ## Pitfalls
 #
@@ -638,9 +673,10 @@ dropout_handicap = acc_eval - (acc_train_a + acc_train_b) / 2
 epoch1_gap = history.val_acc[0] - history.train_acc[0]
 print(f"dropout's handicap: {100 * dropout_handicap:.2f} points; the gap between test and training accuracy "
       f"after epoch 1: {100 * epoch1_gap:.2f} points")
-assert dropout_handicap < epoch1_gap / 2, (
-    "dropout's handicap should explain less than half of the epoch-1 gap; the rest is the running average"
+assert dropout_handicap < MAX_DROPOUT_HANDICAP and epoch1_gap > MIN_EPOCH1_GAP, (
+    f"expected a handicap under {MAX_DROPOUT_HANDICAP:.0%} and an epoch-1 gap over {MIN_EPOCH1_GAP:.0%}"
 )
+assert dropout_handicap < epoch1_gap / 2, "dropout's handicap should be less than half of the epoch-1 gap"
 
 # %% [markdown]
 # **Fix:** call `model.eval()` before evaluating and `model.train()` before
@@ -702,19 +738,27 @@ floor = math.log(math.e + 9) - 1  # -log(e / (e + 9))
 print(f"cross-entropy of logits (correct):       {loss_logits.item():.4f}")
 print(f"cross-entropy of probabilities (wrong):  {loss_probs.item():.4f}")
 print(f"lowest value the wrong loss can reach:   {floor:.4f}")
-assert loss_probs > floor > loss_logits, "the probability version should be stuck above its floor"
+assert floor > loss_logits, "the trained model's real loss should lie below the wrong loss's floor"
+assert loss_probs - floor < MAX_FLOOR_GAP, "a confident model's wrong loss should sit just above its floor"
 
 # %% [markdown]
+# (The wrong loss cannot fall below that floor, by the arithmetic that
+# follows; what the cell checks is that the trained model sits just above
+# it, because it is confident, and that its real loss is far below it.)
 # Probabilities lie between 0 and 1, so after the second softmax even a
 # perfectly confident prediction, probabilities (1, 0, ..., 0), only gets
 # e / (e + 9) ≈ 23 % for the right class: the wrong loss can never fall
 # below −log(e / (e + 9)) ≈ 1.46, however good the model is.
 #
 # The gradients pass through the extra softmax too, and it squashes them.
-# The softmax's derivative ∂pᵢ/∂zⱼ = pᵢ(δᵢⱼ − pⱼ) is small wherever the
-# probabilities are: at the start of training they are all about 0.1, so
-# the derivative is about 0.1 × 0.9 = 0.09. Here is the gradient of each
-# loss with respect to the logits of a fresh model, on one training batch:
+# The softmax's derivative is the matrix ∂pᵢ/∂zⱼ = pᵢ(δᵢⱼ − pⱼ), that is
+# diag(p) − p pᵀ. At the start of training the 10 probabilities are all
+# about 1/10, and there this matrix maps the gradient arriving from the
+# loss (a vector whose entries sum to 0, as every cross-entropy gradient
+# with respect to its input does) to exactly a tenth of itself. So the
+# gradient should reach the logits about ten times smaller. Here is the
+# gradient of each loss with respect to the logits of a fresh model, on one
+# training batch:
 
 # %%
 torch.manual_seed(SEED)
@@ -727,11 +771,11 @@ fresh_logits.requires_grad_(True)
 (grad_from_probs,) = torch.autograd.grad(F.cross_entropy(fresh_logits.softmax(dim=1), y_train), fresh_logits)
 squash = (grad_from_probs.norm() / grad_from_logits.norm()).item()
 per_sample = grad_from_probs.norm(dim=1) / grad_from_logits.norm(dim=1)  # row i: sample i's gradient
-q10, q90 = per_sample.quantile(torch.tensor([0.1, 0.9])).tolist()
+q10, q90 = per_sample.quantile(torch.tensor([0.1, 0.9], device=per_sample.device)).tolist()
 print(f"gradient norm at the logits: {grad_from_logits.norm():.4f} from logits, {grad_from_probs.norm():.4f} "
       f"from probabilities ({squash:.2f} times as large)")
 print(f"per sample, the squash factor lies between {q10:.3f} and {q90:.3f} (10th and 90th percentiles)")
-assert squash < 0.5, f"the extra softmax should shrink the gradient well below half, not to {squash:.2f} of it"
+assert abs(squash - 1 / 10) < 0.02, f"at uniform probabilities the squash should be about 1/10, not {squash:.3f}"
 assert q90 < 2 * q10, f"at the start the squash should be nearly the same for every sample, not {q10:.3f} to {q90:.3f}"
 
 # %% [markdown]
@@ -848,9 +892,9 @@ for seed in race_seeds:
 
 # %% [markdown]
 # On every seed the model trained on probabilities is behind after the same
-# number of steps: its loss is higher and its test accuracy lower. Is it
-# for the reason given above? For each model trained on probabilities, we
-# compare the squash factor (gradient at the logits with the extra softmax,
+# number of steps: its loss is higher and its test accuracy lower. Does
+# what we see agree with the reason given above? For each model trained on
+# probabilities, we compare the squash factor (gradient at the logits with the extra softmax,
 # over the gradient without it) on the first 1,000 test digits, for the
 # digits it gets wrong and the ones it gets right:
 
@@ -905,9 +949,11 @@ for seed, (on_wrong, on_right, _) in squashes.items():
 # more than those of the digits it already gets right. Adam rescales each
 # parameter's step by one number for the whole batch, so it cannot undo a
 # squash that differs from digit to digit: in the summed gradient, the
-# mistakes get far less say than they would with the loss on logits. (This
-# measures the squash at the end of the race; it does not trace how the
-# squash shaped each step of training.)
+# mistakes get far less say than they would with the loss on logits. That
+# is *consistent with* the lag, not a proof of its cause: the race measures
+# the squash only at its end, and does not rule out other effects (for
+# example, the squash also grows over training, from 0.1 towards 0.85, and
+# Adam's running averages adapt to such a change only gradually).
 # **Fix:** give the loss the raw logits. Apply `softmax` only when you want
 # to *show* probabilities, and take the `argmax` of the logits when you
 # want a prediction.
@@ -1014,8 +1060,10 @@ def evaluate_accuracy(model, loader):
 # %%
 result = check("05.evaluate_accuracy", evaluate_accuracy)
 if result.passed:
-    print(f"your evaluate_accuracy on the trained MLP: {evaluate_accuracy(copy.deepcopy(model).cpu(), test_loader):.2%} "
-          f"(helpers.training.evaluate: {test_acc:.2%})")
+    yours = evaluate_accuracy(copy.deepcopy(model).cpu(), test_loader)
+    print(f"your evaluate_accuracy on the trained MLP: {yours:.2%} (helpers.training.evaluate: {test_acc:.2%})")
+    # Exact on the CPU; on a GPU the trained model ran there, and a few logits may round differently.
+    assert abs(yours - test_acc) <= (0 if device.type == "cpu" else 1e-3), "your loop and evaluate() should agree"
 
 # %% [markdown]
 # ## Summary
@@ -1038,8 +1086,8 @@ if result.passed:
 #   and squashes the gradients. Adam undoes a squash that is the same for
 #   every sample, but this one is strongest on the misclassified digits, and
 #   in the race the model trained that way fell behind on every seed.
-# - An MLP treats pixels as unrelated inputs: the same digits moved two
-#   pixels cost it several points of accuracy.
+# - An MLP treats pixels as unrelated inputs: the same digits moved by
+#   `SHIFT_PIXELS` (2) pixels cost it more than ten points of accuracy.
 # - A confusion matrix and a look at the misclassified images say more than
 #   the accuracy alone.
 #
