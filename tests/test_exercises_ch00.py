@@ -628,3 +628,30 @@ def test_to_device_two_level_walk_handles_the_shallow_batches():
     for kind, top in _list_batches().items():  # depth 2 moved, depth 3 (inside the "tags" tuple) not
         moved = _two_level_walk(top, "meta")
         assert moved[1]["x"].device.type == "meta" and moved[1]["tags"][1].device.type == "cpu", kind
+
+
+@pytest.mark.parametrize("path", ["timm.utils", "timm.utils.random"])
+def test_seed_all_timm_random_seed_is_refused(path):
+    import importlib
+
+    random_seed = importlib.import_module(path).random_seed  # torch.manual_seed, np.random.seed, random.seed
+
+    def answer(seed):
+        random_seed(seed)
+
+    assert_rejected("00.seed_all", answer, "write the seeding yourself", "random_seed")
+
+
+def test_to_device_that_detaches_fails():
+    def detaching(batch, device):  # right containers and values, but cut out of the autograd graph
+        if isinstance(batch, torch.Tensor):
+            return batch.detach().to(device)
+        if isinstance(batch, dict):
+            return {k: detaching(v, device) for k, v in batch.items()}
+        if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+            return type(batch)(*(detaching(v, device) for v in batch))
+        if isinstance(batch, (list, tuple)):
+            return type(batch)(detaching(v, device) for v in batch)
+        return batch
+
+    assert_rejected("00.to_device", detaching, "requires_grad", "autograd graph")

@@ -82,6 +82,9 @@ _LIGHTNING_SEEDING = tuple(
                  "lightning_fabric.utilities.seed.seed_everything", "pytorch_lightning.seed_everything")
 )
 
+#: timm (installed with the course, for chapter 13's weights) seeds the same three generators.
+_TIMM_SEEDING = tuple(Shortcut(name, lazy=True) for name in ("timm.utils.random_seed", "timm.utils.random.random_seed"))
+
 
 @exercise(
     "00.seed_all",
@@ -90,7 +93,7 @@ _LIGHTNING_SEEDING = tuple(
     "exactly what a fresh generator seeded with seed gives, so the same seed gives the same numbers and "
     "different seeds different ones.",
     _seed_all_reference,
-    shortcuts=("helpers.device.seed_everything", *_LIGHTNING_SEEDING),
+    shortcuts=("helpers.device.seed_everything", *_LIGHTNING_SEEDING, *_TIMM_SEEDING),
     goal="the seeding",
     hint="Each library keeps a random generator of its own, with its own state, and seeding one leaves the "
          "others as they were: seed each of the three (torch's global generator, Python's random module, "
@@ -470,3 +473,14 @@ def _test_to_device(to_device: Callable) -> None:
     assert result is not None, "to_device returned None: return the moved batch."
     _compare(result, before, 'batch (to "cpu")', cpu)
     _unchanged(batch, before, "batch")
+
+    # A tensor in the middle of an autograd graph (a model's output, say) must stay in it: moving keeps
+    # requires_grad, while .detach() or .data cut the graph, and backward() would then never reach the model.
+    weight = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    moved = _moved(to_device, {"out": weight * 2, "id": 1}, "cpu")
+    if isinstance(moved, dict) and isinstance(moved.get("out"), torch.Tensor) and not moved["out"].requires_grad:
+        raise Hint(
+            "a tensor that requires grad came back with requires_grad=False: the move cut it out of the autograd graph.",
+            "Move each tensor with Tensor.to(device), which autograd records; .detach(), .data or a new tensor made "
+            "from its values lose the graph, and backward() would never reach the model.",
+        )
