@@ -4,7 +4,8 @@ Every notebook test starts a Jupyter kernel, and a fresh kernel spends 3-8 s
 of CPU on its imports before its first cell does anything: ``import torch``
 about 2 s on the 2-core CI machine, torchvision another 3-5 s (it imports
 ``torch._dynamo``, and with it sympy), matplotlib and ipykernel most of a
-second. The suite starts about 55 kernels. The zygote imports those modules
+second, Inductor's compiler (for the chapters that compile) another 1.6 s.
+The suite starts about 55 kernels. The zygote imports those modules
 once per pytest worker and then, for each kernel, forks: the child sets the
 environment, working directory and standard streams the kernel manager asked
 for, starts its own session (so signals to its process group reach it and its
