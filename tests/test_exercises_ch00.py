@@ -655,3 +655,12 @@ def test_to_device_that_detaches_fails():
         return batch
 
     assert_rejected("00.to_device", detaching, "requires_grad", "autograd graph")
+
+
+def test_to_device_through_lightnings_private_walk_is_refused():
+    from lightning_utilities.core.apply_func import _apply_to_collection_slow
+
+    def answer(batch, device):
+        return _apply_to_collection_slow(batch, torch.Tensor, lambda t: t.to(device))
+
+    assert_rejected("00.to_device", answer, "write the walk over nested containers yourself")

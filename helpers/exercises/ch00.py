@@ -398,7 +398,9 @@ _LIGHTNING_WALKS = tuple(
                  "lightning.fabric.utilities.move_data_to_device", "lightning.pytorch.utilities.move_data_to_device",
                  "lightning_fabric.utilities.apply_func.move_data_to_device",
                  "lightning_fabric.utilities.move_data_to_device", "pytorch_lightning.utilities.move_data_to_device",
-                 "lightning_utilities.apply_to_collection", "lightning_utilities.core.apply_func.apply_to_collection")
+                 "lightning_utilities.apply_to_collection", "lightning_utilities.core.apply_func.apply_to_collection",
+                 # the private function that does apply_to_collection's work
+                 "lightning_utilities.core.apply_func._apply_to_collection_slow")
 )
 
 

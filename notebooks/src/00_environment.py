@@ -134,7 +134,14 @@ if env_file.is_file():
     pip_part = next(dep["pip"] for dep in env_spec["dependencies"] if isinstance(dep, dict))
     print(f"environment.yml:  conda environment {env_spec['name']!r}, whose pip step installs {pip_part}")
 print(f"versions the helpers expect: {PINNED}")
-pins = {line.split("==")[0]: line.split("==")[1].split(";")[0].strip() for line in requirements if "==" in line}
+from packaging.requirements import Requirement
+
+pins = {}
+for line in requirements:
+    text = line.split("#", 1)[0].strip()
+    if text and not text.startswith("-"):
+        req = Requirement(text)
+        pins[req.name] = str(req.specifier).removeprefix("==")
 assert all(pins.get(name) == version for name, version in PINNED.items()), (
     f"requirements.txt pins {pins.get('torch')}/{pins.get('torchvision')}, the helpers expect {PINNED}")
 if env_file.is_file():
@@ -310,7 +317,7 @@ assert os.environ.get("COURSE_DEVICE") == device_before, "temporary_env did not 
 #   the tensor itself.) So you must keep the result: `x = x.to(device)`.
 # - `Module.to(...)` (a layer or a whole model) changes the module **in place** and returns
 #   the same module object, so `model.to(device)` on a line of its own is enough. A device
-#   moves every parameter and buffer; a dtype converts only the floating-point (and complex) ones. Chapter 03
+#   moves every parameter and buffer; a dtype converts only the floating-point ones. Chapter 03
 #   looks at parameters and buffers, and at what `Module.to` does to each, in depth.
 #
 # The cell checks both with a dtype change, which works on every machine.
@@ -364,6 +371,7 @@ elif built_for is not None:
     else:
         raise AssertionError(f"a tensor on {built_for} was made, yet current_accelerator(check_available=True) is None")
 else:
+    assert torch.version.cuda is None and torch.version.hip is None, "built for no accelerator, yet a CUDA/ROCm build"
     print("a CPU-only build: torch knows no accelerator here")
 
 # %% [markdown]
@@ -385,7 +393,8 @@ else:
 #   work: every core stays in the mask, but the process gets only `quota / period` CPUs' worth of time.
 #   The cgroup file system holds it: `/sys/fs/cgroup/cpu.max` reads `200000 100000` for two CPUs
 #   (`max 100000` means no limit) under cgroup v2, and `cpu.cfs_quota_us` / `cpu.cfs_period_us` hold
-#   the same two numbers under v1. torch's default does not look at it.
+#   the same two numbers under v1. torch's default is computed from the cores, not from the quota
+#   (this run cannot show it without a container; the made-up cgroup below shows the quota rule).
 #
 # `helpers.device.usable_cpus()` takes the affinity count, capped by the quota rounded up
 # (`helpers.device.cgroup_cpu_quota()` reads it); the doctor's `threads` line in section 5 warns
@@ -415,6 +424,8 @@ elif omp:
           "threads (its default takes MKL_NUM_THREADS), so the OMP_NUM_THREADS check is skipped")
 else:
     print("OMP_NUM_THREADS is not set here: torch chose its own default")
+worker_source = open(os.path.join(os.path.dirname(torch.__file__), "utils", "data", "_utils", "worker.py")).read()
+assert "torch.set_num_threads(1)" in worker_source, "torch's DataLoader worker no longer sets one thread"
 
 # %% [markdown]
 # To see the quota rule without a container, the cell below writes a made-up cgroup tree
@@ -1141,6 +1152,18 @@ for big_seed in (5, 5 + 2**32):
     draws.append(torch.rand(3))
 print(f"torch.rand(3) after manual_seed(5) and manual_seed(5 + 2**32): identical {torch.equal(*draws)}")
 assert torch.equal(*draws), "the CPU generator should keep only the lowest 32 bits of a seed"
+try:
+    np.random.seed(2**32)
+except ValueError:
+    print("np.random.seed(2**32) raises ValueError, as the text says")
+else:
+    raise AssertionError("NumPy's legacy seeding accepted a seed of 2**32")
+if torch.cuda.is_available():  # Philox keeps all 64 bits
+    cuda_draws = []
+    for big_seed in (5, 5 + 2**32):
+        torch.cuda.manual_seed(big_seed)
+        cuda_draws.append(torch.rand(3, device="cuda").cpu())
+    assert not torch.equal(*cuda_draws), "CUDA's generator should tell seeds 5 and 5 + 2**32 apart"
 
 
 # %%
