@@ -861,3 +861,35 @@ def test_frozen_parameters_are_not_told_an_optimizer_would_change_them():
     assert "would change" not in message, message
     # ... while a trainable Parameter still gets the optimizer explanation.
     assert "would change" in assert_rejected("03.standardize", StandardizeWithParameters).message
+
+
+def test_standardize_with_an_eps_is_accepted():
+    class WithEps(nn.Module):  # the task allows other buffers and constants, such as an eps
+        def __init__(self, mean, std):
+            super().__init__()
+            self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float32))
+            self.register_buffer("std", torch.as_tensor(std, dtype=torch.float32))
+
+        def forward(self, x):
+            return (x - self.mean) / (self.std + 1e-5)
+
+    result = check("03.standardize", WithEps, show=False)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize("cut", ["no_grad", "detach"])
+def test_build_mlp_whose_forward_cuts_the_graph_fails(cut):
+    reference = solution("03.build_mlp")
+
+    class Cut(nn.Module):
+        def __init__(self, sizes):
+            super().__init__()
+            self.inner = reference(sizes)
+
+        def forward(self, x):
+            if cut == "detach":
+                return self.inner(x).detach()
+            with torch.no_grad():
+                return self.inner(x)
+
+    assert_rejected("03.build_mlp", Cut, "got no gradient", "cannot be trained")

@@ -269,7 +269,8 @@ def check(name: str, candidate: Callable, *, show: bool = True) -> ExerciseResul
     try:
         pending = lazy_pending(ex.shortcuts)
         for _attempt in range(2):
-            with torch.random.fork_rng(devices=[]):
+            # The CUDA generators too where they exist: torch.manual_seed inside a checker reseeds them.
+            with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_available() else []):
                 with guard(ex.shortcuts, goal=ex.goal, checker_code=ex.is_checker_code,
                            learner_globals=_learner_namespaces(candidate),
                            learner_cells=getattr(candidate, "__closure__", None) or ()) as g:

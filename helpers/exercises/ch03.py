@@ -32,6 +32,11 @@ from torch import nn
 
 from . import Hint, exercise
 
+#: Relative tolerance of the Standardize checks: an eps of 1e-5 added to std (which the task allows) changes
+#: (x - mean) / std by up to 4e-5 relative at the checks' smallest std, 0.25; every wrong formula tested is
+#: off by far more.
+_EPS_RTOL = 1e-4
+
 __all__ = ["Standardize", "build_mlp", "count_parameters", "init_for_relu"]
 
 
@@ -379,6 +384,20 @@ def _check_build_mlp(candidate: Callable) -> None:
                 "Check that a ReLU (and nothing else) sits between consecutive Linear layers, in the "
                 "order of sizes.",
             )
+        # The model must also train: a forward under no_grad, or one that detaches, gives no gradients.
+        model.zero_grad(set_to_none=True)
+        trained = model(x)
+        if isinstance(trained, torch.Tensor) and trained.requires_grad:
+            trained.square().sum().backward()
+        stuck = [tuple(layer.weight.shape) for layer in linears
+                 if layer.weight.grad is None or not layer.weight.grad.abs().sum() > 0]
+        if stuck:
+            raise Hint(
+                f"after a backward() through build_mlp({sizes}), the Linear weights of shape {stuck} got no "
+                "gradient: forward cuts autograd's graph (torch.no_grad(), .detach() or .data), so the model "
+                "cannot be trained.",
+                "Let forward compute with the layers directly; no torch.no_grad() or .detach() inside it.",
+            )
         # Exactly: what enters each Linear after the first is ReLU of what the previous one gave.
         # (A leaky activation with a tiny slope, or a dropout, is close but not equal.)
         if len(calls) == len(pairs):
@@ -425,7 +444,7 @@ def _check_standardize(candidate: Callable) -> None:
         )
     out = _standardize_output(module, x, "for mean = [1, -2, 0.5] and std = [2, 0.5, 4]")
     want = (x - mean) / std
-    if out.shape != want.shape or not torch.allclose(out, want):
+    if out.shape != want.shape or not torch.allclose(out, want, rtol=_EPS_RTOL):
         raise Hint(
             f"for mean = [1, -2, 0.5] and std = [2, 0.5, 4], forward should return (x - mean) / std = "
             f"{want.tolist()}, got {out.tolist() if out.numel() < 20 else tuple(out.shape)}.",
@@ -489,7 +508,7 @@ def _check_standardize(candidate: Callable) -> None:
             "Register them as buffers with self.register_buffer, and do not reassign them afterwards.",
         )
     out64 = _standardize_output(module, x.double(), "after .to(torch.float64)")
-    if out64.dtype != torch.float64 or not torch.allclose(out64, want.double()):
+    if out64.dtype != torch.float64 or not torch.allclose(out64, want.double(), rtol=_EPS_RTOL):
         raise Hint(
             f"after .to(torch.float64) the module should compute in float64 with the same result; "
             f"got dtype {out64.dtype}.",
@@ -502,8 +521,8 @@ def _check_standardize(candidate: Callable) -> None:
     module.load_state_dict(candidate(new_mean.float(), new_std.float()).state_dict())
     followed = _standardize_output(module, x.double(), "after load_state_dict")
     want_new = (x.double() - new_mean) / new_std
-    if followed.shape != want_new.shape or not torch.allclose(followed, want_new):
-        still_old = followed.shape == want.shape and torch.allclose(followed, want.double())
+    if followed.shape != want_new.shape or not torch.allclose(followed, want_new, rtol=_EPS_RTOL):
+        still_old = followed.shape == want.shape and torch.allclose(followed, want.double(), rtol=_EPS_RTOL)
         raise Hint(
             "after load_state_dict with mean = [-3, 0.25, 10] and std = [0.5, 8, 1], forward should "
             f"return {want_new.tolist()}, got {followed.tolist()}"
@@ -523,7 +542,7 @@ def _check_standardize(candidate: Callable) -> None:
     module.load_state_dict(state)
     followed = _standardize_output(module, x.double(), "after load_state_dict of new mean and std")
     want_third = (x.double() - third_mean) / third_std
-    if followed.shape != want_third.shape or not torch.allclose(followed, want_third):
+    if followed.shape != want_third.shape or not torch.allclose(followed, want_third, rtol=_EPS_RTOL):
         besides = (f" (the other entries of your state_dict, {others}, left as they were)" if others else "")
         raise Hint(
             "after loading a state_dict whose 'mean' and 'std' are [0.5, -1, 2] and [4, 0.25, 2]"

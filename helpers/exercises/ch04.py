@@ -44,6 +44,23 @@ def _as_pair(result, what: str) -> tuple[float, float]:
     return first, second
 
 
+class _OpCount(TorchFunctionMode):
+    """Counts the torch functions and Tensor methods called while it is active."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+#: A closed form takes a few dozen tensor operations (building A, one solve, two .item()); a
+#: gradient-descent loop takes a handful per step, and thousands of steps to reach 1e-3 here.
+_MAX_CLOSED_FORM_OPS = 300
+
+
 @exercise(
     "04.closed_form_fit",
     "return (w, b), the least-squares line y ≈ w*x + b for 1-D tensors x and y, as Python floats, "
@@ -72,7 +89,17 @@ def _test_closed_form_fit(candidate) -> None:
     for x, w_true, b_true in cases:
         y = w_true * x + b_true + 0.5 * torch.randn(x.shape[0], generator=g)
         w_exact, b_exact = _closed_form_fit(x, y)
-        w, b = _as_pair(candidate(x.clone(), y.clone()), "(w, b)")
+        counter = _OpCount()
+        with counter:
+            result = candidate(x.clone(), y.clone())
+        if counter.calls > _MAX_CLOSED_FORM_OPS:
+            raise Hint(
+                f"your function called {counter.calls} tensor operations: that is an iterative fit (gradient "
+                "descent, say), not the closed form, which needs a few dozen.",
+                "Build the design matrix once and solve the least-squares problem in one call: no loop, "
+                "no learning rate, no steps.",
+            )
+        w, b = _as_pair(result, "(w, b)")
         where = f"on data y = {w_true}x + {b_true} + noise with x in [{x.min():.0f}, {x.max():.0f}]"
         if abs(w - w_exact) < 1e-3 and abs(b - b_exact) < 1e-3:
             continue
@@ -178,12 +205,23 @@ class _HandDerivedWatch(TorchFunctionMode):
     only ever multiplies x by a vector). And work done outside torch, on ``x.numpy()``, ``x.tolist()``
     or ``np.asarray(x)``, is invisible to any torch-level watch, so such a conversion of x is noted
     (``left_torch``).
+
+    And whatever the route to the loss's values, finite differences must *evaluate* the loss at two
+    weight vectors at least, and the loss squares the residuals; a gradient derived by hand squares
+    nothing (the derivative of z² is 2z). So squaring is counted too (``squares``): ``pow``, ``square``,
+    norms, ``mse_loss``, and a product of a tensor with itself (``r * r``, ``r @ r``, ``dot(r, r)``).
+    A tensor counts as x when its last two dimensions are x's shape or its transpose, so ``x[None] @ W``
+    is a matrix product with x too.
     """
 
     _MATRIX_PRODUCTS = frozenset({
         "matmul", "mm", "bmm", "einsum", "tensordot", "linear", "addmm", "baddbmm", "__matmul__", "__rmatmul__",
     })
     _LEAVE_TORCH = frozenset({"numpy", "tolist", "__array__"})
+    _SQUARING = frozenset({
+        "pow", "pow_", "__pow__", "__ipow__", "float_power", "square", "square_", "norm", "vector_norm", "mse_loss",
+    })
+    _SELF_PRODUCTS = frozenset({"mul", "multiply", "__mul__", "__rmul__", "dot", "inner", "vdot", "matmul", "__matmul__"})
 
     _ARITHMETIC = frozenset({
         "matmul", "mm", "mv", "bmm", "dot", "inner", "outer", "einsum", "tensordot", "linear", "bilinear",
@@ -199,17 +237,27 @@ class _HandDerivedWatch(TorchFunctionMode):
         self.batched = False
         self.left_torch = False
         self.required_grad = False
+        self.squares = 0
 
     def _takes_x(self, args, kwargs) -> bool:
         flat = [*args, *kwargs.values()]
         flat += [t for a in flat if isinstance(a, (tuple, list)) for t in a]  # einsum's operands, stack's list
-        return any(isinstance(a, torch.Tensor) and tuple(a.shape) in self.shapes for a in flat)
+        return any(isinstance(a, torch.Tensor) and a.dim() >= 2 and tuple(a.shape[-2:]) in self.shapes for a in flat)
+
+    def _squares(self, name: str, args) -> bool:
+        if name in self._SQUARING:
+            return True
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        return name in self._SELF_PRODUCTS and len(tensors) == 2 and (
+            tensors[0] is tensors[1] or torch.equal(tensors[0], tensors[1]))
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         if name in self._LEAVE_TORCH and self._takes_x(args, kwargs):
             self.left_torch = True
+        if self._squares(name, args):
+            self.squares += 1
         out = func(*args, **kwargs)
         if name in self._ARITHMETIC and self._takes_x(args, kwargs):
             self.products += 1
@@ -271,6 +319,13 @@ def _test_mse_gradients(candidate) -> None:
                 "weight vectors at once: that is finite differences, not a gradient derived by hand.",
                 "A hand-derived gradient only ever multiplies x by a vector: once by w for the residuals, once "
                 "(transposed) by the residuals to sum them back onto the D weights.",
+            )
+        if watch.squares > 1:
+            raise Hint(
+                f"for N={n}, D={d} your function squared something {watch.squares} times: it evaluated the loss "
+                "at several weight vectors, which is finite differences, not a gradient derived by hand.",
+                "A hand-derived gradient squares nothing: the chain rule turns the derivative of each squared "
+                "residual into twice the residual.",
             )
         if watch.products > _MAX_PRODUCTS_WITH_X:
             raise Hint(

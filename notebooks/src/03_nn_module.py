@@ -244,6 +244,7 @@ with_buffer, with_register = KindsWithBuffer(), KindsFixed()
 for label, module in [("nn.Buffer:      ", with_buffer), ("register_buffer:", with_register)]:
     print(f"{label} buffers {[n for n, _ in module.named_buffers()]} | state_dict {list(module.state_dict())}")
 print(f"type of the attribute after assignment: {type(with_buffer.running_mean).__name__}")
+assert type(with_buffer.running_mean) is torch.Tensor, "an nn.Buffer should read back as a plain torch.Tensor"
 assert [n for n, _ in with_buffer.named_buffers()] == [n for n, _ in with_register.named_buffers()], "same buffers"
 assert list(with_buffer.state_dict()) == list(with_register.state_dict()) == ["weight", "running_mean"], (
     "persistent=False should keep an nn.Buffer out of the state_dict, as with register_buffer"
@@ -344,6 +345,9 @@ if torch.accelerator.is_available():
     print(f"nn.Linear(3, 2).to('{accelerator.type}'): same Parameter object: {kept_to_accelerator}; "
           f"back .to('cpu'): {kept_back}")
     assert kept_to_accelerator and kept_back, "a CPU <-> accelerator move should keep the Parameter object"
+    left_behind = Kinds().to(accelerator)
+    assert left_behind.plain.device.type == "cpu", "a plain tensor attribute should stay on the CPU after .to()"
+    print(f"Kinds().to('{accelerator.type}'): the plain attribute stays on {left_behind.plain.device}")
 else:
     print("no accelerator on this machine: the CPU <-> GPU move was skipped")
 
@@ -1038,6 +1042,7 @@ print(f"std of the default weights {default_std:.4f}: 1/sqrt(3 fan_in) = {1 / ma
 print(f"predicted shrink of the default init + ReLU over {DEPTH} layers: sqrt(1/6)^{DEPTH - 1} = "
       f"{math.sqrt(1 / 6) ** (DEPTH - 1):.1e}")
 assert same_draw, "nn.Linear's default weight should be U(-1/sqrt(fan_in), 1/sqrt(fan_in))"
+assert default_linear.bias.abs().max() <= 1 / math.sqrt(WIDTH), "the default bias should lie in the same range"
 assert abs(default_std * math.sqrt(3 * WIDTH) - 1) < 0.02, f"default weight std {default_std:.4f} should be 1/sqrt(3 fan_in)"
 conv = nn.Conv2d(16, 32, kernel_size=3)  # fan_in = 16 * 3 * 3 = 144
 conv_bound = 1 / math.sqrt(16 * 3 * 3)
@@ -1222,7 +1227,7 @@ plt.show()
 #
 # - **$N(0, 0.01^2)$ + ReLU**: factor $0.01\sqrt{\text{fan\_in}/2}$, well below 1: activations and gradients vanish, and the first layers get essentially no gradient.
 # - **$N(0, 1^2)$ + ReLU**: factor $\sqrt{\text{fan\_in}/2}$, well above 1: both explode, on their way to float32's largest value, $3.4 \times 10^{38}$.
-# - **Kaiming + ReLU**: factor 1: both ratios stay within a factor `SCALE_BAND` of 1 (for `BAND_SEEDS` seeds, further down).
+# - **Kaiming + ReLU**: factor 1: both ratios stay within a factor `SCALE_BAND` of 1 (and the activation ratio does for `BAND_SEEDS` seeds, further down).
 # - **PyTorch default + ReLU**: the gradient shrinks by $\sqrt{1/6} \approx 0.41$ per layer; the activations level off at a small constant, held there by the random biases.
 # - **$N(0, 0.01^2)$ + tanh**: tanh is close to the identity for such small inputs, so the factor is $0.01\sqrt{\text{fan\_in}}$: both vanish.
 # - **$N(0, 1^2)$ + tanh**: the activation std stays near 1, which looks healthy, but most units are **saturated** ($|h| > 0.99$), and the gradient explodes.
@@ -1477,7 +1482,7 @@ _ = report.record("parameters of the worked example", total)
 # makes them non-trainable, so "trainable" is a separate count. `helpers.models`
 # has a `count_parameters(model, trainable_only=False)` for later chapters.
 # Exercise 1 asks you to write it yourself, so its checker refuses the helper,
-# whether you pass it or call it.
+# whether you pass it or call it (`tests/test_exercises_ch03.py` checks both).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1714,7 +1719,7 @@ result = check("03.init_for_relu", init_for_relu)
 #   with `momentum=None` it turns the running statistics into cumulative
 #   averages.
 # - Keep layers in `nn.Sequential`, `nn.ModuleList` or `nn.ModuleDict`, never
-#   in a plain list or dict.
+#   in a plain list or dict (the audit above shows what a list hides).
 # - `load_state_dict` is strict by default and lists missing and unexpected
 #   keys; `strict=False` returns them instead. A `state_dict` shares memory
 #   with the model: deep-copy it to snapshot.

@@ -275,7 +275,7 @@ print({name: tuple(p.shape) for name, p in model.named_parameters()})
 
 # %% [markdown]
 # This is **the five-step loop**. Every training loop in this course, and in
-# nearly all PyTorch code you will read, is these five lines in this order:
+# nearly all PyTorch code you will read, is these five lines:
 #
 # 1. **forward**: `prediction = model(x)`
 # 2. **loss**: `loss = loss_fn(prediction, y)`
@@ -284,8 +284,9 @@ print({name: tuple(p.shape) for name, p in model.named_parameters()})
 # 5. **step**: `optimizer.step()`, updating the parameters from their `.grad`
 #
 # Steps 3 to 5 replace the `no_grad` block and the `.zero_()` calls of
-# version 2. `zero_grad` may also come first in the loop; what matters is
-# that it runs before `backward`. By default it sets the gradients to `None`
+# version 2. `zero_grad` may sit anywhere before `backward`: first in the
+# loop, or last after `step` (as in PyTorch's "Optimizing Model Parameters"
+# tutorial); what matters is that it runs before the next `backward`. By default it sets the gradients to `None`
 # instead of filling them with zeros, which saves memory and a kernel launch
 # (we print `.grad` after a `zero_grad()` below).
 
@@ -582,8 +583,9 @@ assert 2 < lam_max / lam_min < 4, f"the condition number should be close to 3 fo
 #   over all N samples. It is exact, and costs a pass over the data per step.
 # - **mini-batch stochastic gradient descent (SGD)**: each step uses the
 #   gradient over a random batch of B samples. It is a noisy estimate of the
-#   full gradient (right on average, off in any one step) that costs B/N as
-#   much. With B = 1 it is SGD in the strict sense; in practice "SGD" means
+#   full gradient (right on average, off in any one step) computed from B/N
+#   of the samples, so with B/N of the arithmetic (on a problem this small,
+#   fixed per-step overheads dominate the wall time instead). With B = 1 it is SGD in the strict sense; in practice "SGD" means
 #   mini-batches. `torch.optim.SGD` with its defaults (no momentum, weight
 #   decay or dampening) is only the update rule `p -= lr * p.grad`, so it
 #   serves both: what changes is the loss you call `backward()` on.
@@ -608,7 +610,6 @@ batches = DataLoader(TensorDataset(x, y), batch_size=BATCH_SIZE, shuffle=True, g
 with torch.no_grad():
     sgd_losses = [loss_fn(line(x), y).item()]  # the loss on all samples, before each step and after the last
 batch_losses = []  # the loss on each step's mini-batch: what a training loop sees
-sgd_path = []  # (w, b) after each step
 for _epoch in range(SGD_EPOCHS):
     for x_batch, y_batch in batches:
         loss = loss_fn(line(x_batch), y_batch)
@@ -616,7 +617,6 @@ for _epoch in range(SGD_EPOCHS):
         loss.backward()
         sgd.step()
         batch_losses.append(loss.item())
-        sgd_path.append((line.weight.item(), line.bias.item()))
         with torch.no_grad():
             sgd_losses.append(loss_fn(line(x), y).item())
 w_sgd, b_sgd = line.weight.item(), line.bias.item()
@@ -902,6 +902,8 @@ try:
     w -= LR * w.grad  # autograd is recording, and w is a leaf that requires grad
 except RuntimeError as err:
     print(f"{type(err).__name__}: {err}")
+else:
+    raise AssertionError("an in-place update of a leaf that requires grad should raise while autograd records")
 
 # %% [markdown]
 # Autograd refuses in-place changes to a leaf that requires grad while it is
@@ -915,6 +917,15 @@ except RuntimeError as err:
 # NBVAL_CHECK_OUTPUT
 w_new = w - LR * w.grad
 print("w_new.is_leaf:", w_new.is_leaf, "| w_new.grad_fn:", type(w_new.grad_fn).__name__)
+w.grad = None
+((w_new * x + TRUE_B - y) ** 2).mean().backward()
+with warnings.catch_warnings(record=True) as caught:  # reading .grad of a non-leaf warns
+    warnings.simplefilter("always")
+    grad_after = w_new.grad
+print("after the next backward(): w_new.grad is", grad_after, "| the gradient went to the old w:", w.grad is not None)
+print("PyTorch warns:", str(caught[0].message).split(". ")[0] if caught else "nothing")
+assert not w_new.is_leaf and grad_after is None and w.grad is not None, "w_new should be a non-leaf without .grad"
+assert caught, "reading .grad of a non-leaf tensor should warn"
 
 # %% [markdown]
 # **Fix:** update under `with torch.no_grad():`, as in version 2, or let
@@ -1068,8 +1079,8 @@ result = check("04.mse_gradients", mse_gradients)
 #   far below the limit it crawls, above it the loss explodes.
 # - Full-batch descent takes one exact step per epoch; mini-batch SGD takes
 #   N/B noisy ones. At the same rate both need about as many steps, but a
-#   mini-batch step costs B/N as much, so per pass over the data SGD gets
-#   much further; it ends jittering around the minimum rather than on it.
+#   mini-batch step uses B/N of the samples, so per pass over the data SGD
+#   gets much further; it ends jittering around the minimum rather than on it.
 # - Check shapes: `[N]` against `[N, 1]` broadcasts silently to `[N, N]`.
 #
 # **Next:** chapter 05 runs the same five-step loop on real data: a
