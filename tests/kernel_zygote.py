@@ -4,8 +4,7 @@ Every notebook test starts a Jupyter kernel, and a fresh kernel spends 3-8 s
 of CPU on its imports before its first cell does anything: ``import torch``
 about 2 s on the 2-core CI machine, torchvision another 3-5 s (it imports
 ``torch._dynamo``, and with it sympy), matplotlib and ipykernel most of a
-second, Inductor's compiler (for the chapters that compile) another 1.6 s.
-The suite starts about 55 kernels. The zygote imports those modules
+second. The suite starts about 55 kernels. The zygote imports those modules
 once per pytest worker and then, for each kernel, forks: the child sets the
 environment, working directory and standard streams the kernel manager asked
 for, starts its own session (so signals to its process group reach it and its
@@ -38,10 +37,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-#: What the zygote imports before it forks: what nearly every chapter imports at its start, and Inductor's
-#: compiler (another 1.6 s), which the ten chapters that compile, export or run AOTInductor import at their first
-#: compile. It starts no thread when imported (checked at start-up: the zygote refuses to fork otherwise).
-WARM_MODULES = ("torch", "torchvision", "numpy", "matplotlib", "matplotlib.pyplot", "torch._inductor.compile_fx")
+#: What the zygote imports before it forks: what nearly every chapter imports at its start. Not Inductor's
+#: compile_fx: importing it here saves a kernel 1.6 s of imports, but chapter 23's nbval run then took
+#: 122 and 126 s against 116 and 108 s without it (measured twice each, alternating).
+WARM_MODULES = ("torch", "torchvision", "numpy", "matplotlib", "matplotlib.pyplot")
 
 
 def _threads() -> int:
