@@ -462,9 +462,10 @@ print("checked: both default layers lose > 0.13 orders of magnitude per step; th
 # `sigmoid(3) ≈ 0.95`; checked as sanity checks of the set-up), and the
 # per-step factor rises towards 1; at `b_f = 3` it is slightly above 1 on
 # average, so the gradient at `t = 0` ends up a little *larger* than the
-# last step's in most seeds (row `b_f = 3`). No single path grows (every
-# gate is below 1); the sum of the cell path and the paths through `h` can
-# end up a little above 1. That is the original LSTM's constant error
+# last step's in most seeds (row `b_f = 3`). The cell path alone cannot
+# grow (`f < 1`); the paths through `h` also pass through `W_hh`, whose
+# factors are not bounded by 1, and the sum of all paths can end up a little
+# above 1. That is the original LSTM's constant error
 # carousel (`f = 1`) again, but now a choice the network learns, per unit
 # and per step, and can undo when it should forget. This is why a positive
 # forget-gate bias is a common initialisation for LSTMs; PyTorch's default
@@ -817,7 +818,8 @@ assert all(v < baseline_mse for v in first_mse.values()), "both models should be
 
 # %% [markdown]
 # Both models pass the baseline by the first measurement (checked above) and
-# then approach the noise floor, which they cannot cross.
+# then move towards the noise floor, which they cannot cross (their final
+# errors are printed beside it above).
 #
 # Look also at the training times printed above. The GRU has a quarter fewer
 # parameters, so one might expect it to train faster. On a CPU the answer
@@ -857,7 +859,7 @@ for cell in nodes:
     print(f"{cell.upper():4s} on a CPU tensor: {sum(nodes[cell].values()):4d} autograd nodes, "
           f"MkldnnRnnLayerBackward0 x {nodes[cell]['MkldnnRnnLayerBackward0']}; with oneDNN off: "
           f"{sum(nodes_off[cell].values())} nodes, MkldnnRnnLayerBackward0 x {nodes_off[cell]['MkldnnRnnLayerBackward0']}")
-fused_lstm = torch.backends.mkldnn.is_available() and device.type == "cpu"
+fused_lstm = torch.backends.mkldnn.is_available()  # x_graph and graph_layers are CPU tensors on every machine
 if fused_lstm:
     assert nodes["lstm"]["MkldnnRnnLayerBackward0"] == 1 and nodes["gru"]["MkldnnRnnLayerBackward0"] == 0, (
         "with oneDNN the LSTM should run as one fused layer and the GRU not"
@@ -1160,10 +1162,13 @@ print("series 0, MSE over the horizon: " + ", ".join(f"{name} {err[0]:.3f}" for 
 # with the distance; and a forecaster trained with MSE also tends to shrink
 # its amplitude where it is unsure, at long horizons, towards predicting 0,
 # the safest guess. Series 0 in the figure above shows that long-horizon
-# error: by the end of the horizon the direct forecast, too, drifts out of
-# phase. Over the whole horizon its error on that series is still below both
+# error: by the end of the horizon the direct forecast, too, follows the
+# sine less closely (look at the figure; this is not measured). Over the whole horizon its error on that series is still below both
 # rollouts' (printed), and the per-series counts printed above say on how
-# many test series that holds. Other remedies
+# many test series that holds. The mismatch has a name: the models were
+# trained with **teacher forcing** (every input a measured value) and then
+# fed their own outputs, so the rollout meets inputs unlike any it was
+# trained on (**exposure bias**). Other remedies
 # train on the model's own rollouts (scheduled sampling, or
 # backpropagating through the rollout); they are not measured here.
 #
@@ -1482,7 +1487,7 @@ first_below = next((i + 10 for i, v in enumerate(mean10) if v < unigram_nats), N
 _ = report.record("char LSTM training seconds", char_seconds, "s", digits=1)
 _ = report.record("char LSTM validation loss", char_val, "nats/char", digits=3)
 print(f"{CHAR_STEPS} steps in {char_seconds:.1f} s; validation loss {char_val:.3f} nats/char "
-      f"({char_val / math.log(2):.2f} bits)")
+      f"({char_val / math.log(2):.2f} bits; perplexity exp(loss) = {math.exp(char_val):.1f})")
 print(f"the 10-step mean training loss was first below the unigram baseline at step {first_below}")
 print(f"gradient norm: largest {max(grad_norms):.2f}, clipped in {sum(g > 1 for g in grad_norms)} of {CHAR_STEPS} steps")
 
@@ -1604,7 +1609,7 @@ assert unigram_speaker_lines == 0, (
 # At temperature 0.5 a larger share of the sampled words are real words
 # than at 1.0 (checked). The model has also picked up the play's layout: a
 # speech starts with a line holding a name in capitals and a colon. The
-# sample at temperature 0.5 has several such lines, while the same number of
+# sample at temperature 0.5 has at least `MIN_SPEAKER_LINES` (2) such lines, while the same number of
 # characters drawn from the unigram baseline has none (both counted and
 # checked above), so the lines come from the context the LSTM carries, not
 # from character frequencies. The sentences make no sense. More steps and a bigger model are the
@@ -1772,9 +1777,11 @@ except RuntimeError as err:
 if device.type == "cuda":
     try:
         pack_padded_sequence(padded.to(device), lengths.to(device), batch_first=True, enforce_sorted=False)
-        print("accepted CUDA lengths")
     except RuntimeError as err:
         print(f"{type(err).__name__}: {err}")
+        assert "1D CPU int64" in str(err), f"an unexpected error for CUDA lengths: {err}"
+    else:
+        raise AssertionError("pack_padded_sequence accepted lengths on the GPU")
     packed_ok = pack_padded_sequence(padded.to(device), lengths, batch_first=True, enforce_sorted=False)
     print(f"with CPU lengths: packed data on {packed_ok.data.device}")
 else:
@@ -1880,7 +1887,8 @@ result = check("08.lstm_param_count", lstm_param_count)
 # first sample is `[0, 1, 2] -> [3, 4]` and the last is
 # `[6, 7, 8] -> [9, 10]`. A stride above 1 gives fewer, less overlapping
 # samples: cheaper epochs, at the cost of fewer training windows. Build all
-# windows with **one indexing operation** and without a Python loop. The
+# windows without a Python loop, for example with one indexing operation
+# (other vectorised routes pass too). The
 # checker refuses a loop, one written as `map(...)`, hidden in a helper or
 # in `torch.stack` of slices included (it counts the operations your
 # function issues for 16 and for 76 windows, and one indexing operation
