@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import pytest
+
 from helpers.exercises import check, hint, solution
 from tests.exercise_support import assert_rejected
 
@@ -246,3 +248,42 @@ def test_strip_prefix_plain_dict_with_startswith_is_accepted():
         return out
 
     assert check("07.strip_prefix", plain, show=False).passed
+
+
+def test_strip_prefix_with_an_unescaped_regex_fails():
+    import re
+
+    def regex(state_dict, prefix):  # "." in the pattern matches any character: "modules.0" loses "modules."
+        return type(state_dict)((re.sub("^" + prefix, "", k), v) for k, v in state_dict.items())
+
+    assert_rejected("07.strip_prefix", regex, "regular expression", "modules")
+
+
+@pytest.mark.parametrize("route", ["autograd.backward", "func.grad", "functional.jacobian"])
+def test_receptive_field_measured_through_other_autograd_routes_is_refused(route):
+    def measured(layers):  # every layer written as sums of shifted slices (no convolution op), then autograd
+        import torch
+
+        def stack(x):
+            for k, s, d in layers:
+                n = x.shape[-1] - (k - 1) * d
+                x = sum(x[..., i * d : i * d + n] for i in range(k))[..., ::s]
+            return x
+
+        size = 1 + sum((k - 1) * d for k, _, d in layers) * 8 + 8
+
+        def centre(inp):
+            out = stack(inp)
+            return out[..., out.shape[-1] // 2].sum()
+
+        x = torch.ones(1, 1, size, requires_grad=True)
+        if route == "autograd.backward":
+            torch.autograd.backward(centre(x))
+            grad = x.grad
+        elif route == "func.grad":
+            grad = torch.func.grad(centre)(x)
+        else:
+            grad = torch.autograd.functional.jacobian(centre, x)
+        return int((grad != 0).sum())
+
+    assert_rejected("07.receptive_field", measured, "autograd" if route != "func.grad" else "torch.func")

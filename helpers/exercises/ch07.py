@@ -96,6 +96,13 @@ _MEASURING = (
              does=f"running a pooling layer (`nn.AvgPool1d`, `nn.AvgPool2d`, ...) {_MEASURED_BY}"),
     Shortcut("torch.autograd.grad", does="measuring the field with autograd (`torch.autograd.grad`)"),
     Shortcut("torch.Tensor.backward", does="measuring the field with autograd (`backward()`)"),
+    Shortcut("torch.autograd.backward", does="measuring the field with autograd (`torch.autograd.backward`)"),
+    *(Shortcut(f"torch.func.{name}", does=f"measuring the field with torch.func (`torch.func.{name}`)")
+      for name in ("grad", "grad_and_value", "vjp", "jacrev", "jacfwd")),
+    *(Shortcut(f"torch.autograd.functional.{name}", does=f"measuring the field with autograd (`{name}`)")
+      for name in ("jacobian", "vjp", "vhp", "jvp")),
+    Shortcut("torch.nn.functional.unfold", does=f"cutting the input into patches (`F.unfold`) {_MEASURED_BY}"),
+    *(Shortcut(f"torch.conv_transpose{n}d", does=f"running a transposed convolution {_MEASURED_BY}") for n in (1, 2, 3)),
 )
 
 
@@ -209,6 +216,7 @@ def _test_strip_prefix(candidate) -> None:
         "module.module.bias",  # a submodule really named "module": strip only once
         "head.module.weight",  # "module." not at the start: keep
         "mode.weight",  # made of the prefix's letters: keep
+        "modules.0.weight",  # an nn.ModuleList named "modules": "^module." as a regex matches it (. is any character)
         "lm_head.bias",
     ]
     original = OrderedDict((k, torch.randn(2, generator=g)) for k in keys)
@@ -220,6 +228,7 @@ def _test_strip_prefix(candidate) -> None:
         "module.bias",
         "head.module.weight",
         "mode.weight",
+        "modules.0.weight",
         "lm_head.bias",
     ]
     result = candidate(original, "module.")
@@ -263,6 +272,13 @@ def _test_strip_prefix(candidate) -> None:
                 f"{key!r} became {stripped!r}: str.lstrip('module.') strips any of the characters m, o, d, u, "
                 f"l, e and '.', not the word.",
                 "Remove only a leading occurrence of the whole prefix; str has a method for that.",
+            )
+        if key == "modules.0.weight" and ".0.weight" in got:
+            raise Hint(
+                f"{key!r} became '.0.weight': the prefix was used as a regular expression, where '.' matches any "
+                "character, so 'module.' also matched 'modules'.",
+                "Compare the start of the key with the prefix as plain text (or re.escape it); str has a method "
+                "that removes a leading plain-text prefix.",
             )
         if key[len("module."):] in got:
             raise AssertionError(

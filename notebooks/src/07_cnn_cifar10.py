@@ -19,7 +19,7 @@
 # slides small filters over it, so the same pattern detector is used at
 # every position and neighbouring pixels are looked at together. This chapter
 # trains a small CNN on CIFAR-10, colour photographs of ten kinds of objects,
-# and then loads a ResNet-20 that others trained for hours, with its
+# and then loads a ResNet-20 that others trained much longer, with its
 # published weights, to see what a well-trained CNN reaches.
 #
 # **What you will learn**
@@ -238,7 +238,7 @@ assert (CIFAR_MEAN - quoted_mean).abs().max() < 0.03 and (CIFAR_STD - quoted_std
 #   augmentation, with the horizontal flip.
 # - `RandomHorizontalFlip()`: mirror left-right with probability 0.5 (here
 #   `p=1`, always). Vertical flips are usually left out for photos:
-#   upside-down ships do not occur in the test set either.
+#   upside-down ships are rare in CIFAR-10's test images too.
 # - `ColorJitter`: random brightness, contrast, saturation and hue.
 # - `RandomRotation(15)`: up to ±15 degrees; the corners fill with black.
 # - `RandomResizedCrop(32, scale=(0.5, 1))`: zoom in on a random part.
@@ -443,12 +443,8 @@ assert crop_flip_speedup > MIN_CROP_FLIP_SPEEDUP, (
 # saves the per-image conversions as well; like for like, on the crop and
 # flip alone, a few large tensor operations still beat a thousand small
 # calls, each of which pays Python's and the transform's overhead. The
-# ratios depend on the machine and on what else runs on it. With a compiler
-# running beside it on this 2-core machine, the like-for-like ratio fell
-# from about 2.2 to 1.2 in one of our runs (a likely cause, not measured
-# here: the batch version moves 64 images' worth of memory per call and
-# shares the CPU caches with the other program, where one image fits in
-# them). So the like-for-like check
+# ratios depend on the machine and on what else runs on it (a busy machine
+# can shrink the like-for-like ratio a lot), so the like-for-like check
 # requires only that the batch version wins (`MIN_CROP_FLIP_SPEEDUP` = 1),
 # and the whole-pipeline check a margin (`MIN_AUGMENT_SPEEDUP`); compare the
 # numbers on your own machine.
@@ -970,8 +966,8 @@ assert resnet_acc >= MIN_RESNET_ACCURACY, (
 # %% [markdown]
 # What if the inputs are prepared differently? The same weights, four ways.
 # This comparison and the pitfalls below use at most the first 500 test
-# images (half of the subset's 1,000), to stay quick: the evaluation above
-# prints how long one pass over 1,000 images took here:
+# images, to stay quick: the evaluation above prints how long one pass over
+# the test images in use took here:
 
 # %%
 n_demo = min(500, len(test_y))
@@ -1113,7 +1109,7 @@ else:
           f"to compare the groups: vehicles minus animals {100 * cnn_margin:+.1f} points, not checked")
 
 # %% [markdown]
-# The animals are the harder group, and the ResNet's most common mistake
+# For the ResNet the animals are the harder group in this run (checked), and its most common mistake
 # mixes up two of them; a likely reason is that animals vary more in pose
 # and look more alike at 32×32 pixels. Our briefly trained CNN makes
 # mistakes everywhere. Once it is well above chance (at least
@@ -1253,8 +1249,8 @@ assert unchanged and acc_random < 0.3, "the 'loaded' model should still be the r
 #   convolution, `[(3, 1, 1), (2, 2, 1), (3, 1, 1)]`: 8 pixels;
 # - no layers at all, `[]`: 1 pixel (the input itself).
 #
-# Work in one dimension and draw a row of pixels for the last example: that
-# is where the stride matters. The checker compares your answer with the
+# Work in one dimension and draw a row of pixels for the conv–pool–conv
+# example: that is where the stride matters. The checker compares your answer with the
 # receptive field it measures with autograd on real `nn.Conv2d` stacks,
 # including random ones. Your function must work the number out from the
 # kernel sizes, strides and dilations: measuring it the checker's way
