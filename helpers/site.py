@@ -480,7 +480,8 @@ def site_notebook(stem: str, nb: dict, title: str, stamp: RunStamp, solutions: d
     """
     nb = json.loads(json.dumps(nb))
     # The chapters are plain Python (no %magics or !commands; tests/test_site.py checks), which Pygments'
-    # Python lexer colours exactly as the IPython lexer does, in half the time (3 s of a 22 s build).
+    # Python lexer colours exactly as the IPython lexer (a wrapper around it) does, and faster: one build
+    # took 21.4 s with it against 22.5 s.
     nb.setdefault("metadata", {}).setdefault("language_info", {})["pygments_lexer"] = "python3"
     cells = nb["cells"]
     head = cell_source(cells[0]) if cells else ""
