@@ -1050,3 +1050,17 @@ def test_closed_form_fit_by_a_long_gradient_descent_is_refused():
         return w.item(), b.item()
 
     assert_rejected("04.closed_form_fit", converged, "tensor operations", "iterative")
+
+
+def test_mse_gradients_finite_differences_on_the_residual_with_einsum_are_refused():
+    def residual_differences(w, b, x, y, h=1e-4):  # one product with x; the loss as einsum or a matrix product
+        r = (x.double() @ w.double() + b - y).double()
+
+        def loss(res):
+            return torch.einsum("i,i->", res, res) / len(res)
+
+        dw = torch.stack([(loss(r + h * x[:, i]) - loss(r - h * x[:, i])) / (2 * h) for i in range(x.shape[1])])
+        db = ((r + h)[None] @ (r + h)[:, None] - (r - h)[None] @ (r - h)[:, None]).squeeze() / len(r) / (2 * h)
+        return dw.float(), db.float()
+
+    assert_rejected("04.mse_gradients", residual_differences, "finite differences")

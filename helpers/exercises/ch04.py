@@ -221,7 +221,9 @@ class _HandDerivedWatch(TorchFunctionMode):
     _SQUARING = frozenset({
         "pow", "pow_", "__pow__", "__ipow__", "float_power", "square", "square_", "norm", "vector_norm", "mse_loss",
     })
-    _SELF_PRODUCTS = frozenset({"mul", "multiply", "__mul__", "__rmul__", "dot", "inner", "vdot", "matmul", "__matmul__"})
+    _SELF_PRODUCTS = frozenset({
+        "mul", "multiply", "__mul__", "__rmul__", "dot", "inner", "vdot", "matmul", "__matmul__", "einsum", "mm", "bmm",
+    })
 
     _ARITHMETIC = frozenset({
         "matmul", "mm", "mv", "bmm", "dot", "inner", "outer", "einsum", "tensordot", "linear", "bilinear",
@@ -247,9 +249,13 @@ class _HandDerivedWatch(TorchFunctionMode):
     def _squares(self, name: str, args) -> bool:
         if name in self._SQUARING:
             return True
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        return name in self._SELF_PRODUCTS and len(tensors) == 2 and (
-            tensors[0] is tensors[1] or torch.equal(tensors[0], tensors[1]))
+        flat = [t for a in args for t in (a if isinstance(a, (tuple, list)) else (a,))]  # einsum's operands
+        tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+        if name not in self._SELF_PRODUCTS or len(tensors) != 2:
+            return False
+        a, b = tensors
+        # the same values in any shape: r * r, r @ r, einsum("i,i->", r, r), r[None] @ r[:, None]
+        return a is b or (a.numel() == b.numel() > 1 and torch.equal(a.reshape(-1), b.reshape(-1)))
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -271,8 +277,9 @@ class _HandDerivedWatch(TorchFunctionMode):
 
 
 #: More products and sums with x than a hand-derived gradient needs (two, three written elementwise),
-#: plus slack for a recomputed residual. Finite differences on the first case (D = 6) need at least
-#: D + 1 = 7 loss evaluations, each with one or two such calls.
+#: plus slack for a recomputed residual. Finite differences written the plain way multiply x in each of
+#: their D + 1 or more loss evaluations (7 on the first case, D = 6); the ones that do not are caught by
+#: their squaring (``squares``).
 _MAX_PRODUCTS_WITH_X = 5
 
 
