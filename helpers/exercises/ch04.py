@@ -6,6 +6,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from . import Hint, Shortcut, exercise, expect_type
+from .loops import _OpCounter  # counts the ATen operators issued while active
 
 # --------------------------------------------------------------------------
 # 04.closed_form_fit
@@ -44,18 +45,6 @@ def _as_pair(result, what: str) -> tuple[float, float]:
     return first, second
 
 
-class _OpCount(TorchFunctionMode):
-    """Counts the torch functions and Tensor methods called while it is active."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.calls += 1
-        return func(*args, **(kwargs or {}))
-
-
 #: A closed form takes a few dozen tensor operations (building A, one solve, two .item()); a
 #: gradient-descent loop takes a handful per step, and thousands of steps to reach 1e-3 here.
 _MAX_CLOSED_FORM_OPS = 300
@@ -89,12 +78,12 @@ def _test_closed_form_fit(candidate) -> None:
     for x, w_true, b_true in cases:
         y = w_true * x + b_true + 0.5 * torch.randn(x.shape[0], generator=g)
         w_exact, b_exact = _closed_form_fit(x, y)
-        counter = _OpCount()
+        counter = _OpCounter()
         with counter:
             result = candidate(x.clone(), y.clone())
-        if counter.calls > _MAX_CLOSED_FORM_OPS:
+        if counter.count > _MAX_CLOSED_FORM_OPS:
             raise Hint(
-                f"your function called {counter.calls} tensor operations: that is an iterative fit (gradient "
+                f"your function called {counter.count} tensor operations: that is an iterative fit (gradient "
                 "descent, say), not the closed form, which needs a few dozen.",
                 "Build the design matrix once and solve the least-squares problem in one call: no loop, "
                 "no learning rate, no steps.",
